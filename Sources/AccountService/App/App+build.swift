@@ -1,0 +1,32 @@
+import Auth
+import Entitlements
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Storage
+
+/// The one entry point that `serve` and the tests share: wires stores, services and routes.
+func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some ApplicationProtocol {
+    let router = buildRouter(dependencies)
+    var app = Application(
+        router: router,
+        configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
+        logger: logger
+    )
+    if let client = dependencies.postgresClient { app.addServices(client) }
+    let database = dependencies.database
+    app.beforeServerStarts {
+        let applied = try await database.migrate(database.engine.migrations, logger: logger)
+        logger.info("database ready", metadata: ["engine": "\(database.engine)", "migrationsApplied": "\(applied.count)"])
+    }
+    return app
+}
+
+/// All routes, with the problem and access-log middleware around them.
+func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
+    let router = Router(context: AppRequestContext.self)
+    router.add(middleware: AccessLogMiddleware())
+    router.add(middleware: ProblemMiddleware())
+    SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
+    return router
+}

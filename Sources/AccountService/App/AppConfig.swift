@@ -1,0 +1,72 @@
+import Auth
+import Foundation
+import Logging
+import Storage
+
+/// Everything the service reads from the environment, parsed and validated once at start-up.
+/// Handlers never read the environment. `description` never prints secrets.
+struct AppConfig: Sendable, CustomStringConvertible {
+    var host = "127.0.0.1"
+    var port = 8080
+    var database = DatabaseLocation.sqlite(path: "data/account-service.sqlite")
+    var plansFile = "plans.json"
+    var mailTransport = MailTransport.log
+    var mailFrom = "Account Service <no-reply@localhost>"
+    var logLevel = Logger.Level.info
+    var logFormat = LogFormat.text
+    /// Where generated secrets (the server HMAC key) live when not given in the environment.
+    var dataDirectory = "data"
+    /// Server secret for OTP HMACs, from `SERVER_SECRET` (hex or text, ≥ 32 bytes) or `data/server-secret`.
+    var serverSecret: String?
+
+    enum LogFormat: String, Sendable { case text, json }
+
+    /// Parses `environment`, collecting every problem before failing.
+    static func from(environment env: [String: String]) throws(ConfigError) -> AppConfig {
+        var config = AppConfig()
+        var problems: [String] = []
+        func value(_ key: String) -> String? {
+            guard let v = env[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
+            return v
+        }
+        if let host = value("HOST") { config.host = host }
+        if let port = value("PORT") {
+            if let p = Int(port), (0...65535).contains(p) { config.port = p } else { problems.append("PORT must be a number from 0 to 65535") }
+        }
+        do { config.database = try DatabaseLocation.parse(value("DATABASE_URL")) } catch {
+            problems.append("DATABASE_URL: \(error)")  // StorageError.invalidURL never echoes the URL (it may hold a password)
+        }
+        if let plans = value("PLANS_FILE") { config.plansFile = plans }
+        do { config.mailTransport = try MailTransport.parse(value("MAIL_TRANSPORT")) } catch { problems.append(error.description) }
+        if let from = value("MAIL_FROM") { config.mailFrom = from }
+        if let level = value("LOG_LEVEL") {
+            if let l = Logger.Level(rawValue: level.lowercased()) { config.logLevel = l } else {
+                problems.append("LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
+            }
+        }
+        if let format = value("LOG_FORMAT") {
+            if let f = LogFormat(rawValue: format.lowercased()) { config.logFormat = f } else { problems.append("LOG_FORMAT must be text or json") }
+        }
+        if let dir = value("DATA_DIR") { config.dataDirectory = dir }
+        if let secret = value("SERVER_SECRET") {
+            if secret.utf8.count < 32 { problems.append("SERVER_SECRET must be at least 32 characters") } else { config.serverSecret = secret }
+        }
+        guard problems.isEmpty else { throw ConfigError(problems: problems) }
+        return config
+    }
+
+    var description: String {
+        let db: String =
+            switch database {
+            case .sqlite(let path): "sqlite:\(path)"
+            case .postgres: "postgres (credentials hidden)"
+            }
+        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) secret=\(serverSecret == nil ? "file" : "env")"
+    }
+}
+
+/// Every configuration problem, listed together.
+struct ConfigError: Error, CustomStringConvertible {
+    let problems: [String]
+    var description: String { "invalid configuration:\n" + problems.map { "  - \($0)" }.joined(separator: "\n") }
+}

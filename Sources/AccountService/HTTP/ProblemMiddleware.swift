@@ -1,0 +1,90 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Storage
+
+/// Turns every error into a problem response. Known problems pass through; framework errors keep their
+/// status; storage outages become 503; anything else is logged with the request id and answered 500.
+struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let problem as Problem {
+            throw problem
+        } catch let error as StorageError {
+            if case .unavailable(let why) = error {
+                context.logger.warning("database unavailable", metadata: ["reason": "\(why)"])
+                throw Problem.unavailable("The database is unavailable; try again shortly.")
+            }
+            context.logger.error("storage error", metadata: ["error": "\(error)"])
+            throw Problem.internalError
+        } catch let error as any HTTPResponseError {
+            throw Self.problem(for: error.status, request: request)
+        } catch is CancellationError {
+            throw Problem.unavailable("The request was cancelled (server shutting down).")
+        } catch {
+            context.logger.error("unexpected error", metadata: ["error": "\(String(reflecting: error))"])
+            throw Problem.internalError
+        }
+    }
+
+    static func problem(for status: HTTPResponse.Status, request: Request) -> Problem {
+        switch status {
+        case .notFound: Problem.notFound("No route for \(request.method) \(request.uri.path).")
+        case .contentTooLarge: Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
+        case .methodNotAllowed: Problem(.methodNotAllowed, code: "not_found", detail: "Method \(request.method) is not allowed here.")
+        case .unauthorized: Problem.unauthorized()
+        default:
+            status.code < 500
+                ? Problem(status, code: "validation_failed", detail: status.reasonPhrase)
+                : Problem(status, code: "unavailable", detail: status.reasonPhrase)
+        }
+    }
+}
+
+/// One access-log line per request: method, path (no query string, no headers, no body), status,
+/// duration and the request id (in the logger's metadata). Also echoes the id as `X-Request-Id`.
+struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let start = ContinuousClock.now
+        let requestID = context.id
+        do {
+            var response = try await next(request, context)
+            response.headers[.requestID] = requestID
+            log(request, context: context, status: response.status.code, start: start)
+            return response
+        } catch let error as any HTTPResponseError {
+            log(request, context: context, status: error.status.code, start: start)
+            throw RequestIDError(base: error, requestID: requestID)
+        }
+    }
+
+    private func log(_ request: Request, context: Context, status: Int, start: ContinuousClock.Instant) {
+        let elapsed = ContinuousClock.now - start
+        let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        context.logger.info(
+            "request",
+            metadata: [
+                "method": "\(request.method)", "path": "\(request.uri.path)", "status": "\(status)",
+                "duration_ms": "\(String(format: "%.2f", ms))",
+            ])
+    }
+}
+
+/// Adds `X-Request-Id` to an error response.
+struct RequestIDError: HTTPResponseError {
+    let base: any HTTPResponseError
+    let requestID: String
+    var status: HTTPResponse.Status { base.status }
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        var response = try base.response(from: request, context: context)
+        response.headers[.requestID] = requestID
+        return response
+    }
+}
+
+extension HTTPField.Name {
+    static let requestID = Self("X-Request-Id")!
+    static let idempotencyKey = Self("Idempotency-Key")!
+}

@@ -1,0 +1,109 @@
+import Logging
+
+/// The two storage engines. PostgreSQL is the production / scale-out engine; SQLite the embedded default.
+public enum Engine: String, Sendable, CaseIterable, CustomStringConvertible {
+    case sqlite
+    case postgres
+    public var description: String { rawValue }
+}
+
+/// Runs statements inside one transaction (or one connection).
+///
+/// SQL is written once with `?` placeholders; the PostgreSQL driver rewrites them to `$1…$n`.
+/// Use ``SQLDialect`` for the few real differences (row locks).
+public protocol SQLExecutor: Sendable {
+    var engine: Engine { get }
+    /// Runs one statement and returns its rows (use `RETURNING` to learn what a write touched).
+    @discardableResult
+    func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow]
+}
+
+extension SQLExecutor {
+    @discardableResult
+    public func query(_ sql: String) async throws -> [SQLRow] { try await query(sql, []) }
+    /// The first row, or nil.
+    public func first(_ sql: String, _ binds: [any SQLBindable] = []) async throws -> SQLRow? {
+        try await query(sql, binds).first
+    }
+    public var dialect: SQLDialect { SQLDialect(engine: engine) }
+}
+
+/// Isolation for a transaction. `serializable` is honoured on PostgreSQL; SQLite transactions are always
+/// serializable (one writer at a time).
+public enum TransactionIsolation: Sendable {
+    case readCommitted
+    case serializable
+}
+
+/// One storage interface for every module.
+public protocol Database: Sendable {
+    var engine: Engine { get }
+    /// Runs `body` in one transaction, commits when it returns, rolls back when it throws.
+    /// Serialization failures, deadlocks and SQLite busy errors are retried up to `maxAttempts` times;
+    /// errors thrown by `body` reach the caller unwrapped.
+    func transaction<T: Sendable>(
+        isolation: TransactionIsolation,
+        logger: Logger,
+        _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
+    ) async throws -> T
+    /// Runs `body` on one connection without opening a transaction (single reads).
+    func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T
+    /// Checks that the database answers, within `timeoutSeconds`.
+    func ping(timeoutSeconds: Double, logger: Logger) async throws
+    /// Applies the embedded migrations (once across processes) and verifies applied checksums.
+    func migrate(_ migrations: [Migration], logger: Logger) async throws -> [Migration]
+    /// Releases the engine's connections (the PostgreSQL pool stops with its service instead).
+    func close() async throws
+}
+
+extension Database {
+    public func transaction<T: Sendable>(
+        logger: Logger,
+        _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
+    ) async throws -> T {
+        try await transaction(isolation: .readCommitted, logger: logger, body)
+    }
+}
+
+/// The small place where the engines' SQL differs.
+public struct SQLDialect: Sendable {
+    public let engine: Engine
+    /// Appended to a SELECT that must lock the rows it reads until commit (PostgreSQL). SQLite's
+    /// `BEGIN IMMEDIATE` already holds the only write lock, so it needs nothing.
+    public var forUpdate: String { engine == .postgres ? " FOR UPDATE" : "" }
+
+    /// Rewrites `?` placeholders to `$n` for PostgreSQL, leaving quoted strings and comments alone.
+    public static func numberedPlaceholders(_ sql: String) -> String {
+        var out = ""
+        out.reserveCapacity(sql.count + 16)
+        var index = 0
+        var inQuote = false
+        var inComment = false
+        var previous: Character = " "
+        for ch in sql {
+            if inComment {
+                if ch == "\n" { inComment = false }
+                out.append(ch)
+            } else if inQuote {
+                if ch == "'" { inQuote = false }
+                out.append(ch)
+            } else if ch == "'" {
+                inQuote = true
+                out.append(ch)
+            } else if ch == "-" && previous == "-" {
+                inComment = true
+                out.append(ch)
+            } else if ch == "?" {
+                index += 1
+                out.append("$\(index)")
+            } else {
+                out.append(ch)
+            }
+            previous = ch
+        }
+        return out
+    }
+}
+
+/// How many times a transaction is retried on serialization failure / busy before the error surfaces.
+public let transactionAttemptsMax = 8

@@ -1,0 +1,205 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// PostgreSQL through postgres-nio's `PostgresClient` pool. The client is a `Service`: the app runs it.
+public final class PostgresDatabase: Database {
+    public let engine = Engine.postgres
+    public let client: PostgresClient
+    /// How long to wait for a connection before answering `unavailable` (so an outage gives fast 503s).
+    public let leaseTimeoutSeconds: Double
+
+    public init(client: PostgresClient, leaseTimeoutSeconds: Double = 3) {
+        self.client = client
+        self.leaseTimeoutSeconds = leaseTimeoutSeconds
+    }
+
+    /// Builds the pool configuration from a `postgres://user:pass@host:port/db?sslmode=…` URL.
+    public static func configuration(url: String) throws -> PostgresClient.Configuration {
+        guard let components = URLComponents(string: url),
+            components.scheme == "postgres" || components.scheme == "postgresql",
+            let host = components.host, !host.isEmpty
+        else { throw StorageError.invalidURL("expected postgres://user:pass@host:port/db") }
+        let user = components.user ?? "postgres"
+        let database = String(components.path.drop(while: { $0 == "/" }))
+        let sslMode = components.queryItems?.first(where: { $0.name == "sslmode" })?.value ?? "disable"
+        let tls: PostgresClient.Configuration.TLS
+        switch sslMode {
+        case "disable": tls = .disable
+        case "require", "verify-full": tls = .require(.makeClientConfiguration())
+        case "prefer": tls = .prefer(.makeClientConfiguration())
+        default: throw StorageError.invalidURL("sslmode must be disable, prefer, require or verify-full")
+        }
+        var config = PostgresClient.Configuration(
+            host: host, port: components.port ?? 5432, username: user,
+            password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
+        config.options.connectTimeout = .seconds(3)
+        config.options.maximumConnections = 20
+        return config
+    }
+
+    public func transaction<T: Sendable>(
+        isolation: TransactionIsolation, logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
+    ) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await lease(logger: logger) { connection in
+                    let executor = PostgresExecutor(connection: connection, logger: logger)
+                    let begin = isolation == .serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN"
+                    try await executor.query(begin)
+                    do {
+                        let result = try await body(executor)
+                        try await executor.query("COMMIT")
+                        return result
+                    } catch {
+                        _ = try? await executor.query("ROLLBACK")
+                        throw error
+                    }
+                }
+            } catch let error as PSQLError where Self.isRetryable(error) && attempt < transactionAttemptsMax {
+                logger.debug("retrying transaction", metadata: ["attempt": "\(attempt)", "sqlstate": "\(Self.sqlState(error) ?? "")"])
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 << min(attempt, 5)))))
+            } catch let error as PSQLError {
+                throw Self.mapped(error)
+            }
+        }
+    }
+
+    public func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
+        do {
+            return try await lease(logger: logger) { try await body(PostgresExecutor(connection: $0, logger: logger)) }
+        } catch let error as PSQLError {
+            throw Self.mapped(error)
+        }
+    }
+
+    public func ping(timeoutSeconds: Double, logger: Logger) async throws {
+        _ = try await withConnection(logger: logger) { try await $0.query("SELECT 1 AS one") }
+    }
+
+    /// Leases a connection, giving up after `leaseTimeoutSeconds` with `StorageError.unavailable`.
+    private func lease<T: Sendable>(logger: Logger, _ body: @Sendable @escaping (PostgresConnection) async throws -> T) async throws -> T {
+        let client = self.client
+        let timeout = self.leaseTimeoutSeconds
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            let leased = LeaseFlag()
+            group.addTask {
+                try await client.withConnection { connection in
+                    leased.set()
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                // Only a connection that never arrives is timed out; a leased one runs to completion.
+                try await Task.sleep(for: .seconds(timeout))
+                if leased.isSet { return nil }
+                throw StorageError.unavailable("no database connection within \(timeout)s")
+            }
+            while let next = try await group.next() {
+                if let value = next {
+                    group.cancelAll()
+                    return value
+                }
+            }
+            throw StorageError.unavailable("no result")
+        }
+    }
+
+    public func close() async throws {}
+
+    static func sqlState(_ error: PSQLError) -> String? { error.serverInfo?[.sqlState] }
+
+    static func isRetryable(_ error: PSQLError) -> Bool {
+        guard let state = sqlState(error) else { return false }
+        return state == "40001" || state == "40P01"
+    }
+
+    static func mapped(_ error: PSQLError) -> any Error {
+        if let state = sqlState(error) {
+            if state == "23505" { return StorageError.uniqueViolation(error.serverInfo?[.constraintName] ?? "unique") }
+            if state.hasPrefix("08") || state == "57P01" || state == "57P03" { return StorageError.unavailable("sqlstate \(state)") }
+            return error
+        }
+        return StorageError.unavailable(String(describing: error.code))
+    }
+
+    public func migrate(_ migrations: [Migration], logger: Logger) async throws -> [Migration] {
+        try await withConnection(logger: logger) { executor in
+            // Session-level advisory lock: a second process starting at the same time waits here,
+            // then finds every migration applied.
+            try await executor.query("SELECT pg_advisory_lock(7246813579) AS locked")
+            do {
+                let applied = try await MigrationRunner.apply(migrations, executor: executor, logger: logger)
+                try await executor.query("SELECT pg_advisory_unlock(7246813579) AS unlocked")
+                return applied
+            } catch {
+                _ = try? await executor.query("SELECT pg_advisory_unlock(7246813579) AS unlocked")
+                throw error
+            }
+        }
+    }
+}
+
+/// Set once the pool hands out a connection.
+final class LeaseFlag: Sendable {
+    private let flag = ManagedAtomicBool()
+    func set() { flag.store(true) }
+    var isSet: Bool { flag.load() }
+}
+
+/// A tiny lock-protected boolean (avoids pulling swift-atomics in for one flag).
+final class ManagedAtomicBool: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func store(_ v: Bool) { lock.withLock { value = v } }
+    func load() -> Bool { lock.withLock { value } }
+}
+
+struct PostgresExecutor: SQLExecutor {
+    let connection: PostgresConnection
+    let logger: Logger
+    var engine: Engine { .postgres }
+
+    @discardableResult
+    func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow] {
+        var bindings = PostgresBindings(capacity: binds.count)
+        for bind in binds {
+            switch bind.sqlValue {
+            case .null: bindings.appendNull()
+            case .int(let v): bindings.append(v)
+            case .double(let v): bindings.append(v)
+            case .text(let v): bindings.append(v)
+            case .bool(let v): bindings.append(v)
+            case .bytes(let v): bindings.append(ByteBuffer(bytes: v))
+            }
+        }
+        let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
+        do {
+            let sequence = try await connection.query(query, logger: logger)
+            var rows: [SQLRow] = []
+            for try await row in sequence {
+                var values: [String: SQLValue] = [:]
+                for cell in row { values[cell.columnName] = try Self.value(of: cell) }
+                rows.append(SQLRow(values))
+            }
+            return rows
+        } catch let error as PSQLError {
+            throw PostgresDatabase.isRetryable(error) ? error : PostgresDatabase.mapped(error)
+        }
+    }
+
+    static func value(of cell: PostgresCell) throws -> SQLValue {
+        guard cell.bytes != nil else { return .null }
+        switch cell.dataType {
+        case .int2, .int4, .int8, .oid: return .int(try cell.decode(Int64.self))
+        case .bool: return .bool(try cell.decode(Bool.self))
+        case .float4, .float8: return .double(try cell.decode(Double.self))
+        case .numeric: return .double(Double(try cell.decode(String.self)) ?? 0)
+        case .bytea: return .bytes(Array(buffer: try cell.decode(ByteBuffer.self)))
+        default: return .text(try cell.decode(String.self))
+        }
+    }
+}

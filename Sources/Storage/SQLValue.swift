@@ -1,0 +1,86 @@
+import Foundation
+
+/// A value bound into, or read out of, a SQL statement on either engine.
+///
+/// Booleans are stored as `BOOLEAN` on PostgreSQL and as `0/1` integers on SQLite; timestamps are
+/// epoch milliseconds in `BIGINT` columns on both, so comparisons are exact and the clock is injectable.
+public enum SQLValue: Sendable, Hashable, CustomStringConvertible {
+    case null
+    case int(Int64)
+    case double(Double)
+    case text(String)
+    case bool(Bool)
+    case bytes([UInt8])
+
+    public var description: String {
+        switch self {
+        case .null: "NULL"
+        case .int(let v): String(v)
+        case .double(let v): String(v)
+        case .text: "<text>"  // never print text values: they may hold secrets or personal data
+        case .bool(let v): String(v)
+        case .bytes(let b): "<\(b.count) bytes>"
+        }
+    }
+}
+
+/// Lets call sites write binds naturally: `[.init(userId), .init(amount)]` or literals.
+public protocol SQLBindable: Sendable { var sqlValue: SQLValue { get } }
+extension String: SQLBindable { public var sqlValue: SQLValue { .text(self) } }
+extension Int: SQLBindable { public var sqlValue: SQLValue { .int(Int64(self)) } }
+extension Int64: SQLBindable { public var sqlValue: SQLValue { .int(self) } }
+extension Bool: SQLBindable { public var sqlValue: SQLValue { .bool(self) } }
+extension Double: SQLBindable { public var sqlValue: SQLValue { .double(self) } }
+extension Date: SQLBindable { public var sqlValue: SQLValue { .int(self.epochMilliseconds) } }
+extension SQLValue: SQLBindable { public var sqlValue: SQLValue { self } }
+extension Optional: SQLBindable where Wrapped: SQLBindable {
+    public var sqlValue: SQLValue { self.map(\.sqlValue) ?? .null }
+}
+
+extension Date {
+    /// Milliseconds since 1970, the storage format of every timestamp column.
+    public var epochMilliseconds: Int64 { Int64((self.timeIntervalSince1970 * 1000).rounded(.down)) }
+    public init(epochMilliseconds: Int64) { self.init(timeIntervalSince1970: Double(epochMilliseconds) / 1000) }
+}
+
+/// One result row, addressed by column name. Accessors accept both engines' representations.
+public struct SQLRow: Sendable {
+    public let values: [String: SQLValue]
+    public init(_ values: [String: SQLValue]) { self.values = values }
+
+    public subscript(_ column: String) -> SQLValue { values[column] ?? .null }
+
+    public func int(_ column: String) throws -> Int64 {
+        guard let v = optionalInt(column) else { throw StorageError.decoding(column: column) }
+        return v
+    }
+    public func optionalInt(_ column: String) -> Int64? {
+        switch self[column] {
+        case .int(let v): v
+        case .bool(let b): b ? 1 : 0
+        case .double(let d): Int64(d)
+        case .text(let s): Int64(s)
+        default: nil
+        }
+    }
+    public func string(_ column: String) throws -> String {
+        guard let v = optionalString(column) else { throw StorageError.decoding(column: column) }
+        return v
+    }
+    public func optionalString(_ column: String) -> String? {
+        switch self[column] {
+        case .text(let s): s
+        case .int(let v): String(v)
+        default: nil
+        }
+    }
+    public func bool(_ column: String) throws -> Bool {
+        switch self[column] {
+        case .bool(let b): return b
+        case .int(let v): return v != 0
+        default: throw StorageError.decoding(column: column)
+        }
+    }
+    public func date(_ column: String) throws -> Date { Date(epochMilliseconds: try int(column)) }
+    public func optionalDate(_ column: String) -> Date? { optionalInt(column).map(Date.init(epochMilliseconds:)) }
+}

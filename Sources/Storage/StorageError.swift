@@ -1,0 +1,27 @@
+/// Errors raised by the storage layer itself (not by the engines' drivers).
+public enum StorageError: Error, CustomStringConvertible, Sendable {
+    /// A column was missing or had an unexpected type.
+    case decoding(column: String)
+    /// The database could not be reached or answered too late; callers map this to 503.
+    case unavailable(String)
+    /// `DATABASE_URL` could not be understood.
+    case invalidURL(String)
+    /// An applied migration's file was edited after it ran.
+    case migrationChecksumMismatch(file: String)
+    /// A migration failed to apply.
+    case migrationFailed(file: String, underlying: String)
+    /// A uniqueness constraint was violated (SQLSTATE 23505 / SQLITE_CONSTRAINT_UNIQUE).
+    case uniqueViolation(String)
+
+    public var description: String {
+        switch self {
+        case .decoding(let c): "column '\(c)' is missing or has an unexpected type"
+        case .unavailable(let m): "database unavailable: \(m)"
+        case .invalidURL(let m): "invalid DATABASE_URL: \(m)"
+        case .migrationChecksumMismatch(let f):
+            "migration \(f) was edited after it was applied (checksum differs); migrations are forward-only: add a new file instead"
+        case .migrationFailed(let f, let u): "migration \(f) failed: \(u)"
+        case .uniqueViolation(let m): "unique constraint violated: \(m)"
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import Auth
+import Foundation
+import Logging
+import Storage
+import Testing
+
+@testable import AccountService
+
+@Suite("Configuration")
+struct ConfigTests {
+    @Test func defaults() throws {
+        let config = try AppConfig.from(environment: [:])
+        #expect(config.host == "127.0.0.1" && config.port == 8080)
+        #expect(config.database == .sqlite(path: "data/account-service.sqlite"))
+        #expect(config.mailTransport == .log)
+    }
+
+    @Test func everyProblemIsListedAtOnceAndSecretsAreNotPrinted() throws {
+        let env = [
+            "PORT": "99999", "DATABASE_URL": "mysql://root:hunter2secret@db/x", "MAIL_TRANSPORT": "pigeon", "LOG_LEVEL": "loud",
+            "LOG_FORMAT": "xml", "SERVER_SECRET": "short",
+        ]
+        #expect { try AppConfig.from(environment: env) } throws: { error in
+            guard let error = error as? ConfigError else { return false }
+            return error.problems.count == 6 && !"\(error)".contains("hunter2secret") && !"\(error)".contains("short")
+        }
+        let pg = try AppConfig.from(environment: ["DATABASE_URL": "postgres://app:hunter2secret@127.0.0.1:5432/app", "SERVER_SECRET": String(repeating: "k", count: 40)])
+        #expect(!pg.description.contains("hunter2secret"))
+        #expect(!pg.description.contains("kkkk"))
+    }
+}
+
+@Suite("Mail")
+struct MailTests {
+    @Test func fileTransportWritesOneCompleteMessagePerFile() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mail-\(UUID().uuidString)")
+        let mailer = try MailTransport.parse("file:\(dir.path)").makeMailer(from: "Svc <no-reply@example.com>")
+        try await mailer.send(MailMessage(to: "a@example.com", subject: "Your code\r\nBcc: evil@x", body: "Code: 123456\nBye", secrets: ["123456"]), logger: Logger(label: "t"))
+        try await mailer.send(MailMessage(to: "b@example.com", subject: "Second", body: "Hi"), logger: Logger(label: "t"))
+        let files = try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        #expect(files.count == 2)
+        #expect(files.allSatisfy { $0.hasSuffix(".eml") && !$0.hasPrefix(".") })
+        let first = try String(contentsOf: dir.appendingPathComponent(files.sorted()[0]), encoding: .utf8)
+        #expect(first.contains("To: a@example.com\r\n"))
+        #expect(first.contains("Subject: Your code  Bcc: evil@x\r\n"), "no header injection")
+        #expect(first.contains("Message-ID: <") && first.contains("Date: ") && first.contains("From: Svc <no-reply@example.com>"))
+        #expect(first.contains("\r\n\r\nCode: 123456\r\nBye\r\n"))
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    @Test func sendmailTransportPipesTheMessageWithDashTDashI() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sendmail-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let script = dir.appendingPathComponent("fake-sendmail")
+        try "#!/bin/sh\necho \"$@\" > \(dir.path)/args\ncat > \(dir.path)/message\n".write(to: script, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: script.path)
+        let mailer = MailTransport.sendmail(path: script.path).makeMailer(from: "no-reply@example.com")
+        try await mailer.send(MailMessage(to: "c@example.com", subject: "Hello", body: "Body"), logger: Logger(label: "t"))
+        #expect(try String(contentsOf: dir.appendingPathComponent("args"), encoding: .utf8) == "-t -i\n")
+        #expect(try String(contentsOf: dir.appendingPathComponent("message"), encoding: .utf8).contains("To: c@example.com\r\n"))
+        try? FileManager.default.removeItem(at: dir)
+    }
+
+    @Test func logTransportRedactsSecrets() {
+        let message = MailMessage(to: "a@example.com", subject: "s", body: "Your code is 654321.", secrets: ["654321"])
+        #expect(message.redactedBody == "Your code is [redacted].")
+    }
+}

@@ -1,0 +1,219 @@
+import Foundation
+import Storage
+import TestSupport
+import Testing
+
+/// The same storage contract on SQLite and PostgreSQL.
+@Suite("Storage contract")
+struct StorageContractTests {
+    struct Refused: Error, Equatable { let why: String }
+
+    static func makeCounter(_ db: any Database) async throws {
+        try await db.transaction(logger: TestDatabase.logger) { tx in
+            try await tx.query("CREATE TABLE counters (id TEXT PRIMARY KEY, value BIGINT NOT NULL)")
+            try await tx.query("INSERT INTO counters (id, value) VALUES (?, ?)", ["c", 0])
+        }
+    }
+
+    static func counter(_ db: any Database) async throws -> Int64 {
+        try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT value FROM counters WHERE id = ?", ["c"])!.int("value") }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func commitPersistsAndRollbackDiscards(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.makeCounter(db)
+            try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE counters SET value = 5 WHERE id = ?", ["c"]) }
+            #expect(try await Self.counter(db) == 5)
+            // A domain error thrown inside the transaction reaches the caller unwrapped, and nothing is written.
+            await #expect(throws: Refused(why: "no")) {
+                try await db.transaction(logger: TestDatabase.logger) { tx in
+                    try await tx.query("UPDATE counters SET value = 99 WHERE id = ?", ["c"])
+                    throw Refused(why: "no")
+                }
+            }
+            #expect(try await Self.counter(db) == 5)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func concurrentWritersLoseNoUpdate(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.makeCounter(db)
+            let writers = 40
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<writers {
+                    group.addTask {
+                        try await db.transaction(logger: TestDatabase.logger) { tx in
+                            let value = try await tx.first("SELECT value FROM counters WHERE id = ?" + tx.dialect.forUpdate, ["c"])!.int("value")
+                            try await tx.query("UPDATE counters SET value = ? WHERE id = ?", [value + 1, "c"])
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await Self.counter(db) == Int64(writers))
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func serializationFailuresAreRetried(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.makeCounter(db)
+            let attempts = AttemptCounter()
+            let writers = 12
+            // Read-modify-write without a row lock under SERIALIZABLE: PostgreSQL aborts conflicting
+            // transactions with 40001, and the helper must retry them until every increment lands.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<writers {
+                    group.addTask {
+                        try await db.transaction(isolation: .serializable, logger: TestDatabase.logger) { tx in
+                            attempts.increment()
+                            let value = try await tx.first("SELECT value FROM counters WHERE id = ?", ["c"])!.int("value")
+                            try await Task.sleep(for: .milliseconds(5))
+                            try await tx.query("UPDATE counters SET value = ? WHERE id = ?", [value + 1, "c"])
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await Self.counter(db) == Int64(writers))
+            if engine == .postgres { #expect(attempts.value > writers, "expected at least one retried serialization failure") }
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func uniqueViolationsAreReportedTheSameWay(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.makeCounter(db)
+            await #expect {
+                try await db.transaction(logger: TestDatabase.logger) { try await $0.query("INSERT INTO counters (id, value) VALUES (?, ?)", ["c", 1]) }
+            } throws: { error in
+                if case StorageError.uniqueViolation = error { return true }
+                return false
+            }
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func valuesRoundTrip(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let boolType = engine == .postgres ? "BOOLEAN" : "INTEGER"
+            let row = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await tx.query("CREATE TABLE v (id TEXT PRIMARY KEY, n BIGINT, b \(boolType), t TEXT, o TEXT)")
+                return try await tx.first(
+                    "INSERT INTO v (id, n, b, t, o) VALUES (?, ?, ?, ?, ?) RETURNING id, n, b, t, o",
+                    ["a?b", Int64.max, true, "it's 'quoted' ?", Optional<String>.none])
+            }
+            let r = try #require(row)
+            #expect(try r.string("id") == "a?b")
+            #expect(try r.int("n") == Int64.max)
+            #expect(try r.bool("b") == true)
+            #expect(try r.string("t") == "it's 'quoted' ?")
+            #expect(r.optionalString("o") == nil)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func migrationsApplyOnceAndAreRecorded(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let first = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            #expect(first.count == engine.migrations.count)
+            let second = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            #expect(second.isEmpty)
+            let recorded = try await db.withConnection(logger: TestDatabase.logger) { try await $0.query("SELECT version FROM schema_migrations") }
+            #expect(recorded.count == engine.migrations.count)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func concurrentStartupsApplyMigrationsOnce(engine: Engine) async throws {
+        let handle = try await TestDatabase.create(engine)
+        defer { Task { try? await handle.drop() } }
+        // Two independent connections/pools (as two processes would have) migrate at the same moment.
+        let counts = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<2 {
+                group.addTask {
+                    try await TestDatabase.open(handle) { db in try await db.migrate(engine.migrations, logger: TestDatabase.logger).count }
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(counts.sorted() == [0, engine.migrations.count])
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func editedAppliedMigrationIsRefused(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            var tampered = engine.migrations
+            let original = tampered[0]
+            tampered[0] = Migration(version: original.version, file: original.file, sql: original.sql + "\n-- edited\n")
+            await #expect {
+                _ = try await db.migrate(tampered, logger: TestDatabase.logger)
+            } throws: { error in
+                guard case StorageError.migrationChecksumMismatch(let file) = error else { return false }
+                return file == original.file && "\(error)".contains(original.file)
+            }
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func failedMigrationLeavesNothingBehind(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let broken = engine.migrations + [Migration(version: 9999, file: "\(engine)/9999_broken.sql", sql: "CREATE TABLE ok_part (x BIGINT);\nCREATE TABLE;")]
+            await #expect(throws: StorageError.self) { _ = try await db.migrate(broken, logger: TestDatabase.logger) }
+            let tables = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query(
+                    engine == .postgres
+                        ? "SELECT table_name AS name FROM information_schema.tables WHERE table_name = 'ok_part'"
+                        : "SELECT name FROM sqlite_master WHERE name = 'ok_part'")
+            }
+            #expect(tables.isEmpty)
+        }
+    }
+}
+
+final class AttemptCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func increment() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
+
+@Suite("SQL helpers")
+struct SQLHelperTests {
+    @Test func placeholdersAreNumberedOutsideQuotesAndComments() {
+        #expect(SQLDialect.numberedPlaceholders("SELECT ? , '?' -- ?\n, ?") == "SELECT $1 , '?' -- ?\n, $2")
+    }
+
+    @Test func migrationFilesSplitIntoStatements() {
+        let sql = "-- why; a comment\nCREATE TABLE a (x TEXT DEFAULT ';');\nCREATE FUNCTION f() RETURNS trigger AS $$ BEGIN RAISE 'x;y'; END; $$ LANGUAGE plpgsql;\n"
+        let statements = Migration(version: 1, file: "x.sql", sql: sql).statements
+        #expect(statements.count == 2)
+        #expect(statements[0] == "CREATE TABLE a (x TEXT DEFAULT ';')")
+        #expect(statements[1].hasSuffix("LANGUAGE plpgsql"))
+    }
+
+    @Test func embeddedMigrationsMatchTheFiles() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        for engine in Engine.allCases {
+            let folder = root.appendingPathComponent("migrations/\(engine.rawValue)")
+            let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".sql") }.sorted()
+            #expect(files.map { "\(engine.rawValue)/\($0)" } == engine.migrations.map(\.file), "run scripts/embed-resources")
+            for (file, migration) in zip(files, engine.migrations) {
+                let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+                #expect(text == migration.sql, "\(file) differs from the compiled copy: run scripts/embed-resources")
+                #expect(text.hasPrefix("-- Why:"), "\(file) must open with a why-comment")
+            }
+        }
+    }
+
+    @Test func databaseURLsParse() throws {
+        #expect(try DatabaseLocation.parse(nil) == .sqlite(path: "data/account-service.sqlite"))
+        #expect(try DatabaseLocation.parse("sqlite:/tmp/x.db") == .sqlite(path: "/tmp/x.db"))
+        #expect(try DatabaseLocation.parse("postgres://u:p@127.0.0.1:5433/db").engine == .postgres)
+        #expect(throws: StorageError.self) { try DatabaseLocation.parse("mysql://x") }
+        #expect(throws: StorageError.self) { try DatabaseLocation.parse("sqlite:") }
+    }
+}
