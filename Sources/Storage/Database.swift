@@ -26,6 +26,19 @@ extension SQLExecutor {
         try await query(sql, binds).first
     }
     public var dialect: SQLDialect { SQLDialect(engine: engine) }
+
+    /// `begin`, then `body`, then COMMIT; ROLLBACK (and rethrow) when `body` throws.
+    func inTransaction<T: Sendable>(begin: String, _ body: () async throws -> T) async throws -> T {
+        try await query(begin)
+        do {
+            let result = try await body()
+            try await query("COMMIT")
+            return result
+        } catch {
+            _ = try? await query("ROLLBACK")
+            throw error
+        }
+    }
 }
 
 /// Isolation for a transaction. `serializable` is honoured on PostgreSQL; SQLite transactions are always

@@ -89,15 +89,16 @@ enum MigrationRunner {
                 continue
             }
             logger.info("applying migration", metadata: ["file": "\(migration.file)"])
-            if !inTransaction { try await executor.query("BEGIN") }
-            do {
+            let statements = {
                 for statement in migration.statements { try await executor.query(statement) }
                 try await executor.query(
                     "INSERT INTO schema_migrations (version, file, checksum, applied_at) VALUES (?, ?, ?, ?)",
                     [migration.version, migration.file, migration.checksum, Date()])
-                if !inTransaction { try await executor.query("COMMIT") }
+            }
+            do {
+                // SQLite runs the whole batch in the caller's EXCLUSIVE transaction; PostgreSQL one transaction per file.
+                if inTransaction { try await statements() } else { try await executor.inTransaction(begin: "BEGIN", statements) }
             } catch {
-                if !inTransaction { _ = try? await executor.query("ROLLBACK") }
                 throw StorageError.migrationFailed(file: migration.file, underlying: String(describing: error))
             }
             newlyApplied.append(migration)

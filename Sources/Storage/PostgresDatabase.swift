@@ -49,15 +49,7 @@ public final class PostgresDatabase: Database {
                 return try await lease(logger: logger) { connection in
                     let executor = PostgresExecutor(connection: connection, logger: logger)
                     let begin = isolation == .serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN"
-                    try await executor.query(begin)
-                    do {
-                        let result = try await body(executor)
-                        try await executor.query("COMMIT")
-                        return result
-                    } catch {
-                        _ = try? await executor.query("ROLLBACK")
-                        throw error
-                    }
+                    return try await executor.inTransaction(begin: begin) { try await body(executor) }
                 }
             } catch let error as PSQLError where Self.isRetryable(error) && attempt < transactionAttemptsMax {
                 logger.debug("retrying transaction", metadata: ["attempt": "\(attempt)", "sqlstate": "\(Self.sqlState(error) ?? "")"])

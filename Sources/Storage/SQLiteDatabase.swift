@@ -44,15 +44,7 @@ public final class SQLiteDatabase: Database {
                 return try await gate.withLock {
                     let executor = SQLiteExecutor(connection: connection)
                     // IMMEDIATE takes the write lock up front, so two processes never deadlock on upgrade.
-                    try await executor.query("BEGIN IMMEDIATE")
-                    do {
-                        let result = try await body(executor)
-                        try await executor.query("COMMIT")
-                        return result
-                    } catch {
-                        _ = try? await executor.query("ROLLBACK")
-                        throw error
-                    }
+                    return try await executor.inTransaction(begin: "BEGIN IMMEDIATE") { try await body(executor) }
                 }
             } catch let error as SQLiteError where Self.isBusy(error) && attempt < transactionAttemptsMax {
                 logger.debug("retrying busy SQLite transaction", metadata: ["attempt": "\(attempt)"])
@@ -77,14 +69,8 @@ public final class SQLiteDatabase: Database {
                 return try await gate.withLock {
                     let executor = SQLiteExecutor(connection: connection)
                     // EXCLUSIVE: a second process starting at once waits (busy_timeout), then sees them applied.
-                    try await executor.query("BEGIN EXCLUSIVE")
-                    do {
-                        let applied = try await MigrationRunner.apply(migrations, executor: executor, logger: logger, inTransaction: true)
-                        try await executor.query("COMMIT")
-                        return applied
-                    } catch {
-                        _ = try? await executor.query("ROLLBACK")
-                        throw error
+                    return try await executor.inTransaction(begin: "BEGIN EXCLUSIVE") {
+                        try await MigrationRunner.apply(migrations, executor: executor, logger: logger, inTransaction: true)
                     }
                 }
             } catch let error as SQLiteError where Self.isBusy(error) && attempt < transactionAttemptsMax {

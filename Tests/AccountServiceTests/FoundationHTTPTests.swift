@@ -159,36 +159,3 @@ struct BadInputTests {
     }
 }
 
-// The app's own Codable structs from seed 004, declared exactly as the client declares them.
-struct SeedSubscriptionPlan: Codable {
-    let id: String
-    let name: String
-    let description: String
-    let monthlyTokens: Int
-    let price: Double
-    let currency: String
-    let features: SeedSubscriptionFeatures
-    let platform: String
-    let appleProductId: String?
-    let stripePriceId: String?
-    let trialDays: Int
-    let isActive: Bool
-    let sortOrder: Int
-    let hasQualitySelector: Bool
-    let hasCommercialLicense: Bool
-    let hasModelSelector: Bool
-    let hasImageUpload: Bool
-    let maxFamilyProfiles: Int
-    let isFreeTier: Bool
-}
-
-struct SeedSubscriptionFeatures: Codable {
-    let allStyles: Bool
-    let familyProfiles: Bool
-    let qualitySelector: Bool
-    let modelSelector: Bool
-    let commercialLicense: Bool
-    let prioritySupport: Bool
-    let tokenRollover: String?
-    let savings: String?
-}

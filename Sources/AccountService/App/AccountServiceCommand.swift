@@ -1,4 +1,5 @@
 import ArgumentParser
+import Auth
 import Entitlements
 import Foundation
 import Hummingbird
@@ -11,7 +12,7 @@ struct AccountServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account-service",
         abstract: "Accounts, family profiles, subscriptions, entitlements and a token ledger over HTTP.",
-        subcommands: [Serve.self, Migrate.self, Plans.self],
+        subcommands: [Serve.self, Migrate.self, Plans.self, Admin.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -22,6 +23,20 @@ enum Startup {
         do { return try AppConfig.from(environment: ProcessInfo.processInfo.environment) } catch {
             throw ValidationError(error.description)
         }
+    }
+
+    /// For one-shot commands: opens the database (running the PostgreSQL pool meanwhile), migrates, runs `body`.
+    static func withMigratedDatabase(
+        config: AppConfig, logger: Logger, _ body: @Sendable (Dependencies, [Migration]) async throws -> Void
+    ) async throws {
+        let dependencies = try await Dependencies.make(config: config, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if let client = dependencies.postgresClient { group.addTask { await client.run() } }
+            defer { group.cancelAll() }
+            let database = dependencies.database
+            try await body(dependencies, try await database.migrate(database.engine.migrations, logger: logger))
+        }
+        try await dependencies.database.close()
     }
 
     static func bootstrapLogging(_ config: AppConfig) -> Logger {
@@ -60,13 +75,8 @@ struct Migrate: AsyncParsableCommand {
     func run() async throws {
         let config = try Startup.config()
         let logger = Startup.bootstrapLogging(config)
-        let dependencies = try await Dependencies.make(config: config, logger: logger)
-        let database = dependencies.database
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            if let client = dependencies.postgresClient { group.addTask { await client.run() } }
-            let applied = try await database.migrate(database.engine.migrations, logger: logger)
-            print("applied \(applied.count) migration(s) on \(database.engine): \(applied.map(\.file).joined(separator: ", "))")
-            group.cancelAll()
+        try await Startup.withMigratedDatabase(config: config, logger: logger) { dependencies, applied in
+            print("applied \(applied.count) migration(s) on \(dependencies.database.engine): \(applied.map(\.file).joined(separator: ", "))")
         }
     }
 }
@@ -87,6 +97,35 @@ struct Plans: AsyncParsableCommand {
             } catch {
                 FileHandle.standardError.write(Data("\(path): \(error.description)\n".utf8))
                 throw ExitCode(1)
+            }
+        }
+    }
+}
+
+struct Admin: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Operator accounts.", subcommands: [Create.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a verified user with role admin.")
+        @Option(name: .long, help: "The operator's email address.") var email: String
+        @Option(name: .long, help: "Password (10–128 characters). Prefer --password-stdin, which keeps it out of the process list.")
+        var password: String?
+        @Flag(name: .long, help: "Read the password from standard input.") var passwordStdin = false
+        @Option(name: .long, help: "Display name.") var name = "Administrator"
+
+        func run() async throws {
+            guard let secret = passwordStdin ? readLine(strippingNewline: true) : password else {
+                throw ValidationError("give --password or --password-stdin")
+            }
+            let config = try Startup.config()
+            let logger = Startup.bootstrapLogging(config)
+            try await Startup.withMigratedDatabase(config: config, logger: logger) { dependencies, _ in
+                do {
+                    let user = try await dependencies.auth.createAdmin(email: email, password: secret, name: name, logger: logger)
+                    print("created admin \(user.email) with id \(user.id)")
+                } catch let error as AuthError {
+                    throw ValidationError(error.problem.detail)
+                }
             }
         }
     }

@@ -14,6 +14,7 @@ func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some Appl
         logger: logger
     )
     if let client = dependencies.postgresClient { app.addServices(client) }
+    app.addServices(dependencies.hasher)
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)
@@ -28,5 +29,6 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     router.add(middleware: AccessLogMiddleware())
     router.add(middleware: ProblemMiddleware())
     SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
+    AuthRoutes(auth: dependencies.auth).register(on: router)
     return router
 }

@@ -1,5 +1,6 @@
 import Auth
 import Foundation
+import NIOCore
 import Logging
 import Storage
 
@@ -18,6 +19,11 @@ struct AppConfig: Sendable, CustomStringConvertible {
     var dataDirectory = "data"
     /// Server secret for OTP HMACs, from `SERVER_SECRET` (hex or text, ≥ 32 bytes) or `data/server-secret`.
     var serverSecret: String?
+    /// Argon2id cost (DESIGN.md defaults); `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`.
+    var argon2 = Argon2Parameters.owasp
+    /// Hashing threads (`ARGON2_THREADS`, default: cores) and how many hashes may wait (`ARGON2_QUEUE_LIMIT`).
+    var argon2Threads = System.coreCount
+    var argon2QueueLimit = 64
 
     enum LogFormat: String, Sendable { case text, json }
 
@@ -51,6 +57,22 @@ struct AppConfig: Sendable, CustomStringConvertible {
         if let secret = value("SERVER_SECRET") {
             if secret.utf8.count < 32 { problems.append("SERVER_SECRET must be at least 32 characters") } else { config.serverSecret = secret }
         }
+        func number(_ key: String, _ range: ClosedRange<Int>) -> Int? {
+            guard let raw = value(key) else { return nil }
+            guard let n = Int(raw), range.contains(n) else {
+                problems.append("\(key) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+                return nil
+            }
+            return n
+        }
+        if let m = number("ARGON2_MEMORY_KIB", 8...4_194_304) { config.argon2.memoryKiB = UInt32(m) }
+        if let t = number("ARGON2_ITERATIONS", 1...100) { config.argon2.iterations = UInt32(t) }
+        if let p = number("ARGON2_PARALLELISM", 1...64) { config.argon2.parallelism = UInt32(p) }
+        if let n = number("ARGON2_THREADS", 1...256) { config.argon2Threads = n }
+        if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
+        if case .postgres = config.database, config.serverSecret == nil {
+            problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
+        }
         guard problems.isEmpty else { throw ConfigError(problems: problems) }
         return config
     }
@@ -61,7 +83,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
             case .sqlite(let path): "sqlite:\(path)"
             case .postgres: "postgres (credentials hidden)"
             }
-        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) secret=\(serverSecret == nil ? "file" : "env")"
+        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env")"
     }
 }
 

@@ -14,6 +14,9 @@ struct Dependencies: Sendable {
     let clock: any TimeSource
     /// The PostgreSQL pool, when that is the engine: the application runs it as a service.
     let postgresClient: PostgresClient?
+    /// The Argon2 pool (a service: its threads stop with the app).
+    let hasher: PasswordHasher
+    let auth: AuthService
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
@@ -31,9 +34,27 @@ struct Dependencies: Sendable {
             postgresClient = client
             database = PostgresDatabase(client: client)
         }
+        let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
+        let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
+        let secrets = SecretHasher(serverSecret: try serverSecret(config))
+        let auth = AuthService(
+            database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, welcomeTokens: catalog.welcomeTokens)
         return Dependencies(
-            config: config, database: database, catalog: catalog, mailer: mailer ?? config.mailTransport.makeMailer(from: config.mailFrom),
-            clock: clock, postgresClient: postgresClient)
+            config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
+            auth: auth)
+    }
+
+    /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).
+    static func serverSecret(_ config: AppConfig) throws -> [UInt8] {
+        if let secret = config.serverSecret { return Array(secret.utf8) }
+        let path = URL(fileURLWithPath: config.dataDirectory).appendingPathComponent("server-secret").path
+        if let data = FileManager.default.contents(atPath: path), data.count >= 32 { return Array(data) }
+        try FileManager.default.createDirectory(atPath: config.dataDirectory, withIntermediateDirectories: true)
+        let secret = Data(SecretHasher.base64url(SecureRandom.bytes(32)).utf8)
+        guard FileManager.default.createFile(atPath: path, contents: secret, attributes: [.posixPermissions: 0o600]) else {
+            throw StartupError(message: "cannot write \(path)")
+        }
+        return Array(secret)
     }
 }
 

@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -12,6 +13,8 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch let problem as Problem {
             throw problem
+        } catch let error as AuthError {
+            throw error.problem
         } catch let error as StorageError {
             if case .unavailable(let why) = error {
                 context.logger.warning("database unavailable", metadata: ["reason": "\(why)"])

@@ -1,0 +1,29 @@
+import Auth
+import Hummingbird
+
+extension AuthError {
+    /// The problem each domain error is answered with (codes from DESIGN.md).
+    var problem: Problem {
+        switch self {
+        case .validation(let detail): Problem.validation(detail)
+        case .invalidCredentials: Problem(.unauthorized, code: "invalid_credentials", detail: "The email or password is incorrect.")
+        case .emailNotVerified:
+            Problem(.forbidden, code: "email_not_verified", detail: "Verify your email address first; POST /api/auth/resend-otp sends a new code.")
+        case .accountLocked(let seconds):
+            Problem(.tooManyRequests, code: "account_locked", detail: "Sign-in is locked after repeated failures; try again later or reset your password.")
+                .retryAfter(seconds: seconds)
+        case .rateLimited(let seconds, let detail): Problem(.tooManyRequests, code: "rate_limited", detail: detail).retryAfter(seconds: seconds)
+        case .invalidOTP(let remaining):
+            Problem(.badRequest, code: "invalid_otp", detail: "The code is not valid.").with("attemptsRemaining", .int(remaining))
+        case .otpExpired: Problem(.badRequest, code: "otp_expired", detail: "The code has expired; request a new one.")
+        case .tooManyAttempts:
+            Problem(.tooManyRequests, code: "too_many_attempts", detail: "Too many wrong codes; this code no longer works. Request a new one.")
+                .retryAfter(seconds: 60)
+        case .unauthorized: Problem.unauthorized("The session is missing, expired or revoked; sign in again.")
+        case .forbidden(let detail): Problem.forbidden(detail)
+        case .notFound: Problem.notFound()
+        case .conflict(let detail): Problem(.conflict, code: "validation_failed", detail: detail)
+        case .overloaded: Problem.unavailable("The server is busy; retry shortly.", retryAfterSeconds: 1)
+        }
+    }
+}

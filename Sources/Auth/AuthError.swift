@@ -1,0 +1,19 @@
+/// Domain errors of the auth flows; the HTTP layer maps each to a problem with the same `code`.
+public enum AuthError: Error, Equatable, Sendable {
+    case validation(String)
+    case invalidCredentials
+    case emailNotVerified
+    /// Locked after too many failures; retry after the given seconds.
+    case accountLocked(retryAfterSeconds: Int)
+    /// Too many attempts too fast (growing delay, IP throttle, resend cooldown or budget).
+    case rateLimited(retryAfterSeconds: Int, detail: String)
+    case invalidOTP(attemptsRemaining: Int)
+    case otpExpired
+    case tooManyAttempts
+    case unauthorized
+    case forbidden(String)
+    case notFound
+    case conflict(String)
+    /// The hashing pool is saturated.
+    case overloaded
+}

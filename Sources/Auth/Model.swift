@@ -1,0 +1,88 @@
+import Foundation
+import Storage
+
+/// A user as the app's `User` struct shows it (seed 004).
+public struct User: Codable, Sendable, Equatable {
+    public let id: String
+    public let email: String
+    public let name: String
+    public let emailVerified: Bool
+    public let role: String
+    public let promptEnhancementEnabled: Bool
+
+    init(row: SQLRow) throws {
+        id = try row.string("id")
+        email = row.optionalString("email") ?? ""
+        name = try row.string("name")
+        emailVerified = try row.bool("email_verified")
+        role = try row.string("role")
+        promptEnhancementEnabled = try row.bool("prompt_enhancement_enabled")
+    }
+
+    static let columns = "id, email, name, email_verified, role, prompt_enhancement_enabled"
+}
+
+/// A family profile as the app's `FamilyProfile` struct shows it (the PIN itself is never returned).
+public struct FamilyProfile: Codable, Sendable, Equatable {
+    public let id: String
+    public let name: String
+    public let avatar: String?
+    public let isDefault: Bool
+    public let canMakePurchases: Bool
+    public let canUseCustomContentTypes: Bool
+    public let hasPin: Bool
+
+    init(row: SQLRow) throws {
+        id = try row.string("id")
+        name = try row.string("name")
+        avatar = row.optionalString("avatar")
+        isDefault = try row.bool("is_default")
+        canMakePurchases = try row.bool("can_make_purchases")
+        canUseCustomContentTypes = try row.bool("can_use_custom_content_types")
+        hasPin = row.optionalString("pin_hash") != nil
+    }
+
+    static let columns = "id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash"
+}
+
+/// A freshly issued session: the only moment the bearer token exists outside the client.
+public struct IssuedSession: Sendable, Equatable {
+    public let id: String
+    public let token: String
+    public let expiresAt: Date
+}
+
+/// A session found from its bearer token.
+public struct AuthenticatedSession: Sendable {
+    public let sessionID: String
+    public let user: User
+    public let createdAt: Date
+    public let lastUsedAt: Date
+    public let expiresAt: Date
+    public let authenticatedAt: Date
+    public let selectedProfileID: String?
+}
+
+/// One row of `GET /api/auth/sessions`.
+public struct SessionSummary: Codable, Sendable, Equatable {
+    public let id: String
+    public let createdAt: Date
+    public let lastUsedAt: Date
+    public let expiresAt: Date
+    public let userAgent: String?
+    public let ip: String?
+    public let current: Bool
+}
+
+/// Who is calling and from where (for throttles, devices and the audit log).
+public struct ClientInfo: Sendable {
+    public let ip: String
+    public let userAgent: String?
+    public init(ip: String, userAgent: String?) {
+        self.ip = ip
+        self.userAgent = userAgent.map { String($0.prefix(512)) }
+    }
+
+    /// "user agent + IP family": a sign-in from another browser/app or network family is a new device.
+    var ipFamily: String { ip.contains(":") ? "ipv6" : "ipv4" }
+}
