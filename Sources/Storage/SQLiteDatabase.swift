@@ -32,7 +32,16 @@ public final class SQLiteDatabase: Database {
         return database
     }
 
-    public func close() async throws { try await connection.close() }
+    private let closed = ManagedAtomicBool()
+
+    /// Closes the connection once; later calls do nothing.
+    public func close() async throws {
+        try await gate.withLock {
+            guard !closed.load() else { return }
+            closed.store(true)
+            try await connection.close()
+        }
+    }
 
     public func transaction<T: Sendable>(
         isolation: TransactionIsolation, logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T

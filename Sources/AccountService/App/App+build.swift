@@ -14,7 +14,7 @@ func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some Appl
         logger: logger
     )
     if let client = dependencies.postgresClient { app.addServices(client) }
-    app.addServices(dependencies.hasher)
+    app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)
@@ -31,4 +31,13 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
     AuthRoutes(auth: dependencies.auth).register(on: router)
     return router
+}
+
+/// Closes the database after graceful shutdown, once the server (shut down first) has finished its requests.
+struct DatabaseLifecycle: Service {
+    let database: any Database
+    func run() async throws {
+        try? await gracefulShutdown()
+        try await database.close()
+    }
 }

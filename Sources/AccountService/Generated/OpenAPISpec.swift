@@ -15,6 +15,8 @@ servers:
 tags:
   - name: system
   - name: plans
+  - name: auth
+  - name: account
 paths:
   /health:
     get:
@@ -72,7 +74,337 @@ paths:
               schema:
                 type: array
                 items: { $ref: "#/components/schemas/SubscriptionPlan" }
+  /api/auth/sign-up:
+    post:
+      tags: [auth]
+      operationId: signUp
+      summary: Create an account and email a 6-digit code.
+      description: |
+        The answer is identical for addresses that already have an account (their owner is mailed a notice
+        instead of a code), so the endpoint cannot be used to learn who has an account. Repeating a sign-up for
+        an unverified address replaces its password and name and re-sends a code within the mail limits
+        (60 s between mails, 5 per hour per address; over the limit nothing is sent, the answer is the same).
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [email, password, name]
+              properties:
+                email: { type: string, format: email, maxLength: 254, description: Trimmed and lower-cased. }
+                password: { type: string, minLength: 10, maxLength: 128, description: Any characters; common passwords are refused. }
+                name: { type: string, minLength: 1, maxLength: 100 }
+      responses:
+        "200":
+          description: Accepted (same body whether or not the address was new).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SignUpResponse" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "415": { $ref: "#/components/responses/BadRequest" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/verify-otp:
+    post:
+      tags: [auth]
+      operationId: verifyOTP
+      summary: Verify the address with its code; creates the default profile, grants welcome tokens once and signs in.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [email, code]
+              properties:
+                email: { type: string }
+                code: { type: string, pattern: "^[0-9]{6}$" }
+      responses:
+        "200":
+          description: Verified and signed in.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/VerifyOTPResponse" }
+        "400":
+          description: "`invalid_otp` (with `attemptsRemaining`), `otp_expired` (codes live 10 minutes) or `validation_failed`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429":
+          description: "`too_many_attempts`: the fifth wrong code burned it; request a new one."
+          headers:
+            Retry-After: { schema: { type: integer } }
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/auth/resend-otp:
+    post:
+      tags: [auth]
+      operationId: resendOTP
+      summary: Mail a new sign-up code (60 s cooldown, 5 mails per hour per address, shared with sign-up and reset).
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/EmailRequest" }
+      responses:
+        "200":
+          description: Accepted (same body for every address).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Message" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/sign-in:
+    post:
+      tags: [auth]
+      operationId: signIn
+      summary: Exchange email and password for a session.
+      description: |
+        Wrong passwords and unknown addresses get the same 401 after the same Argon2 work. From the fifth
+        consecutive failure for an address each attempt must wait 1, 2, 4, 8, 16 s (429 `rate_limited`); the tenth
+        locks sign-in for 15 minutes (429 `account_locked`, even with the right password) until it expires or the
+        password is reset. 50 failures from one IP lock that IP for 15 minutes.
+      parameters:
+        - { name: User-Agent, in: header, required: false, schema: { type: string }, description: A new user agent or IP family is mailed to the owner. }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [email, password]
+              properties:
+                email: { type: string }
+                password: { type: string }
+      responses:
+        "200":
+          description: Signed in.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SignInResponse" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/InvalidCredentials" }
+        "403":
+          description: "`email_not_verified` (only after the right password)."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/auth/sign-out:
+    post:
+      tags: [auth]
+      operationId: signOut
+      summary: Revoke the current session.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Signed out.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Message" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/auth/session:
+    get:
+      tags: [auth]
+      operationId: getSession
+      summary: The current user, session and selected family profile.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The session.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [user, session]
+                properties:
+                  user: { $ref: "#/components/schemas/User" }
+                  session:
+                    type: object
+                    required: [id, createdAt, lastUsedAt, expiresAt]
+                    properties:
+                      id: { type: string }
+                      createdAt: { type: string, format: date-time }
+                      lastUsedAt: { type: string, format: date-time }
+                      expiresAt: { type: string, format: date-time, description: The earlier of the 30-day absolute and the 7-day idle expiry. }
+                  selectedProfile:
+                    oneOf:
+                      - { $ref: "#/components/schemas/FamilyProfile" }
+                      - { type: "null" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/auth/sessions:
+    get:
+      tags: [auth]
+      operationId: listSessions
+      summary: The account's live sessions, most recently used first.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Sessions.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [sessions]
+                properties:
+                  sessions:
+                    type: array
+                    maxItems: 200
+                    items:
+                      type: object
+                      required: [id, createdAt, lastUsedAt, expiresAt, current]
+                      properties:
+                        id: { type: string }
+                        createdAt: { type: string, format: date-time }
+                        lastUsedAt: { type: string, format: date-time }
+                        expiresAt: { type: string, format: date-time }
+                        userAgent: { type: [string, "null"] }
+                        ip: { type: [string, "null"] }
+                        current: { type: boolean }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/auth/sessions/{id}:
+    delete:
+      tags: [auth]
+      operationId: revokeSession
+      summary: Revoke one of your sessions (another account's id answers 404).
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Revoked. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/auth/forgot-password:
+    post:
+      tags: [auth]
+      operationId: forgotPassword
+      summary: Mail a password-reset code to a verified account (same answer for unknown addresses).
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/EmailRequest" }
+      responses:
+        "200":
+          description: Accepted.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Message" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+  /api/auth/reset-password:
+    post:
+      tags: [auth]
+      operationId: resetPassword
+      summary: Set a new password with a reset code; revokes every session and lifts a sign-in lock.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [email, code, newPassword]
+              properties:
+                email: { type: string }
+                code: { type: string, pattern: "^[0-9]{6}$" }
+                newPassword: { type: string, minLength: 10, maxLength: 128 }
+      responses:
+        "200":
+          description: Changed.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Message" }
+        "400":
+          description: "`invalid_otp`, `otp_expired` or `validation_failed`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/change-password:
+    post:
+      tags: [auth]
+      operationId: changePassword
+      summary: Change the password (current one required); every other session is revoked.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [currentPassword, newPassword]
+              properties:
+                currentPassword: { type: string }
+                newPassword: { type: string, minLength: 10, maxLength: 128 }
+      responses:
+        "200":
+          description: Changed.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Message" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/InvalidCredentials" }
+  /api/user/me:
+    get:
+      tags: [account]
+      operationId: getMe
+      summary: The signed-in user.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The user.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/User" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+    patch:
+      tags: [account]
+      operationId: updateMe
+      summary: Change the name or the prompt-enhancement preference.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                name: { type: string, minLength: 1, maxLength: 100 }
+                promptEnhancementEnabled: { type: boolean }
+      responses:
+        "200":
+          description: The updated user.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/User" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+    delete:
+      tags: [account]
+      operationId: deleteMe
+      summary: Erase the account (email, name, password hash, profiles, devices) and revoke every session.
+      description: The user id stays, anonymous, so that token-ledger history keeps balancing.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [password]
+              properties:
+                password: { type: string }
+      responses:
+        "204": { description: Erased. }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/InvalidCredentials" }
 components:
+  securitySchemes:
+    session:
+      type: http
+      scheme: bearer
+      description: The session token from sign-in or verify-otp (32 random bytes, base64url).
   responses:
     BadRequest:
       description: Malformed JSON, a missing field, a wrong type or an invalid value (`validation_failed`).
@@ -81,6 +413,30 @@ components:
           schema: { $ref: "#/components/schemas/Problem" }
     Unavailable:
       description: The database (or another dependency) is unavailable; retry after `Retry-After` seconds.
+      headers:
+        Retry-After: { schema: { type: integer } }
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    Unauthorized:
+      description: "`unauthorized`: the bearer token is missing, expired (7 days idle, 30 days absolute) or revoked."
+      headers:
+        WWW-Authenticate: { schema: { type: string } }
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    InvalidCredentials:
+      description: "`invalid_credentials`: the email or password is wrong (the same answer for unknown addresses)."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    NotFound:
+      description: "`not_found`."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    RateLimited:
+      description: "`rate_limited` or `account_locked`; wait `Retry-After` seconds."
       headers:
         Retry-After: { schema: { type: integer } }
       content:
@@ -102,6 +458,67 @@ components:
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error]
       additionalProperties: true
+    EmailRequest:
+      type: object
+      required: [email]
+      properties:
+        email: { type: string }
+    Message:
+      type: object
+      required: [success, message]
+      properties:
+        success: { type: boolean }
+        message: { type: string }
+    SignUpResponse:
+      type: object
+      required: [success, message, requiresVerification]
+      properties:
+        success: { type: boolean }
+        message: { type: string }
+        requiresVerification: { type: boolean }
+    User:
+      type: object
+      required: [id, email, name, emailVerified, role, promptEnhancementEnabled]
+      properties:
+        id: { type: string }
+        email: { type: string }
+        name: { type: string }
+        emailVerified: { type: boolean }
+        role: { type: string, enum: [user, admin] }
+        promptEnhancementEnabled: { type: boolean }
+    Session:
+      type: object
+      required: [id, token, expiresAt]
+      properties:
+        id: { type: string }
+        token: { type: string, description: "Bearer token; shown once, only its SHA-256 is stored." }
+        expiresAt: { type: string, format: date-time }
+    VerifyOTPResponse:
+      type: object
+      required: [success, message, user, welcomeTokens, session]
+      properties:
+        success: { type: boolean }
+        message: { type: string }
+        user: { $ref: "#/components/schemas/User" }
+        welcomeTokens: { type: integer, description: Tokens granted by this verification (once per account). }
+        session: { $ref: "#/components/schemas/Session" }
+    SignInResponse:
+      type: object
+      required: [user, session]
+      properties:
+        user: { $ref: "#/components/schemas/User" }
+        session: { $ref: "#/components/schemas/Session" }
+    FamilyProfile:
+      type: object
+      required: [id, name, isDefault, canMakePurchases, canUseCustomContentTypes, hasPin]
+      properties:
+        id: { type: string }
+        name: { type: string }
+        avatar: { type: [string, "null"] }
+        isDefault: { type: boolean }
+        canMakePurchases: { type: boolean }
+        canUseCustomContentTypes: { type: boolean }
+        hasPin: { type: boolean, description: The PIN itself is never returned. }
     SubscriptionFeatures:
       type: object
       required: [allStyles, familyProfiles, qualitySelector, modelSelector, commercialLicense, prioritySupport]

@@ -1,0 +1,106 @@
+import Auth
+import Foundation
+import Logging
+import Storage
+import TestSupport
+import Testing
+
+@Suite("Argon2id and the hashing pool")
+struct PasswordHashingTests {
+    @Test func hashesArePHCEncodedAndVerify() throws {
+        let hash = try Argon2.hash("correct horse battery", parameters: .owasp)
+        #expect(hash.hasPrefix("$argon2id$v=19$m=19456,t=2,p=1$"))
+        #expect(Argon2.verify("correct horse battery", encoded: hash))
+        #expect(!Argon2.verify("correct horse batterY", encoded: hash))
+        #expect(Argon2.parameters(of: hash) == .owasp)
+        #expect(try Argon2.hash("correct horse battery", parameters: .owasp) != hash, "salted")
+        #expect(Argon2.parameters(of: "$2b$12$bcrypt") == nil)
+    }
+
+    @Test func aFullQueueRefusesInsteadOfWaitingForever() async throws {
+        let hasher = try PasswordHasher(parameters: Argon2Parameters(memoryKiB: 8192, iterations: 3, parallelism: 1), threads: 1, queueLimit: 1)
+        let outcomes = await withTaskGroup(of: Bool.self) { group in
+            for i in 0..<12 {
+                group.addTask { (try? await hasher.hash("password number \(i)")) != nil }
+            }
+            return await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        #expect(outcomes.contains(true))
+        #expect(outcomes.contains(false), "beyond threads + queueLimit, hashes are refused (503), not queued without bound")
+        #expect(hasher.depth == 0)
+    }
+
+    @Test func inputRules() {
+        #expect(InputRules.normalizedEmail("  Ada.L+tag@Example.co.UK ") == "ada.l+tag@example.co.uk")
+        for bad in ["", "a", "a@b", "a@@b.c", "a b@c.de", "a@-b.com", ".a@b.com", "a..b@c.com", "a@b..com", String(repeating: "a", count: 65) + "@b.com"] {
+            #expect(InputRules.normalizedEmail(bad) == nil, "\(bad)")
+        }
+        #expect(InputRules.passwordProblem("ünïcødé pässwörd 🔐") == nil)
+        #expect(InputRules.passwordProblem("QWERTYUIOP") != nil, "common-password check ignores case")
+        #expect(InputRules.passwordProblem(String(repeating: "é", count: 128)) == nil)
+        #expect(InputRules.nameProblem("Ada\u{0007}") != nil)
+    }
+
+    @Test func codesAndTokensHaveTheirShapes() {
+        let codes = (0..<200).map { _ in SecretHasher.newCode() }
+        #expect(codes.allSatisfy { $0.count == 6 && $0.allSatisfy(\.isNumber) })
+        #expect(Set(codes).count > 190)
+        let token = SecretHasher.newSessionToken()
+        #expect(token.count == 43 && !token.contains("=") && !token.contains("+") && !token.contains("/"))
+        let secrets = SecretHasher(serverSecret: Array("k".utf8))
+        #expect(secrets.codeHMAC(code: "123456", email: "a@b.c", purpose: "verify") != secrets.codeHMAC(code: "123456", email: "a@b.c", purpose: "reset"))
+        #expect(SecretHasher.constantTimeEqual("abc", "abc") && !SecretHasher.constantTimeEqual("abc", "abd"))
+    }
+
+    @Test func delaysGrowAfterTheFreeFailures() {
+        let policy = AuthPolicy()
+        #expect((1...4).map { policy.delaySeconds(afterFailures: $0) } == [0, 0, 0, 0])
+        #expect((5...9).map { policy.delaySeconds(afterFailures: $0) } == [1, 2, 4, 8, 16])
+    }
+}
+
+@Suite("Auth service on both engines")
+struct AuthServiceTests {
+    static let cheap = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
+
+    static func service(_ db: any Database, _ parameters: Argon2Parameters = cheap) throws -> AuthService {
+        AuthService(
+            database: db, hasher: try PasswordHasher(parameters: parameters, threads: 2), secrets: SecretHasher(serverSecret: Array("s".utf8)),
+            mailer: LogMailer(), clock: SystemTimeSource(), welcomeTokens: 3)
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func adminCreationIsVerifiedAuditedAndUnique(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            let auth = try Self.service(db)
+            let admin = try await auth.createAdmin(email: "Root@Example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
+            #expect(admin.role == "admin" && admin.emailVerified && admin.email == "root@example.com")
+            #expect(try await auth.defaultProfile(userID: admin.id, logger: TestDatabase.logger)?.isDefault == true)
+            await #expect(throws: AuthError.conflict("An account with this email already exists.")) {
+                _ = try await auth.createAdmin(email: "root@example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
+            }
+            let audit = try await db.withConnection(logger: TestDatabase.logger) { try await $0.query("SELECT actor, action, subject FROM audit_log") }
+            #expect(audit.count == 1)
+            #expect(try audit[0].string("action") == "admin_created" && audit[0].optionalString("subject") == admin.id)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func aHashWithOldParametersIsReplacedAtSignIn(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            let old = try Self.service(db, Self.cheap)
+            let admin = try await old.createAdmin(email: "r@example.com", password: "long enough password", name: "R", logger: TestDatabase.logger)
+            let newer = Argon2Parameters(memoryKiB: 128, iterations: 2, parallelism: 1)
+            let upgraded = try Self.service(db, newer)
+            _ = try await upgraded.signIn(
+                email: "r@example.com", password: "long enough password", client: ClientInfo(ip: "127.0.0.1", userAgent: "t"), logger: TestDatabase.logger)
+            let hash = try await db.withConnection(logger: TestDatabase.logger) {
+                try await $0.first("SELECT password_hash FROM users WHERE id = ?", [admin.id])!.string("password_hash")
+            }
+            #expect(Argon2.parameters(of: hash) == newer)
+            #expect(Argon2.verify("long enough password", encoded: hash))
+        }
+    }
+}
