@@ -14,6 +14,10 @@ public enum AuthError: Error, Equatable, Sendable {
     case forbidden(String)
     case notFound
     case conflict(String)
+    case invalidPIN(attemptsRemaining: Int)
+    case pinLocked(retryAfterSeconds: Int)
+    case profileLimitReached(limit: Int)
+    case subscriptionRequired(String)
     /// The hashing pool is saturated.
     case overloaded
 }

@@ -507,3 +507,34 @@ public struct AuthService: Sendable {
         }
     }
 }
+
+/// A user as operators see it.
+public struct UserSummary: Sendable, Equatable {
+    public let user: User
+    public let createdAt: Date
+    public let deleted: Bool
+}
+
+extension AuthService {
+    /// Operator lookup: the user with exactly this address, or the newest users (at most `limit`, ≤ 100).
+    public func findUsers(email: String?, limit: Int, logger: Logger) async throws -> [UserSummary] {
+        let limit = min(max(limit, 1), 100)
+        let rows = try await database.withConnection(logger: logger) { tx in
+            if let email {
+                guard let normalized = InputRules.normalizedEmail(email) else { throw AuthError.validation("Enter a valid email address.") }
+                return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE email = ?", [normalized])
+            }
+            return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users ORDER BY created_at_ms DESC, id LIMIT ?", [limit])
+        }
+        return try rows.map { UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil) }
+    }
+
+    /// Operator lookup by id (deleted users included, anonymous).
+    public func findUser(id: String, logger: Logger) async throws -> UserSummary {
+        let row = try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE id = ?", [id])
+        }
+        guard let row else { throw AuthError.notFound }
+        return UserSummary(user: try User(row: row), createdAt: try row.date("created_at_ms"), deleted: row.optionalInt("deleted_at_ms") != nil)
+    }
+}

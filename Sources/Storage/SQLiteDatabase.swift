@@ -34,13 +34,19 @@ public final class SQLiteDatabase: Database {
 
     private let closed = ManagedAtomicBool()
 
-    /// Closes the connection once; later calls do nothing.
+    /// Closes the connection once; later calls do nothing. Runs in its own task so that a cancelled
+    /// caller (a service group torn down without a graceful shutdown) still closes the file.
     public func close() async throws {
-        try await gate.withLock {
-            guard !closed.load() else { return }
-            closed.store(true)
-            try await connection.close()
-        }
+        let connection = self.connection
+        let closed = self.closed
+        let gate = self.gate
+        try await Task {
+            try await gate.withLock {
+                guard !closed.load() else { return }
+                try await connection.close()
+                closed.store(true)
+            }
+        }.value
     }
 
     public func transaction<T: Sendable>(

@@ -12,7 +12,7 @@ struct AccountServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account-service",
         abstract: "Accounts, family profiles, subscriptions, entitlements and a token ledger over HTTP.",
-        subcommands: [Serve.self, Migrate.self, Plans.self, Admin.self],
+        subcommands: [Serve.self, Migrate.self, Plans.self, Admin.self, APIKeyCommand.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -126,6 +126,58 @@ struct Admin: AsyncParsableCommand {
                 } catch let error as AuthError {
                     throw ValidationError(error.problem.detail)
                 }
+            }
+        }
+    }
+}
+
+struct APIKeyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "api-key", abstract: "Service API keys (sent as Authorization: Bearer).", subcommands: [Create.self, List.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a key; prints it once, as the last word of the output.")
+        @Option(name: .long, help: "What the key is for.") var name: String
+        @Option(name: .long, help: "Comma-separated: admin, ledger:write, ledger:read, entitlements:read.") var scopes: String
+
+        func run() async throws {
+            let config = try Startup.config()
+            try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
+                do {
+                    let (key, secret) = try await dependencies.apiKeys.create(
+                        name: name, scopes: scopes.split(separator: ",").map(String.init), logger: Logger(label: "cli"))
+                    print("created API key \(key.id) (\(key.scopes.sorted().joined(separator: ","))); store it now, it is not shown again:")
+                    print(secret)
+                } catch let error as AuthError {
+                    throw ValidationError(error.problem.detail)
+                }
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List keys (never their secrets).")
+        func run() async throws {
+            let config = try Startup.config()
+            try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
+                for key in try await dependencies.apiKeys.list(logger: Logger(label: "cli")) {
+                    let state = key.revokedAt == nil ? "active" : "revoked"
+                    print("\(key.id)\t\(state)\t\(key.scopes.sorted().joined(separator: ","))\t\(key.name)")
+                }
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a key by id.")
+        @Argument(help: "The key id (from api-key list).") var id: String
+        func run() async throws {
+            let config = try Startup.config()
+            try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
+                guard try await dependencies.apiKeys.revoke(id: id, logger: Logger(label: "cli")) else {
+                    throw ValidationError("no active key with id \(id)")
+                }
+                print("revoked \(id)")
             }
         }
     }

@@ -29,7 +29,14 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     router.add(middleware: AccessLogMiddleware())
     router.add(middleware: ProblemMiddleware())
     SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
-    AuthRoutes(auth: dependencies.auth).register(on: router)
+    let authenticator = Authenticator(auth: dependencies.auth, apiKeys: dependencies.apiKeys)
+    AuthRoutes(auth: dependencies.auth, authenticator: authenticator).register(on: router)
+    ProfileRoutes(profiles: dependencies.profiles, authenticator: authenticator).register(on: router)
+    let subscriptionRoutes = SubscriptionRoutes(
+        database: dependencies.database, subscriptions: dependencies.subscriptions, clock: dependencies.clock, authenticator: authenticator)
+    subscriptionRoutes.register(on: router)
+    AdminRoutes(auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator)
+        .register(on: router)
     return router
 }
 

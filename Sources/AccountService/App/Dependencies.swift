@@ -17,6 +17,9 @@ struct Dependencies: Sendable {
     /// The Argon2 pool (a service: its threads stop with the app).
     let hasher: PasswordHasher
     let auth: AuthService
+    let apiKeys: APIKeyService
+    let profiles: ProfileService
+    let subscriptions: SubscriptionStore
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
@@ -39,9 +42,12 @@ struct Dependencies: Sendable {
         let secrets = SecretHasher(serverSecret: try serverSecret(config))
         let auth = AuthService(
             database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, welcomeTokens: catalog.welcomeTokens)
+        let subscriptions = SubscriptionStore(catalog: catalog)
+        let profiles = ProfileService(
+            database: database, hasher: hasher, clock: clock, limits: CatalogProfileLimits(subscriptions: subscriptions))
         return Dependencies(
             config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
-            auth: auth)
+            auth: auth, apiKeys: APIKeyService(database: database, clock: clock), profiles: profiles, subscriptions: subscriptions)
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).

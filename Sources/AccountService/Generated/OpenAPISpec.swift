@@ -17,6 +17,8 @@ tags:
   - name: plans
   - name: auth
   - name: account
+  - name: profiles
+  - name: operators
 paths:
   /health:
     get:
@@ -399,12 +401,321 @@ paths:
         "204": { description: Erased. }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/InvalidCredentials" }
+  /api/profiles/available:
+    get:
+      tags: [profiles]
+      operationId: listProfiles
+      summary: The account's family profiles (decodes with the app's `[FamilyProfile]`).
+      description: Default first, then oldest first. Profiles beyond the current plan's `maxFamilyProfiles` are kept but `isLocked`.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Profiles.
+          content:
+            application/json:
+              schema:
+                type: array
+                items: { $ref: "#/components/schemas/ListedProfile" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/profiles/select:
+    post:
+      tags: [profiles]
+      operationId: selectProfile
+      summary: Bind a profile to the session (PIN profiles need their PIN).
+      description: |
+        Wrong PINs count per profile (stored); the fifth locks it for 15 minutes (429 `pin_locked`); a correct PIN
+        resets the count. A profile beyond the plan's limit answers 403 `subscription_required`.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [profileId]
+              properties:
+                profileId: { type: string }
+                pin: { type: [string, "null"] }
+      responses:
+        "200":
+          description: Selected.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [success, message, selectedProfile]
+                properties:
+                  success: { type: boolean }
+                  message: { type: string }
+                  selectedProfile: { $ref: "#/components/schemas/ListedProfile" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401":
+          description: "`invalid_pin` (with `attemptsRemaining`) or `unauthorized`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/family-profiles:
+    post:
+      tags: [profiles]
+      operationId: createProfile
+      summary: Create a profile (owner only, within the plan's limit).
+      description: |
+        Only from the default profile (else 403 `forbidden`). Setting a PIN needs `currentPassword` or a sign-in
+        within the last 10 minutes. Beyond `maxFamilyProfiles` (the default counts): 403 `profile_limit_reached`.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/ProfileRequest" }
+      responses:
+        "201":
+          description: Created.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/ListedProfile" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/InvalidCredentials" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+  /api/family-profiles/{id}:
+    put:
+      tags: [profiles]
+      operationId: updateProfile
+      summary: Update a profile (owner only). A PIN is kept unless `pin` or `removePin` is given.
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/ProfileRequest" }
+      responses:
+        "200":
+          description: Updated.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/ListedProfile" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/InvalidCredentials" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    delete:
+      tags: [profiles]
+      operationId: deleteProfile
+      summary: Delete a profile (owner only; never the default). Sessions on it fall back to the default profile.
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Deleted. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/user/subscription:
+    get:
+      tags: [plans]
+      operationId: getSubscription
+      summary: The user's subscription record and the plan whose features apply now.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The subscription (`status` null and `planId` free when there is none).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SubscriptionState" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/admin/users:
+    get:
+      tags: [operators]
+      operationId: adminFindUsers
+      summary: Find a user by exact email, or list the newest users.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: email, in: query, required: false, schema: { type: string } }
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 50 } }
+      responses:
+        "200":
+          description: Users.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [users]
+                properties:
+                  users:
+                    type: array
+                    items: { $ref: "#/components/schemas/AdminUser" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/users/{userId}:
+    get:
+      tags: [operators]
+      operationId: adminGetUser
+      summary: One user by id.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The user.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/AdminUser" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/profiles:
+    get:
+      tags: [operators]
+      operationId: adminListProfiles
+      summary: A user's profiles.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: Profiles.
+          content:
+            application/json:
+              schema:
+                type: array
+                items: { $ref: "#/components/schemas/ListedProfile" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    post:
+      tags: [operators]
+      operationId: adminCreateProfile
+      summary: Create a profile for a user (plan limit applies; no re-authentication for PINs). Audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/ProfileRequest" }
+      responses:
+        "201":
+          description: Created.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/ListedProfile" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/profiles/{id}:
+    put:
+      tags: [operators]
+      operationId: adminUpdateProfile
+      summary: Update a user's profile. Audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+        - { name: id, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/ProfileRequest" }
+      responses:
+        "200":
+          description: Updated.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/ListedProfile" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    delete:
+      tags: [operators]
+      operationId: adminDeleteProfile
+      summary: Delete a user's (non-default) profile. Audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Deleted. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/profiles/{id}/reset-pin:
+    post:
+      tags: [operators]
+      operationId: adminResetProfilePIN
+      summary: Clear a profile's PIN and its lock. Audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The profile, now without a PIN.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/ListedProfile" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/subscription:
+    post:
+      tags: [operators]
+      operationId: adminCompSubscription
+      summary: Put a user on a paid plan now (provider manual, not renewing) until `periodEnd` (default one month). Audited.
+      description: The period's tokens are not granted yet (the token ledger is not built); plan limits and features apply at once.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [planId]
+              properties:
+                planId: { type: string }
+                periodEnd: { type: string, format: date-time }
+      responses:
+        "200":
+          description: The subscription now.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SubscriptionState" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    delete:
+      tags: [operators]
+      operationId: adminEndSubscription
+      summary: End a user's subscription now (back to the free plan). Audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Ended. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
 components:
   securitySchemes:
     session:
       type: http
       scheme: bearer
       description: The session token from sign-in or verify-otp (32 random bytes, base64url).
+    apiKey:
+      type: http
+      scheme: bearer
+      description: "A service API key (`ask_…`) from `account-service api-key create`; operator endpoints need scope `admin`."
   responses:
     BadRequest:
       description: Malformed JSON, a missing field, a wrong type or an invalid value (`validation_failed`).
@@ -427,6 +738,11 @@ components:
           schema: { $ref: "#/components/schemas/Problem" }
     InvalidCredentials:
       description: "`invalid_credentials`: the email or password is wrong (the same answer for unknown addresses)."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    Forbidden:
+      description: "`forbidden`, `profile_limit_reached` or `subscription_required`."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
@@ -519,6 +835,49 @@ components:
         canMakePurchases: { type: boolean }
         canUseCustomContentTypes: { type: boolean }
         hasPin: { type: boolean, description: The PIN itself is never returned. }
+    ListedProfile:
+      allOf:
+        - { $ref: "#/components/schemas/FamilyProfile" }
+        - type: object
+          required: [isLocked]
+          properties:
+            isLocked: { type: boolean, description: Beyond the current plan's profile limit; cannot be selected. }
+    ProfileRequest:
+      type: object
+      description: The app's `CreateProfileRequest`, also used for updates.
+      required: [name]
+      properties:
+        name: { type: string, minLength: 1, maxLength: 30, description: Unique per account (case-insensitive). }
+        avatar: { type: [string, "null"], description: One emoji or an https URL (≤ 512 characters). }
+        pin: { type: [string, "null"], pattern: "^[0-9]{4,6}$" }
+        removePin: { type: boolean }
+        canMakePurchases: { type: boolean, default: false }
+        canUseCustomContentTypes: { type: boolean, default: false }
+        currentPassword: { type: string, description: Proof of the owner for PIN changes, unless signed in within 10 minutes. }
+    AdminUser:
+      type: object
+      required: [id, name, role, emailVerified, createdAt, deleted]
+      properties:
+        id: { type: string }
+        email: { type: [string, "null"] }
+        name: { type: string }
+        role: { type: string, enum: [user, admin] }
+        emailVerified: { type: boolean }
+        createdAt: { type: string, format: date-time }
+        deleted: { type: boolean }
+    SubscriptionState:
+      type: object
+      required: [planId, willRenew, isEntitled, plan]
+      properties:
+        planId: { type: string }
+        status: { type: [string, "null"], enum: [trialing, active, grace, past_due, canceled, expired, null] }
+        provider: { type: [string, "null"], enum: [apple, stripe, manual, null] }
+        currentPeriodStart: { type: [string, "null"], format: date-time }
+        currentPeriodEnd: { type: [string, "null"], format: date-time }
+        willRenew: { type: boolean }
+        pendingPlanId: { type: [string, "null"] }
+        isEntitled: { type: boolean, description: Whether the subscribed plan applies now. }
+        plan: { $ref: "#/components/schemas/SubscriptionPlan" }
     SubscriptionFeatures:
       type: object
       required: [allStyles, familyProfiles, qualitySelector, modelSelector, commercialLicense, prioritySupport]

@@ -23,6 +23,15 @@ extension AuthError {
         case .forbidden(let detail): Problem.forbidden(detail)
         case .notFound: Problem.notFound()
         case .conflict(let detail): Problem(.conflict, code: "validation_failed", detail: detail)
+        case .invalidPIN(let remaining):
+            Problem(.unauthorized, code: "invalid_pin", detail: "This profile needs its PIN; the PIN given is missing or wrong.")
+                .with("attemptsRemaining", .int(remaining))
+        case .pinLocked(let seconds):
+            Problem(.tooManyRequests, code: "pin_locked", detail: "Too many wrong PINs; this profile is locked for a while.").retryAfter(seconds: seconds)
+        case .profileLimitReached(let limit):
+            Problem(.forbidden, code: "profile_limit_reached", detail: "Your plan allows \(limit) profile(s), the default one included; upgrade for more.")
+                .with("maxFamilyProfiles", .int(limit))
+        case .subscriptionRequired(let detail): Problem(.forbidden, code: "subscription_required", detail: detail)
         case .overloaded: Problem.unavailable("The server is busy; retry shortly.", retryAfterSeconds: 1)
         }
     }

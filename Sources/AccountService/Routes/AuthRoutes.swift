@@ -6,6 +6,7 @@ import Hummingbird
 /// Sign-up, codes, sign-in, sessions, passwords and the account (paths as in seed 004 and DESIGN.md).
 struct AuthRoutes: Sendable {
     let auth: AuthService
+    let authenticator: Authenticator
 
     // Request bodies: the seed's structs, plus the neighbours it implies.
     struct SignUpRequest: Decodable { let email: String; let password: String; let name: String }
@@ -135,13 +136,7 @@ struct AuthRoutes: Sendable {
     }
 
     func authenticate(_ request: Request, _ context: AppRequestContext) async throws -> AuthenticatedSession {
-        guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
-        return try await auth.authenticate(token: token, logger: context.logger)
-    }
-
-    static func bearerToken(_ request: Request) -> String? {
-        guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
-        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        try await authenticator.session(request, context)
     }
 
     func client(_ request: Request, _ context: AppRequestContext) -> ClientInfo {

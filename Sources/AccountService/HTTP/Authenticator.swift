@@ -1,0 +1,45 @@
+import Auth
+import Foundation
+import Hummingbird
+
+/// Who is calling: end users by session token, services and operators by API key, operators also by an
+/// admin user's session. Both are sent as `Authorization: Bearer …`.
+struct Authenticator: Sendable {
+    let auth: AuthService
+    let apiKeys: APIKeyService
+
+    /// The end user's live session (API keys are not sessions).
+    func session(_ request: Request, _ context: AppRequestContext) async throws -> AuthenticatedSession {
+        guard let token = Self.bearerToken(request), !token.hasPrefix(APIKeyService.prefix) else { throw AuthError.unauthorized }
+        return try await auth.authenticate(token: token, logger: context.logger)
+    }
+
+    /// An operator: a user with role admin, or an API key with scope admin. Returns the audit actor.
+    func requireOperator(_ request: Request, _ context: AppRequestContext) async throws -> String {
+        guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
+        if token.hasPrefix(APIKeyService.prefix) {
+            return "key:" + (try await requireScope("admin", request, context)).id
+        }
+        let session = try await auth.authenticate(token: token, logger: context.logger)
+        guard session.user.role == "admin" else { throw AuthError.forbidden("This needs an operator (role admin or an API key with scope admin).") }
+        return "user:" + session.user.id
+    }
+
+    /// A live API key carrying `scope`: missing/unknown → 401, wrong scope → 403.
+    func requireScope(_ scope: String, _ request: Request, _ context: AppRequestContext) async throws -> APIKey {
+        guard let token = Self.bearerToken(request), let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else {
+            throw AuthError.unauthorized
+        }
+        guard key.allows(scope) else { throw AuthError.forbidden("This API key lacks the scope '\(scope)'.") }
+        return key
+    }
+
+    static func bearerToken(_ request: Request) -> String? {
+        guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
+        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+    }
+}
+
+extension AppRequestContext {
+    var clientIP: String { remoteIP }
+}

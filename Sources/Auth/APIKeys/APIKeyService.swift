@@ -1,0 +1,93 @@
+import Foundation
+import Logging
+import Storage
+
+/// A service credential. The secret is shown once at creation; only its SHA-256 is stored.
+public struct APIKey: Sendable, Equatable {
+    public let id: String
+    public let name: String
+    public let scopes: Set<String>
+    public let createdAt: Date
+    public let lastUsedAt: Date?
+    public let revokedAt: Date?
+
+    public func allows(_ scope: String) -> Bool { scopes.contains(scope) }
+
+    init(row: SQLRow) throws {
+        id = try row.string("id")
+        name = try row.string("name")
+        scopes = Set(try row.string("scopes").split(separator: ",").map(String.init))
+        createdAt = try row.date("created_at_ms")
+        lastUsedAt = row.optionalDate("last_used_at_ms")
+        revokedAt = row.optionalDate("revoked_at_ms")
+    }
+}
+
+/// Creates, lists, revokes and checks API keys (`Authorization: Bearer ask_…`).
+public struct APIKeyService: Sendable {
+    /// Every scope a key may carry.
+    public static let knownScopes: Set<String> = ["admin", "ledger:write", "ledger:read", "entitlements:read"]
+    public static let prefix = "ask_"
+    let database: any Database
+    let clock: any TimeSource
+
+    public init(database: any Database, clock: any TimeSource) {
+        self.database = database
+        self.clock = clock
+    }
+
+    /// Returns the key and its secret (the only time the secret exists outside the caller).
+    public func create(name: String, scopes: [String], logger: Logger) async throws -> (APIKey, secret: String) {
+        let name = name.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard (1...100).contains(name.count) else { throw AuthError.validation("Key name must be 1 to 100 characters.") }
+        let scopeSet = Set(scopes.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
+        guard !scopeSet.isEmpty else { throw AuthError.validation("Give at least one scope: \(Self.knownScopes.sorted().joined(separator: ", ")).") }
+        let unknown = scopeSet.subtracting(Self.knownScopes)
+        guard unknown.isEmpty else {
+            throw AuthError.validation("Unknown scope(s) \(unknown.sorted().joined(separator: ", ")); known: \(Self.knownScopes.sorted().joined(separator: ", ")).")
+        }
+        let secret = Self.prefix + SecretHasher.base64url(SecureRandom.bytes(32))
+        let key = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let id = UUID().uuidString.lowercased()
+            try await tx.query(
+                "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now])
+            try await AuditLog.record(tx, at: now, actor: "cli", action: "api_key_created", subject: id, ip: nil, detail: scopeSet.sorted().joined(separator: ","))
+            return try APIKey(row: try await tx.first("SELECT * FROM api_keys WHERE id = ?", [id])!)
+        }
+        return (key, secret)
+    }
+
+    public func list(logger: Logger) async throws -> [APIKey] {
+        try await database.withConnection(logger: logger) { tx in
+            try await tx.query("SELECT * FROM api_keys ORDER BY created_at_ms LIMIT 1000").map(APIKey.init)
+        }
+    }
+
+    /// Returns false when no live key has that id.
+    public func revoke(id: String, logger: Logger) async throws -> Bool {
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let rows = try await tx.query("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING id", [now, id])
+            if !rows.isEmpty { try await AuditLog.record(tx, at: now, actor: "cli", action: "api_key_revoked", subject: id, ip: nil) }
+            return !rows.isEmpty
+        }
+    }
+
+    /// The live key for a bearer secret, or nil. `last_used_at` is written at most once a minute.
+    public func authenticate(secret: String, logger: Logger) async throws -> APIKey? {
+        guard secret.hasPrefix(Self.prefix), secret.utf8.count <= 256 else { return nil }
+        let hash = SecretHasher.tokenHash(secret)
+        guard let key = try await database.withConnection(logger: logger, { tx in
+            try await tx.first("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash]).map(APIKey.init)
+        }) else { return nil }
+        let now = clock.now()
+        if key.lastUsedAt.map({ now.timeIntervalSince($0) >= 60 }) ?? true {
+            try await database.transaction(logger: logger) { tx in
+                try await tx.query("UPDATE api_keys SET last_used_at_ms = ? WHERE id = ?", [now, key.id])
+            }
+        }
+        return key
+    }
+}

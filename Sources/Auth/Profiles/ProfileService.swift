@@ -1,0 +1,298 @@
+import Foundation
+import Logging
+import Storage
+
+/// How many profiles (the default included) the user's current plan allows. Provided by the app, which
+/// knows subscriptions and the plan catalog; read inside the caller's transaction.
+public protocol ProfilePlanLimits: Sendable {
+    func maxFamilyProfiles(userID: String, now: Date, _ tx: any SQLExecutor) async throws -> Int
+}
+
+/// A profile as listed to its account: `isLocked` when it lies beyond the current plan's limit.
+public struct ProfileView: Sendable, Equatable {
+    public let profile: FamilyProfile
+    public let isLocked: Bool
+}
+
+/// What a create or update sets (the seed's `CreateProfileRequest` plus `removePin`).
+public struct ProfileInput: Sendable {
+    public var name: String
+    public var avatar: String?
+    public var pin: String?
+    public var removePin: Bool
+    public var canMakePurchases: Bool
+    public var canUseCustomContentTypes: Bool
+
+    public init(name: String, avatar: String?, pin: String?, removePin: Bool, canMakePurchases: Bool, canUseCustomContentTypes: Bool) {
+        self.name = name
+        self.avatar = avatar
+        self.pin = pin
+        self.removePin = removePin
+        self.canMakePurchases = canMakePurchases
+        self.canUseCustomContentTypes = canUseCustomContentTypes
+    }
+}
+
+/// Who manages a profile: the account's owner (through a session on the default profile) or an operator.
+public enum ProfileManager: Sendable {
+    case owner(AuthenticatedSession, currentPassword: String?)
+    case operatorActor(String, ip: String?)
+}
+
+/// Family profiles: plan-limited, owner-managed, PIN-protected with a stored lockout.
+public struct ProfileService: Sendable {
+    let database: any Database
+    let hasher: PasswordHasher
+    let clock: any TimeSource
+    let policy: AuthPolicy
+    let limits: any ProfilePlanLimits
+    public let pinAttemptsMax = 5
+    public let pinLockSeconds: Double = 15 * 60
+
+    public init(database: any Database, hasher: PasswordHasher, clock: any TimeSource, policy: AuthPolicy = AuthPolicy(), limits: any ProfilePlanLimits) {
+        self.database = database
+        self.hasher = hasher
+        self.clock = clock
+        self.policy = policy
+        self.limits = limits
+    }
+
+    /// The account's profiles: default first, then oldest first; those beyond the plan's limit are locked.
+    public func available(userID: String, logger: Logger) async throws -> [ProfileView] {
+        try await database.withConnection(logger: logger) { tx in try await views(tx, userID: userID, now: clock.now()) }
+    }
+
+    func views(_ tx: any SQLExecutor, userID: String, now: Date) async throws -> [ProfileView] {
+        let limit = try await limits.maxFamilyProfiles(userID: userID, now: now, tx)
+        let rows = try await tx.query(
+            "SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? ORDER BY is_default DESC, created_at_ms, id LIMIT 100", [userID])
+        return try rows.enumerated().map { index, row in ProfileView(profile: try FamilyProfile(row: row), isLocked: index >= limit) }
+    }
+
+    /// Binds a profile to the session. A PIN profile needs its PIN; wrong PINs count per profile (stored),
+    /// the fifth locks it for 15 minutes. An attempt is reserved before the (slow) PIN check, so parallel
+    /// guesses cannot exceed the limit.
+    public func select(_ session: AuthenticatedSession, profileID: String, pin: String?, logger: Logger) async throws -> FamilyProfile {
+        let userID = session.user.id
+        let reserved: (profile: FamilyProfile, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            guard let view = try await views(tx, userID: userID, now: now).first(where: { $0.profile.id == profileID }) else { throw AuthError.notFound }
+            if view.isLocked { throw AuthError.subscriptionRequired("This profile is beyond your plan's profile limit; upgrade to use it.") }
+            let row = try await tx.first(
+                "SELECT pin_hash, pin_failed_attempts, pin_locked_until_ms FROM family_profiles WHERE id = ?" + tx.dialect.forUpdate, [profileID])
+            guard let row, let pinHash = row.optionalString("pin_hash") else { return (view.profile, nil, 0) }
+            if let lockedUntil = row.optionalDate("pin_locked_until_ms"), lockedUntil > now {
+                throw AuthError.pinLocked(retryAfterSeconds: Int(lockedUntil.timeIntervalSince(now).rounded(.up)))
+            }
+            guard let pin, !pin.isEmpty else { throw AuthError.invalidPIN(attemptsRemaining: pinAttemptsMax - Int(try row.int("pin_failed_attempts"))) }
+            var attempts = Int(try row.int("pin_failed_attempts"))
+            if row.optionalInt("pin_locked_until_ms") != nil { attempts = 0 }  // an expired lock starts a fresh count
+            attempts += 1
+            try await tx.query(
+                "UPDATE family_profiles SET pin_failed_attempts = ?, pin_locked_until_ms = NULL WHERE id = ?", [attempts, profileID])
+            return (view.profile, pinHash, attempts)
+        }
+        if let pinHash = reserved.pinHash {
+            let correct = try await verify(pin ?? "", pinHash)
+            if !correct {
+                let locked = reserved.attempt >= pinAttemptsMax
+                try await database.transaction(logger: logger) { tx in
+                    let now = clock.now()
+                    if locked {
+                        try await tx.query("UPDATE family_profiles SET pin_locked_until_ms = ? WHERE id = ?", [now.addingTimeInterval(pinLockSeconds), profileID])
+                        try await AuditLog.record(tx, at: now, actor: userID, action: "profile_pin_locked", subject: userID, ip: nil, detail: profileID)
+                    }
+                }
+                if locked { throw AuthError.pinLocked(retryAfterSeconds: Int(pinLockSeconds)) }
+                throw AuthError.invalidPIN(attemptsRemaining: pinAttemptsMax - reserved.attempt)
+            }
+        }
+        try await database.transaction(logger: logger) { tx in
+            if reserved.pinHash != nil {
+                try await tx.query("UPDATE family_profiles SET pin_failed_attempts = 0, pin_locked_until_ms = NULL WHERE id = ?", [profileID])
+            }
+            try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, session.sessionID])
+        }
+        return reserved.profile
+    }
+
+    public func create(userID: String, input: ProfileInput, by manager: ProfileManager, logger: Logger) async throws -> FamilyProfile {
+        let owner = try await checkManager(manager, userID: userID, settingPIN: input.pin != nil, logger: logger)
+        try Self.validate(input)
+        let pinHash = try await input.pin.asyncMap { try await hashPIN($0) }
+        return try await uniqueNameGuard {
+            try await database.transaction(logger: logger) { tx in
+                let now = clock.now()
+                // Lock the account row: concurrent creates for one account are serialized, so the limit holds.
+                guard try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [userID]) != nil else {
+                    throw AuthError.notFound
+                }
+                let limit = try await limits.maxFamilyProfiles(userID: userID, now: now, tx)
+                let existing = try await tx.query("SELECT name FROM family_profiles WHERE user_id = ?", [userID])
+                if existing.count >= limit { throw AuthError.profileLimitReached(limit: limit) }
+                try Self.checkUniqueName(input.name, among: try existing.map { try $0.string("name") })
+                let id = UUID().uuidString.lowercased()
+                try await tx.query(
+                    """
+                    INSERT INTO family_profiles (id, user_id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash,
+                                                 created_at_ms, updated_at_ms)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [id, userID, Self.trimmed(input.name), input.avatar, false, input.canMakePurchases, input.canUseCustomContentTypes, pinHash, now, now])
+                try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_created", profileID: id, now: now)
+                return try await load(tx, id: id, userID: userID)
+            }
+        }
+    }
+
+    public func update(userID: String, profileID: String, input: ProfileInput, by manager: ProfileManager, logger: Logger) async throws -> FamilyProfile {
+        let owner = try await checkManager(manager, userID: userID, settingPIN: input.pin != nil || input.removePin, logger: logger)
+        try Self.validate(input)
+        let pinHash = try await input.pin.asyncMap { try await hashPIN($0) }
+        return try await uniqueNameGuard {
+            try await database.transaction(logger: logger) { tx in
+                let now = clock.now()
+                let current = try await load(tx, id: profileID, userID: userID)
+                if current.isDefault && !input.canMakePurchases {
+                    throw AuthError.validation("The default profile is the owner's and can always make purchases.")
+                }
+                let others = try await tx.query("SELECT name FROM family_profiles WHERE user_id = ? AND id <> ?", [userID, profileID])
+                try Self.checkUniqueName(input.name, among: try others.map { try $0.string("name") })
+                try await tx.query(
+                    """
+                    UPDATE family_profiles SET name = ?, avatar = ?, can_make_purchases = ?, can_use_custom_content_types = ?, updated_at_ms = ?
+                    WHERE id = ? AND user_id = ?
+                    """, [Self.trimmed(input.name), input.avatar, input.canMakePurchases, input.canUseCustomContentTypes, now, profileID, userID])
+                if let pinHash {
+                    try await tx.query(
+                        "UPDATE family_profiles SET pin_hash = ?, pin_failed_attempts = 0, pin_locked_until_ms = NULL WHERE id = ?", [pinHash, profileID])
+                } else if input.removePin {
+                    try await tx.query(
+                        "UPDATE family_profiles SET pin_hash = NULL, pin_failed_attempts = 0, pin_locked_until_ms = NULL WHERE id = ?", [profileID])
+                }
+                try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_updated", profileID: profileID, now: now)
+                return try await load(tx, id: profileID, userID: userID)
+            }
+        }
+    }
+
+    /// Deletes a non-default profile; sessions that had it selected fall back to the default profile.
+    public func delete(userID: String, profileID: String, by manager: ProfileManager, logger: Logger) async throws {
+        let owner = try await checkManager(manager, userID: userID, settingPIN: false, logger: logger)
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let profile = try await load(tx, id: profileID, userID: userID)
+            if profile.isDefault { throw AuthError.forbidden("The default profile cannot be deleted.") }
+            let fallback = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
+            try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE selected_profile_id = ?", [fallback, profileID])
+            try await tx.query("DELETE FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
+            try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_deleted", profileID: profileID, now: now)
+        }
+    }
+
+    /// Operator: clears a profile's PIN and its lock.
+    public func resetPIN(userID: String, profileID: String, by manager: ProfileManager, logger: Logger) async throws -> FamilyProfile {
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            _ = try await load(tx, id: profileID, userID: userID)
+            try await tx.query(
+                "UPDATE family_profiles SET pin_hash = NULL, pin_failed_attempts = 0, pin_locked_until_ms = NULL, updated_at_ms = ? WHERE id = ?",
+                [now, profileID])
+            try await audit(tx, manager: manager, owner: false, userID: userID, action: "profile_pin_reset", profileID: profileID, now: now)
+            return try await load(tx, id: profileID, userID: userID)
+        }
+    }
+
+    // MARK: - Rules
+
+    /// Owners manage profiles only from the default profile; setting or removing a PIN also needs the
+    /// password or a sign-in within the last 10 minutes. Operators pass. Returns whether it is the owner.
+    func checkManager(_ manager: ProfileManager, userID: String, settingPIN: Bool, logger: Logger) async throws -> Bool {
+        guard case .owner(let session, let currentPassword) = manager else { return false }
+        let defaultID = try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
+        }
+        guard session.selectedProfileID == nil || session.selectedProfileID == defaultID else {
+            throw AuthError.forbidden("Only the account owner (the default profile) can manage profiles; switch to it first.")
+        }
+        guard settingPIN else { return true }
+        if clock.now().timeIntervalSince(session.authenticatedAt) <= policy.recentAuthenticationSeconds { return true }
+        guard let currentPassword else {
+            throw AuthError.forbidden("Changing a PIN needs currentPassword in the body (or a sign-in within the last 10 minutes).")
+        }
+        let stored = try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT password_hash FROM users WHERE id = ?", [userID])?.optionalString("password_hash")
+        }
+        guard let stored, try await verify(currentPassword, stored) else { throw AuthError.invalidCredentials }
+        return true
+    }
+
+    static func validate(_ input: ProfileInput) throws {
+        let name = trimmed(input.name)
+        if name.isEmpty || name.count > 30 { throw AuthError.validation("Profile name must be 1 to 30 characters.") }
+        if name.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) {
+            throw AuthError.validation("Profile name must not contain control characters.")
+        }
+        if let avatar = input.avatar, !isValidAvatar(avatar) {
+            throw AuthError.validation("Avatar must be one emoji or an https URL of at most 512 characters.")
+        }
+        if let pin = input.pin, !(4...6).contains(pin.count) || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
+            throw AuthError.validation("PIN must be 4 to 6 digits.")
+        }
+        if input.pin != nil && input.removePin { throw AuthError.validation("Give either pin or removePin, not both.") }
+    }
+
+    static func isValidAvatar(_ avatar: String) -> Bool {
+        if avatar.count == 1, let scalar = avatar.unicodeScalars.first {
+            return scalar.properties.isEmojiPresentation || (scalar.properties.isEmoji && avatar.unicodeScalars.count > 1)
+                || (scalar.properties.isEmoji && scalar.value > 0x2000)
+        }
+        guard avatar.utf8.count <= 512, let url = URL(string: avatar), url.scheme == "https", let host = url.host, !host.isEmpty else { return false }
+        return true
+    }
+
+    static func checkUniqueName(_ name: String, among names: [String]) throws {
+        let wanted = trimmed(name).lowercased()
+        if names.contains(where: { $0.lowercased() == wanted }) { throw AuthError.validation("Another profile of this account already has that name.") }
+    }
+
+    static func trimmed(_ name: String) -> String { name.trimmingCharacters(in: .whitespacesAndNewlines) }
+
+    /// The database's unique index backs up the in-transaction check (e.g. case folding of other scripts).
+    func uniqueNameGuard<T>(_ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch StorageError.uniqueViolation {
+            throw AuthError.validation("Another profile of this account already has that name.")
+        }
+    }
+
+    func load(_ tx: any SQLExecutor, id: String, userID: String) async throws -> FamilyProfile {
+        guard let row = try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [id, userID]) else {
+            throw AuthError.notFound
+        }
+        return try FamilyProfile(row: row)
+    }
+
+    func audit(_ tx: any SQLExecutor, manager: ProfileManager, owner: Bool, userID: String, action: String, profileID: String, now: Date) async throws {
+        switch manager {
+        case .owner(let session, _):
+            try await AuditLog.record(tx, at: now, actor: session.user.id, action: action, subject: userID, ip: nil, detail: profileID)
+        case .operatorActor(let actor, let ip):
+            try await AuditLog.record(tx, at: now, actor: actor, action: "admin_" + action, subject: userID, ip: ip, detail: profileID)
+        }
+    }
+
+    func hashPIN(_ pin: String) async throws -> String {
+        do { return try await hasher.hash(pin) } catch PasswordHasherError.overloaded { throw AuthError.overloaded }
+    }
+
+    func verify(_ secret: String, _ hash: String) async throws -> Bool {
+        do { return try await hasher.verify(secret, encoded: hash) } catch PasswordHasherError.overloaded { throw AuthError.overloaded }
+    }
+}
+
+extension Optional where Wrapped: Sendable {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let value = self else { return nil }
+        return try await transform(value)
+    }
+}

@@ -1,0 +1,297 @@
+import Auth
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountService
+
+extension TestApp {
+    /// An API key with `scopes` (its secret).
+    func apiKey(_ scopes: [String]) async throws -> String {
+        try await dependencies.apiKeys.create(name: "test", scopes: scopes, logger: TestDatabase.logger).secret
+    }
+
+    func userID(token: String) async throws -> String {
+        try await dependencies.auth.authenticate(token: token, logger: TestDatabase.logger).user.id
+    }
+}
+
+extension TestClientProtocol {
+    func comp(_ app: TestApp, userID: String, plan: String, key: String) async throws -> TestResponse {
+        try await send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"\#(plan)"}"#)
+    }
+
+    func createProfile(_ token: String, _ json: String) async throws -> TestResponse {
+        try await send(.post, "/api/family-profiles", token: token, json: json)
+    }
+}
+
+struct ProfileBody: Decodable, Equatable {
+    let id: String
+    let name: String
+    let avatar: String?
+    let isDefault: Bool
+    let canMakePurchases: Bool
+    let hasPin: Bool
+    let isLocked: Bool
+}
+
+@Suite("Family profiles over HTTP")
+struct ProfileHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func planLimitsAndDowngrade(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p1@example.com", name: "Parent")
+            let userID = try await app.userID(token: token)
+            let key = try await app.apiKey(["admin"])
+            // Free plan: the default profile is the only one.
+            let listed = try await client.get("/api/profiles/available", token: token)
+            let seed = try listed.json([SeedFamilyProfile].self)
+            #expect(seed.count == 1 && seed[0].isDefault && seed[0].name == "Parent" && !seed[0].hasPin)
+            let denied = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(denied.status == .forbidden)
+            #expect(try denied.problem().code == "profile_limit_reached")
+            // Pro allows five, the default included.
+            #expect(try await client.comp(app, userID: userID, plan: "pro_monthly", key: key).status == .ok)
+            for i in 1...4 {
+                let r = try await client.createProfile(token, #"{"name":"Kid \#(i)","avatar":"🦊","canMakePurchases":false,"canUseCustomContentTypes":true}"#)
+                #expect(r.status == .created)
+                app.clock.advance(seconds: 1)
+            }
+            #expect(try await client.createProfile(token, #"{"name":"Kid 5","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status == .forbidden)
+            // Downgrade: profiles are kept, but beyond the limit they are locked and cannot be selected.
+            #expect(try await client.send(.delete, "/api/admin/users/\(userID)/subscription", token: key).status == .noContent)
+            let afterDowngrade = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self)
+            #expect(afterDowngrade.count == 5)
+            #expect(afterDowngrade.filter { !$0.isLocked }.map(\.isDefault) == [true])
+            let kid = try #require(afterDowngrade.first { $0.name == "Kid 1" })
+            let locked = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#)
+            #expect(locked.status == .forbidden)
+            #expect(try locked.problem().code == "subscription_required")
+            // Basic keeps one; Max unlocks all again, oldest first.
+            #expect(try await client.comp(app, userID: userID, plan: "max_monthly", key: key).status == .ok)
+            let unlocked = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self)
+            #expect(unlocked.allSatisfy { !$0.isLocked })
+            let select = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#)
+            #expect(select.status == .ok)
+            struct Selected: Decodable { let success: Bool; let selectedProfile: SeedFamilyProfile }
+            #expect(try select.json(Selected.self).selectedProfile.id == kid.id)
+            struct SessionBody: Decodable { let selectedProfile: SeedFamilyProfile? }
+            #expect(try await client.get("/api/auth/session", token: token).json(SessionBody.self).selectedProfile?.id == kid.id)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func onlyTheOwnerManagesProfilesAndOtherAccountsSee404(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p2@example.com", name: "Owner")
+            let key = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "pro_yearly", key: key).status == .ok)
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(ProfileBody.self)
+            let stranger = try await client.signUpAndVerify(app, email: "p3@example.com", name: "Stranger")
+            // Another account's profile id: 404 everywhere, never 403.
+            #expect(try await client.send(.post, "/api/profiles/select", token: stranger, json: #"{"profileId":"\#(kid.id)"}"#).status == .notFound)
+            #expect(try await client.send(.put, "/api/family-profiles/\(kid.id)", token: stranger, json: #"{"name":"Mine"}"#).status == .notFound)
+            #expect(try await client.send(.delete, "/api/family-profiles/\(kid.id)", token: stranger).status == .notFound)
+            // On the kid's profile the owner cannot manage profiles.
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
+            let asKid = try await client.createProfile(token, #"{"name":"Sneaky","canMakePurchases":true,"canUseCustomContentTypes":true}"#)
+            #expect(asKid.status == .forbidden)
+            #expect(try asKid.problem().code == "forbidden")
+            #expect(try await client.send(.delete, "/api/family-profiles/\(kid.id)", token: token).status == .forbidden)
+            // Back on the default profile it works; deleting the selected profile falls back to the default.
+            let profiles = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self)
+            let defaultID = try #require(profiles.first { $0.isDefault }).id
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(defaultID)"}"#).status == .ok)
+            #expect(try await client.send(.delete, "/api/family-profiles/\(defaultID)", token: token).status == .forbidden)
+            let other = try await client.signIn("p2@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
+            #expect(try await client.send(.post, "/api/profiles/select", token: other, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
+            #expect(try await client.send(.delete, "/api/family-profiles/\(kid.id)", token: token).status == .noContent)
+            struct SessionBody: Decodable { let selectedProfile: SeedFamilyProfile? }
+            #expect(try await client.get("/api/auth/session", token: other).json(SessionBody.self).selectedProfile?.id == defaultID)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func pinsNeedRecentProofAndLockAfterFiveWrongTries(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p4@example.com", name: "Owner")
+            let key = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "pro_monthly", key: key).status == .ok)
+            // Within 10 minutes of signing in, a PIN can be set without the password.
+            let kid = try await client.createProfile(token, #"{"name":"Kid","pin":"4321","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(kid.status == .created)
+            let kidProfile = try kid.json(ProfileBody.self)
+            #expect(kidProfile.hasPin)
+            #expect(!kid.text.contains("4321") && !kid.text.contains("argon2"))
+            // Later, changing a PIN needs currentPassword.
+            app.clock.advance(seconds: 11 * 60)
+            let noProof = try await client.createProfile(token, #"{"name":"Teen","pin":"1111","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(noProof.status == .forbidden)
+            let wrongProof = try await client.createProfile(
+                token, #"{"name":"Teen","pin":"1111","currentPassword":"not my password","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(try wrongProof.problem().code == "invalid_credentials")
+            let proved = try await client.createProfile(
+                token, #"{"name":"Teen","pin":"1111","currentPassword":"correct horse battery","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(proved.status == .created)
+            // A name/flag update without a PIN change needs no proof.
+            let renamed = try await client.send(.put, "/api/family-profiles/\(kidProfile.id)", token: token, json: #"{"name":"Kiddo","avatar":"🐼"}"#)
+            #expect(renamed.status == .ok)
+            #expect(try renamed.json(ProfileBody.self).hasPin, "the PIN is kept when not mentioned")
+
+            func select(_ pin: String?) async throws -> TestResponse {
+                let pinJSON = pin.map { #","pin":"\#($0)""# } ?? ""
+                return try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidProfile.id)"\#(pinJSON)}"#)
+            }
+            let missing = try await select(nil)
+            #expect(missing.status == .unauthorized)
+            #expect(try missing.problem().code == "invalid_pin")
+            // A correct PIN resets the count.
+            #expect(try await select("0000").status == .unauthorized)
+            #expect(try await select("4321").status == .ok)
+            for remaining in [4, 3, 2, 1] {
+                let wrong = try await select("0000")
+                struct Remaining: Decodable { let attemptsRemaining: Int }
+                #expect(try wrong.json(Remaining.self).attemptsRemaining == remaining)
+            }
+            let fifth = try await select("0000")
+            #expect(fifth.status == .tooManyRequests)
+            #expect(try fifth.problem().code == "pin_locked")
+            #expect(fifth.headers[.retryAfter] == "900")
+            let rightButLocked = try await select("4321")
+            #expect(rightButLocked.status == .tooManyRequests)
+            // The count is stored with the profile (it survives restarts).
+            #expect(try await app.rows("SELECT pin_failed_attempts FROM family_profiles WHERE id = ?", [kidProfile.id]).first?.int("pin_failed_attempts") == 5)
+            app.clock.advance(seconds: 15 * 60)
+            #expect(try await select("4321").status == .ok)
+            // Removing the PIN (with proof, from the owner's default profile) makes it selectable without one.
+            let asKid = try await client.send(
+                .put, "/api/family-profiles/\(kidProfile.id)", token: token, json: #"{"name":"Kiddo","removePin":true,"currentPassword":"correct horse battery"}"#)
+            #expect(asKid.status == .forbidden)
+            let defaultID = try #require(try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first { $0.isDefault }).id
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(defaultID)"}"#).status == .ok)
+            let removed = try await client.send(
+                .put, "/api/family-profiles/\(kidProfile.id)", token: token, json: #"{"name":"Kiddo","removePin":true,"currentPassword":"correct horse battery"}"#)
+            #expect(try removed.json(ProfileBody.self).hasPin == false)
+            #expect(try await select(nil).status == .ok)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func concurrentCreatesNeverExceedTheLimit(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p5@example.com", name: "Owner")
+            let key = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "pro_monthly", key: key).status == .ok)
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for i in 0..<12 {
+                    group.addTask {
+                        try await client.createProfile(token, #"{"name":"Racer \#(i)","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status
+                    }
+                }
+                return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == .created }.count == 4)
+            #expect(statuses.filter { $0 == .forbidden }.count == 8)
+            #expect(try await app.rows("SELECT id FROM family_profiles").count == 5)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func profileInputIsValidated(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p6@example.com", name: "Owner")
+            let key = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "business_monthly", key: key).status == .ok)
+            #expect(try await client.createProfile(token, #"{"name":"Anna","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status == .created)
+            for (body, fragment) in [
+                (#"{"name":"ANNA"}"#, "already has that name"),
+                (#"{"name":""}"#, "1 to 30"),
+                (#"{"name":"\#(String(repeating: "n", count: 31))"}"#, "1 to 30"),
+                (#"{"name":"Ben","avatar":"http://example.com/a.png"}"#, "https URL"),
+                (#"{"name":"Ben","avatar":"ab"}"#, "emoji"),
+                (#"{"name":"Ben","pin":"12a4"}"#, "4 to 6 digits"),
+                (#"{"name":"Ben","pin":"1234567"}"#, "4 to 6 digits"),
+                (#"{"name":"Ben","pin":"1234","removePin":true}"#, "not both"),
+            ] {
+                let r = try await client.createProfile(token, body)
+                #expect(r.status == .badRequest, "\(body)")
+                #expect(try r.problem().detail.contains(fragment), "\(body)")
+            }
+            #expect(try await client.createProfile(token, #"{"name":"Ben","avatar":"https://cdn.example.com/a.png"}"#).status == .created)
+            #expect(try await client.createProfile(token, #"{"name":"Cy","avatar":"👩‍👧"}"#).status == .created)
+            let defaultID = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first(where: \.isDefault)!.id
+            let noPurchases = try await client.send(.put, "/api/family-profiles/\(defaultID)", token: token, json: #"{"name":"Owner","canMakePurchases":false}"#)
+            #expect(noPurchases.status == .badRequest)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func operatorsManageProfilesAndEveryActionIsAudited(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p7@example.com", name: "Owner")
+            let userID = try await app.userID(token: token)
+            _ = try await app.dependencies.auth.createAdmin(email: "ops@example.com", password: "operator password", name: "Ops", logger: TestDatabase.logger)
+            let adminToken = try await client.signIn("ops@example.com", "operator password").json(SeedSignInResponse.self).session.token
+            let adminKey = try await app.apiKey(["admin"])
+            let ledgerKey = try await app.apiKey(["ledger:write"])
+            // Who may call.
+            #expect(try await client.get("/api/admin/users?email=p7@example.com", token: nil).status == .unauthorized)
+            #expect(try await client.get("/api/admin/users?email=p7@example.com", token: token).status == .forbidden)
+            #expect(try await client.get("/api/admin/users?email=p7@example.com", token: ledgerKey).status == .forbidden)
+            #expect(try await client.get("/api/admin/users?email=p7@example.com", token: "ask_unknown").status == .unauthorized)
+            struct Users: Decodable { struct U: Decodable { let id: String; let email: String? }; let users: [U] }
+            let found = try await client.get("/api/admin/users?email=P7@example.com", token: adminToken).json(Users.self)
+            #expect(found.users.map(\.id) == [userID])
+            #expect(try await client.get("/api/admin/users/nope/profiles", token: adminKey).status == .notFound)
+            // Operators create (within the plan), set a PIN without re-auth, reset it, delete.
+            #expect(try await client.send(.post, "/api/admin/users/\(userID)/profiles", token: adminKey, json: #"{"name":"Kid"}"#).status == .forbidden)
+            #expect(try await client.comp(app, userID: userID, plan: "pro_monthly", key: adminToken).status == .ok)
+            let created = try await client.send(.post, "/api/admin/users/\(userID)/profiles", token: adminKey, json: #"{"name":"Kid","pin":"2468"}"#)
+            #expect(created.status == .created)
+            let kid = try created.json(ProfileBody.self)
+            #expect(kid.hasPin)
+            let updated = try await client.send(.put, "/api/admin/users/\(userID)/profiles/\(kid.id)", token: adminToken, json: #"{"name":"Kiddo","pin":"1357"}"#)
+            #expect(try updated.json(ProfileBody.self).name == "Kiddo")
+            for _ in 0..<5 { _ = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)","pin":"0000"}"#) }
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)","pin":"1357"}"#).status == .tooManyRequests)
+            let reset = try await client.send(.post, "/api/admin/users/\(userID)/profiles/\(kid.id)/reset-pin", token: adminKey)
+            #expect(try reset.json(ProfileBody.self).hasPin == false)
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
+            let listed = try await client.get("/api/admin/users/\(userID)/profiles", token: adminKey).json([ProfileBody].self)
+            #expect(listed.count == 2)
+            #expect(try await client.send(.delete, "/api/admin/users/\(userID)/profiles/\(kid.id)", token: adminKey).status == .noContent)
+            let actions = try await app.rows("SELECT action, actor FROM audit_log WHERE action LIKE 'admin_%' AND action <> 'admin_created' ORDER BY at_ms").map { try $0.string("action") }
+            #expect(Set(actions) == ["admin_subscription_comp", "admin_profile_created", "admin_profile_updated", "admin_profile_pin_reset", "admin_profile_deleted"])
+            let actors = try await app.rows("SELECT DISTINCT actor FROM audit_log WHERE action LIKE 'admin_%'").map { try $0.string("actor") }
+            #expect(actors.contains { $0.hasPrefix("key:") } && actors.contains { $0.hasPrefix("user:") })
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func subscriptionShowsTheCompedPlanAndFallsBackToFree(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "p8@example.com")
+            let key = try await app.apiKey(["admin"])
+            struct Sub: Decodable { let planId: String; let status: String?; let isEntitled: Bool; let plan: SeedSubscriptionPlan }
+            let free = try await client.get("/api/user/subscription", token: token).json(Sub.self)
+            #expect(free.planId == "free" && free.status == nil && free.plan.isFreeTier)
+            let userID = try await app.userID(token: token)
+            let end = ISO8601DateFormatter().string(from: app.clock.now().addingTimeInterval(3 * 86400))
+            let comp = try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"max_yearly","periodEnd":"\#(end)"}"#)
+            #expect(comp.status == .ok)
+            #expect(try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"free"}"#).status == .badRequest)
+            #expect(try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"max_yearly","periodEnd":"yesterday"}"#).status == .badRequest)
+            let active = try await client.get("/api/user/subscription", token: token).json(Sub.self)
+            #expect(active.planId == "max_yearly" && active.status == "active" && active.isEntitled && active.plan.id == "max_yearly")
+            app.clock.advance(seconds: 3 * 86400 + 1)
+            let lapsed = try await client.get("/api/user/subscription", token: token).json(Sub.self)
+            #expect(lapsed.planId == "max_yearly" && !lapsed.isEntitled && lapsed.plan.id == "free")
+        }
+    }
+}
