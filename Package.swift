@@ -90,7 +90,7 @@ let package = Package(
         .testTarget(
             name: "AccountServiceTests",
             dependencies: [
-                "AccountService", "Storage", "Auth", "Entitlements", "TestSupport",
+                "AccountService", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings

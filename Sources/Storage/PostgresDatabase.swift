@@ -189,7 +189,7 @@ struct PostgresExecutor: SQLExecutor {
         case .int2, .int4, .int8, .oid: return .int(try cell.decode(Int64.self))
         case .bool: return .bool(try cell.decode(Bool.self))
         case .float4, .float8: return .double(try cell.decode(Double.self))
-        case .numeric: return .double(Double(try cell.decode(String.self)) ?? 0)
+        case .numeric: return .double(NSDecimalNumber(decimal: try cell.decode(Decimal.self)).doubleValue)
         case .bytea: return .bytes(Array(buffer: try cell.decode(ByteBuffer.self)))
         default: return .text(try cell.decode(String.self))
         }

@@ -83,3 +83,12 @@ struct SeedSubscriptionFeatures: Codable {
     let tokenRollover: String?
     let savings: String?
 }
+
+struct SeedTokenBalance: Codable {
+    let subscriptionTokens: Int
+    let purchasedTokens: Int
+    let totalTokens: Int
+    let lastSubscriptionRefresh: String?
+    let maxRollover: Int
+    let currentPlan: SeedSubscriptionPlan?
+}

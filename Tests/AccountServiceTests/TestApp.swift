@@ -112,8 +112,10 @@ extension TestClientProtocol {
         return try await execute(uri: uri, method: .get, headers: headers)
     }
 
-    func send(_ method: HTTPRequest.Method, _ uri: String, token: String?, json: String? = nil) async throws -> TestResponse {
-        var headers: HTTPFields = [:]
+    func send(_ method: HTTPRequest.Method, _ uri: String, token: String?, json: String? = nil, headers extra: HTTPFields = [:]) async throws
+        -> TestResponse
+    {
+        var headers = extra
         if let token { headers[.authorization] = "Bearer \(token)" }
         if json != nil { headers[.contentType] = "application/json" }
         return try await execute(uri: uri, method: method, headers: headers, body: json.map { ByteBuffer(string: $0) })

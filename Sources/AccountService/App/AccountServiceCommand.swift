@@ -3,6 +3,7 @@ import Auth
 import Entitlements
 import Foundation
 import Hummingbird
+import Ledger
 import Logging
 import PostgresNIO
 import Storage
@@ -12,7 +13,7 @@ struct AccountServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account-service",
         abstract: "Accounts, family profiles, subscriptions, entitlements and a token ledger over HTTP.",
-        subcommands: [Serve.self, Migrate.self, Plans.self, Admin.self, APIKeyCommand.self],
+        subcommands: [Serve.self, Migrate.self, Plans.self, Admin.self, APIKeyCommand.self, LedgerCommand.self, Argon2Command.self],
         defaultSubcommand: Serve.self
     )
 }
@@ -178,6 +179,49 @@ struct APIKeyCommand: AsyncParsableCommand {
                     throw ValidationError("no active key with id \(id)")
                 }
                 print("revoked \(id)")
+            }
+        }
+    }
+}
+
+struct Argon2Command: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "argon2", abstract: "Password-hashing tools.", subcommands: [Bench.self])
+
+    struct Bench: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Time one Argon2id hash with the configured parameters (ARGON2_*); prints the median in ms and the per-core limit.")
+        @Option(name: .long, help: "How many sequential hashes to time.") var count = 20
+
+        func run() async throws {
+            let config = try Startup.config()
+            var samples: [Double] = []
+            for i in 0..<max(3, count) {
+                let start = ContinuousClock.now
+                _ = try Argon2.hash("benchmark password \(i)", parameters: config.argon2)
+                let elapsed = ContinuousClock.now - start
+                samples.append(Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+            }
+            samples.sort()
+            let median = samples[samples.count / 2]
+            let cores = ProcessInfo.processInfo.activeProcessorCount
+            print(String(format: "argon2id %@ median_ms=%.2f cores=%d limit_per_s=%.1f", "\(config.argon2)", median, cores, Double(cores) * 1000 / median))
+        }
+    }
+}
+
+struct LedgerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ledger", abstract: "Token ledger tools.", subcommands: [Verify.self])
+
+    struct Verify: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Recompute every balance from the transfers; non-zero exit on any difference.")
+        func run() async throws {
+            let config = try Startup.config()
+            try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
+                let report = try await dependencies.database.withConnection(logger: Logger(label: "cli")) { try await dependencies.ledger.verify($0) }
+                print("ledger verify: \(report.ok ? "OK" : "DIFFERENCES") — \(report.accountsChecked) accounts, \(report.transfersChecked) transfers")
+                for difference in report.differences { print("  - \(difference)") }
+                if !report.ok { throw ExitCode(2) }
             }
         }
     }

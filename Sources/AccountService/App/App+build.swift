@@ -15,6 +15,10 @@ func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some Appl
     )
     if let client = dependencies.postgresClient { app.addServices(client) }
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
+    app.addServices(
+        LedgerSweeper(
+            database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, idempotency: dependencies.idempotency,
+            clock: dependencies.clock, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)
@@ -35,8 +39,17 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     let subscriptionRoutes = SubscriptionRoutes(
         database: dependencies.database, subscriptions: dependencies.subscriptions, clock: dependencies.clock, authenticator: authenticator)
     subscriptionRoutes.register(on: router)
-    AdminRoutes(auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator)
-        .register(on: router)
+    let writer = IdempotentWrite(database: dependencies.database, store: dependencies.idempotency)
+    let ledgerRoutes = LedgerRoutes(ledger: dependencies.ledger, writer: writer, authenticator: authenticator)
+    ledgerRoutes.register(on: router)
+    let tokenRoutes = TokenRoutes(
+        database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, clock: dependencies.clock,
+        authenticator: authenticator)
+    tokenRoutes.register(on: router)
+    AdminRoutes(
+        auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator,
+        ledger: dependencies.ledger, ledgerRoutes: ledgerRoutes, tokenRoutes: tokenRoutes
+    ).register(on: router)
     return router
 }
 

@@ -24,6 +24,8 @@ struct AppConfig: Sendable, CustomStringConvertible {
     /// Hashing threads (`ARGON2_THREADS`, default: cores) and how many hashes may wait (`ARGON2_QUEUE_LIMIT`).
     var argon2Threads = System.coreCount
     var argon2QueueLimit = 64
+    /// Seconds between background ledger sweeps (`SWEEP_INTERVAL_SECONDS`; 0 turns the sweeper off).
+    var sweepIntervalSeconds: Double = 5
 
     enum LogFormat: String, Sendable { case text, json }
 
@@ -70,6 +72,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
         if let p = number("ARGON2_PARALLELISM", 1...64) { config.argon2.parallelism = UInt32(p) }
         if let n = number("ARGON2_THREADS", 1...256) { config.argon2Threads = n }
         if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
+        if let n = number("SWEEP_INTERVAL_SECONDS", 0...86400) { config.sweepIntervalSeconds = Double(n) }
         if case .postgres = config.database, config.serverSecret == nil {
             problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }

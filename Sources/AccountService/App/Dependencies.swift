@@ -1,6 +1,7 @@
 import Auth
 import Entitlements
 import Foundation
+import Ledger
 import Logging
 import PostgresNIO
 import Storage
@@ -20,6 +21,8 @@ struct Dependencies: Sendable {
     let apiKeys: APIKeyService
     let profiles: ProfileService
     let subscriptions: SubscriptionStore
+    let ledger: Ledger
+    let idempotency: IdempotencyStore
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
@@ -40,14 +43,17 @@ struct Dependencies: Sendable {
         let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
         let secrets = SecretHasher(serverSecret: try serverSecret(config))
+        let ledger = Ledger(clock: clock)
         let auth = AuthService(
-            database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, welcomeTokens: catalog.welcomeTokens)
+            database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, welcome: LedgerWelcomeTokenGrant(ledger: ledger),
+            welcomeTokens: catalog.welcomeTokens)
         let subscriptions = SubscriptionStore(catalog: catalog)
         let profiles = ProfileService(
             database: database, hasher: hasher, clock: clock, limits: CatalogProfileLimits(subscriptions: subscriptions))
         return Dependencies(
             config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
-            auth: auth, apiKeys: APIKeyService(database: database, clock: clock), profiles: profiles, subscriptions: subscriptions)
+            auth: auth, apiKeys: APIKeyService(database: database, clock: clock), profiles: profiles, subscriptions: subscriptions, ledger: ledger,
+            idempotency: IdempotencyStore(clock: clock))
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).

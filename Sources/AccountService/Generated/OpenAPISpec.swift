@@ -19,6 +19,7 @@ tags:
   - name: account
   - name: profiles
   - name: operators
+  - name: ledger
 paths:
   /health:
     get:
@@ -706,6 +707,237 @@ paths:
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
+  /api/ledger/grants:
+    post:
+      tags: [ledger]
+      operationId: ledgerGrant
+      summary: Grant tokens to a user's bucket (scope ledger:write).
+      description: Bonus grants may carry expiresAt; expiring tokens are spent first and move to the expired account when they lapse.
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/GrantRequest" }
+      responses:
+        "201":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/LedgerResult" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/ledger/spend:
+    post:
+      tags: [ledger]
+      operationId: ledgerSpend
+      summary: Spend tokens at once, soonest-expiring first (bonus, subscription, purchased).
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/SpendRequest" }
+      responses:
+        "200":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/LedgerResult" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/ledger/holds:
+    post:
+      tags: [ledger]
+      operationId: ledgerHold
+      summary: Reserve tokens for a job; the available balance drops at once.
+      description: Resolve with capture or void before ttlSeconds (default 600, max 86400); an expired hold is released automatically and cannot be captured.
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/HoldRequest" }
+      responses:
+        "201":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Hold" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/ledger/holds/{id}/capture:
+    post:
+      tags: [ledger]
+      operationId: ledgerCaptureHold
+      summary: Post up to the held amount (default all) and release the rest.
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+        - { name: id, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/CaptureRequest" }
+      responses:
+        "200":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Hold" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/ledger/holds/{id}/void:
+    post:
+      tags: [ledger]
+      operationId: ledgerVoidHold
+      summary: Release everything a pending hold reserved.
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Hold" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/user/token-balance:
+    get:
+      tags: [ledger]
+      operationId: getTokenBalance
+      summary: The signed-in user's tokens (the app's `TokenBalance`, plus bonusTokens and heldTokens).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Balance; totalTokens is what can be spent now (holds excluded).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/TokenBalance" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/user/token-history:
+    get:
+      tags: [ledger]
+      operationId: getTokenHistory
+      summary: The signed-in user's token movements, newest first, cursor-paginated.
+      security: [{ session: [] }]
+      parameters:
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 50 } }
+        - { name: cursor, in: query, required: false, schema: { type: string }, description: nextCursor from the previous page. }
+      responses:
+        "200":
+          description: A page.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/TokenHistory" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/admin/users/{userId}/grants:
+    post:
+      tags: [operators]
+      operationId: adminGrantTokens
+      summary: Grant tokens to a user as an operator (audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/AdminGrantRequest" }
+      responses:
+        "201":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/LedgerResult" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/token-balance:
+    get:
+      tags: [operators]
+      operationId: adminGetTokenBalance
+      summary: A user's token balance.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: Balance.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/TokenBalance" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/token-history:
+    get:
+      tags: [operators]
+      operationId: adminGetTokenHistory
+      summary: A user's token movements, newest first.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 50 } }
+        - { name: cursor, in: query, required: false, schema: { type: string } }
+      responses:
+        "200":
+          description: A page.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/TokenHistory" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/ledger/verify:
+    get:
+      tags: [operators]
+      operationId: adminVerifyLedger
+      summary: Recompute every balance from the transfers and report differences (also `account-service ledger verify`).
+      security: [{ session: [] }, { apiKey: [] }]
+      responses:
+        "200":
+          description: The report (ok false lists the differences).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [ok, accountsChecked, transfersChecked, differences]
+                properties:
+                  ok: { type: boolean }
+                  accountsChecked: { type: integer }
+                  transfersChecked: { type: integer }
+                  differences: { type: array, items: { type: string } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
 components:
   securitySchemes:
     session:
@@ -741,6 +973,16 @@ components:
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
+    InsufficientTokens:
+      description: "`insufficient_tokens`, with `availableTokens`."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    Conflict:
+      description: "`idempotency_conflict` (with `fields`, the differing request fields) or `hold_resolved` (with holdId, holdStatus, amount, capturedAmount)."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
     Forbidden:
       description: "`forbidden`, `profile_limit_reached` or `subscription_required`."
       content:
@@ -772,7 +1014,7 @@ components:
           type: string
           enum: [invalid_credentials, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
-            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error]
+            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -878,6 +1120,109 @@ components:
         pendingPlanId: { type: [string, "null"] }
         isEntitled: { type: boolean, description: Whether the subscribed plan applies now. }
         plan: { $ref: "#/components/schemas/SubscriptionPlan" }
+    Metadata:
+      description: Free-form JSON (at most 4096 bytes), returned in history.
+    GrantRequest:
+      type: object
+      required: [userId, amount, bucket]
+      properties:
+        userId: { type: string }
+        amount: { type: integer, minimum: 1, maximum: 1000000000 }
+        bucket: { type: string, enum: [bonus, subscription, purchased] }
+        reason: { type: string, default: grant, pattern: "^[A-Za-z0-9_.-]{1,64}$" }
+        expiresAt: { type: string, format: date-time, description: Bonus grants only. }
+        metadata: { $ref: "#/components/schemas/Metadata" }
+    AdminGrantRequest:
+      type: object
+      required: [amount, bucket]
+      properties:
+        amount: { type: integer, minimum: 1, maximum: 1000000000 }
+        bucket: { type: string, enum: [bonus, subscription, purchased] }
+        reason: { type: string, default: admin_grant, pattern: "^[A-Za-z0-9_.-]{1,64}$" }
+        expiresAt: { type: string, format: date-time }
+        metadata: { $ref: "#/components/schemas/Metadata" }
+    SpendRequest:
+      type: object
+      required: [userId, amount, reason]
+      properties:
+        userId: { type: string }
+        amount: { type: integer, minimum: 1, maximum: 1000000000 }
+        reason: { type: string, pattern: "^[A-Za-z0-9_.-]{1,64}$" }
+        metadata: { $ref: "#/components/schemas/Metadata" }
+    HoldRequest:
+      type: object
+      required: [userId, amount, reason]
+      properties:
+        userId: { type: string }
+        amount: { type: integer, minimum: 1, maximum: 1000000000 }
+        ttlSeconds: { type: integer, minimum: 1, maximum: 86400, default: 600 }
+        reason: { type: string, pattern: "^[A-Za-z0-9_.-]{1,64}$" }
+        metadata: { $ref: "#/components/schemas/Metadata" }
+    CaptureRequest:
+      type: object
+      properties:
+        amount: { type: integer, minimum: 1, description: Default the whole held amount. }
+    Balances:
+      type: object
+      required: [bonusTokens, subscriptionTokens, purchasedTokens, heldTokens, totalTokens]
+      properties:
+        bonusTokens: { type: integer }
+        subscriptionTokens: { type: integer }
+        purchasedTokens: { type: integer }
+        heldTokens: { type: integer }
+        totalTokens: { type: integer, description: Spendable now. }
+    LedgerResult:
+      type: object
+      required: [operationId, userId, amount, balances]
+      properties:
+        operationId: { type: string }
+        userId: { type: string }
+        amount: { type: integer }
+        balances: { $ref: "#/components/schemas/Balances" }
+    Hold:
+      type: object
+      required: [id, userId, status, amount, expiresAt]
+      properties:
+        id: { type: string }
+        userId: { type: string }
+        status: { type: string, enum: [pending, captured, voided, expired] }
+        amount: { type: integer }
+        capturedAmount: { type: [integer, "null"] }
+        expiresAt: { type: string, format: date-time }
+        resolvedAt: { type: [string, "null"], format: date-time }
+    TokenBalance:
+      type: object
+      required: [subscriptionTokens, purchasedTokens, totalTokens, maxRollover, bonusTokens, heldTokens]
+      properties:
+        subscriptionTokens: { type: integer }
+        purchasedTokens: { type: integer }
+        totalTokens: { type: integer }
+        lastSubscriptionRefresh: { type: [string, "null"], format: date-time }
+        maxRollover: { type: integer }
+        currentPlan:
+          oneOf:
+            - { $ref: "#/components/schemas/SubscriptionPlan" }
+            - { type: "null" }
+        bonusTokens: { type: integer }
+        heldTokens: { type: integer }
+    TokenHistory:
+      type: object
+      required: [entries]
+      properties:
+        nextCursor: { type: [string, "null"] }
+        entries:
+          type: array
+          items:
+            type: object
+            required: [id, amount, reason, createdAt]
+            properties:
+              id: { type: string }
+              amount: { type: integer, description: Signed change of the user's balance. }
+              bucket: { type: [string, "null"] }
+              reason: { type: string }
+              createdAt: { type: string, format: date-time }
+              balanceAfter: { type: [integer, "null"] }
+              metadata: { $ref: "#/components/schemas/Metadata" }
     SubscriptionFeatures:
       type: object
       required: [allStyles, familyProfiles, qualitySelector, modelSelector, commercialLicense, prioritySupport]

@@ -5,16 +5,18 @@ import NIOCore
 extension Request {
     /// Decodes a JSON body into `T`, answering bad input with clear 4xx problems: a wrong content type
     /// (415), a body over 1 MiB (413), malformed JSON, missing fields or wrong types (400).
-    mutating func decodeJSON<T: Decodable>(_ type: T.Type, context: some RequestContext) async throws -> T {
-        let contentType = headers[.contentType]?.lowercased() ?? ""
-        guard contentType.hasPrefix("application/json") || contentType.hasPrefix("application/") && contentType.contains("+json") else {
-            throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Content-Type must be application/json.")
-        }
+    mutating func decodeJSON<T: Decodable>(_ type: T.Type, context: some RequestContext, emptyMeans: String? = nil) async throws -> T {
         let buffer: ByteBuffer
         do {
             buffer = try await collectBody(upTo: context.maxUploadSize)
         } catch is NIOTooManyBytesError {
             throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
+        }
+        // Endpoints whose body is optional treat an empty one as `emptyMeans` (e.g. "{}").
+        if buffer.readableBytes == 0, let emptyMeans { return try JSONDecoder().decode(T.self, from: Data(emptyMeans.utf8)) }
+        let contentType = headers[.contentType]?.lowercased() ?? ""
+        guard contentType.hasPrefix("application/json") || contentType.hasPrefix("application/") && contentType.contains("+json") else {
+            throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Content-Type must be application/json.")
         }
         guard buffer.readableBytes > 0 else { throw Problem.validation("The request body is empty; a JSON object is expected.") }
         do {

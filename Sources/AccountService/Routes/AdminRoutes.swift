@@ -3,6 +3,7 @@ import Entitlements
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Ledger
 import Logging
 import Storage
 
@@ -71,6 +72,11 @@ struct AdminRoutes: Sendable {
     let profiles: ProfileService
     let subscriptionRoutes: SubscriptionRoutes
     let authenticator: Authenticator
+    let ledger: Ledger
+    let ledgerRoutes: LedgerRoutes
+    let tokenRoutes: TokenRoutes
+
+    struct AdminGrantRequest: Codable { let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue? }
 
     struct UserJSON: Encodable, Sendable {
         let id: String; let email: String?; let name: String; let role: String; let emailVerified: Bool; let createdAt: String; let deleted: Bool
@@ -142,6 +148,38 @@ struct AdminRoutes: Sendable {
             let body = try await request.decodeJSON(CompRequest.self, context: context)
             return JSONResponse(try await comp(userID: userID, body: body, actor: actor, ip: context.remoteIP, logger: context.logger))
         }
+        router.post("/api/admin/users/:userId/grants") { request, context in
+            let actor = try await authenticator.requireOperator(request, context)
+            let userID = try await existingUser(context)
+            var request = request
+            let body = try await request.decodeJSON(AdminGrantRequest.self, context: context)
+            let grant = LedgerRoutes.GrantRequest(
+                userId: userID, amount: body.amount, bucket: body.bucket, reason: body.reason ?? "admin_grant", expiresAt: body.expiresAt, metadata: body.metadata)
+            let response = try await ledgerRoutes.grant(grant, caller: actor, request: request, context: context, endpoint: "admin-grants")
+            if response.status == .created && response.headers[.idempotentReplayed] == nil {
+                try await subscriptionRoutes.database.transaction(logger: context.logger) { tx in
+                    try await AuditLog.record(
+                        tx, at: subscriptionRoutes.clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: context.remoteIP,
+                        detail: "\(body.amount) \(body.bucket.rawValue)")
+                }
+            }
+            return response
+        }
+        router.get("/api/admin/users/:userId/token-history") { request, context in
+            _ = try await authenticator.requireOperator(request, context)
+            let userID = try await existingUser(context)
+            return JSONResponse(try await tokenRoutes.history(userID: userID, request: request, logger: context.logger))
+        }
+        router.get("/api/admin/users/:userId/token-balance") { request, context in
+            _ = try await authenticator.requireOperator(request, context)
+            let userID = try await existingUser(context)
+            return JSONResponse(try await tokenRoutes.balance(userID: userID, logger: context.logger))
+        }
+        router.get("/api/admin/ledger/verify") { request, context in
+            _ = try await authenticator.requireOperator(request, context)
+            let report = try await subscriptionRoutes.database.withConnection(logger: context.logger) { try await ledger.verify($0) }
+            return JSONResponse(report)
+        }
         router.delete("/api/admin/users/:userId/subscription") { request, context in
             let actor = try await authenticator.requireOperator(request, context)
             let userID = try await existingUser(context)
@@ -177,8 +215,13 @@ struct AdminRoutes: Sendable {
             periodEnd = date
         }
         let end = periodEnd
+        let ledger = self.ledger
         try await subscriptionRoutes.database.transaction(logger: logger) { tx in
-            _ = try await store.startManual(userID: userID, planID: plan.id, now: now, periodEnd: end, tx)
+            let subscription = try await store.startManual(userID: userID, planID: plan.id, now: now, periodEnd: end, tx)
+            // The comp starts a period: rollover, then the plan's monthly tokens, once for this period.
+            _ = try await ledger.startPeriod(
+                tx, userID: userID, periodKey: "period:\(subscription.currentPeriodStart.epochMilliseconds)", planID: plan.id,
+                monthlyTokens: Int64(plan.monthlyTokens), maxRolloverTokens: Int64(plan.maxRollover))
             try await AuditLog.record(tx, at: now, actor: actor, action: "admin_subscription_comp", subject: userID, ip: ip, detail: plan.id)
         }
         return try await subscriptionRoutes.snapshot(userID: userID, logger: logger)

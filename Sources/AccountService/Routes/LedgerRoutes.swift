@@ -1,0 +1,217 @@
+import Auth
+import Entitlements
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Ledger
+import Logging
+import Storage
+
+struct BalancesJSON: Codable, Sendable, Equatable {
+    let bonusTokens: Int64
+    let subscriptionTokens: Int64
+    let purchasedTokens: Int64
+    let heldTokens: Int64
+    let totalTokens: Int64
+    init(_ b: BucketBalances) {
+        bonusTokens = b.bonusTokens
+        subscriptionTokens = b.subscriptionTokens
+        purchasedTokens = b.purchasedTokens
+        heldTokens = b.heldTokens
+        totalTokens = b.totalTokens
+    }
+}
+
+struct LedgerResultJSON: Codable, Sendable {
+    let operationId: String
+    let userId: String
+    let amount: Int64
+    let balances: BalancesJSON
+    init(_ r: LedgerResult) {
+        operationId = r.operationId
+        userId = r.userId
+        amount = r.amount
+        balances = BalancesJSON(r.balances)
+    }
+}
+
+struct HoldJSON: Codable, Sendable {
+    let id: String
+    let userId: String
+    let status: String
+    let amount: Int64
+    let capturedAmount: Int64?
+    let expiresAt: String
+    let resolvedAt: String?
+    init(_ h: HoldState) {
+        id = h.id
+        userId = h.userId
+        status = h.status
+        amount = h.amount
+        capturedAmount = h.capturedAmount
+        expiresAt = AuthRoutes.iso(h.expiresAt)
+        resolvedAt = h.resolvedAt.map(AuthRoutes.iso)
+    }
+}
+
+/// Service endpoints that move tokens (API key scope `ledger:write`, `Idempotency-Key` required).
+struct LedgerRoutes: Sendable {
+    let ledger: Ledger
+    let writer: IdempotentWrite
+    let authenticator: Authenticator
+
+    struct GrantRequest: Codable { let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue? }
+    struct SpendRequest: Codable { let userId: String; let amount: Int64; let reason: String; let metadata: JSONValue? }
+    struct HoldRequest: Codable { let userId: String; let amount: Int64; let ttlSeconds: Int?; let reason: String; let metadata: JSONValue? }
+    struct CaptureRequest: Codable { let amount: Int64? }
+
+    func register(on router: Router<AppRequestContext>) {
+        router.post("/api/ledger/grants") { request, context in
+            let caller = try await caller(request, context)
+            var request = request
+            let body = try await request.decodeJSON(GrantRequest.self, context: context)
+            return try await grant(body, caller: caller, request: request, context: context, endpoint: "grants")
+        }
+        userWrite(router, "/api/ledger/spend", SpendRequest.self, endpoint: "spend", status: .ok, userID: \.userId) { tx, body in
+            LedgerResultJSON(
+                try await ledger.spend(tx, userID: body.userId, amountTokens: body.amount, reason: body.reason, metadata: body.metadata?.canonicalText))
+        }
+        userWrite(router, "/api/ledger/holds", HoldRequest.self, endpoint: "holds", status: .created, userID: \.userId) { tx, body in
+            HoldJSON(
+                try await ledger.hold(
+                    tx, userID: body.userId, amountTokens: body.amount, ttlSeconds: body.ttlSeconds ?? LedgerLimits.holdTTLSecondsDefault,
+                    reason: body.reason, metadata: body.metadata?.canonicalText))
+        }
+        router.post("/api/ledger/holds/:id/capture") { request, context in
+            let caller = try await caller(request, context)
+            let id = try context.parameters.require("id")
+            var request = request
+            let body = try await request.decodeJSON(CaptureRequest.self, context: context, emptyMeans: "{}")
+            return try await writer.run(
+                caller: caller, request: request, fields: canonicalFields(body, extra: ["endpoint": "capture", "holdId": id]), status: .ok,
+                logger: context.logger
+            ) { tx in HoldJSON(try await ledger.capture(tx, holdID: id, amountTokens: body.amount)) }
+        }
+        router.post("/api/ledger/holds/:id/void") { request, context in
+            let caller = try await caller(request, context)
+            let id = try context.parameters.require("id")
+            return try await writer.run(
+                caller: caller, request: request, fields: ["endpoint": "void", "holdId": id], status: .ok, logger: context.logger
+            ) { tx in HoldJSON(try await ledger.void(tx, holdID: id)) }
+        }
+    }
+
+    /// Registers an idempotent write on one user's tokens: scope check, body decoding, unknown-user 404.
+    func userWrite<Body: Codable & Sendable, Result: Encodable & Sendable>(
+        _ router: Router<AppRequestContext>, _ path: RouterPath, _ type: Body.Type, endpoint: String, status: HTTPResponse.Status,
+        userID: KeyPath<Body, String> & Sendable, _ operation: @escaping @Sendable (any SQLExecutor, Body) async throws -> Result
+    ) {
+        router.post(path) { request, context in
+            let caller = try await caller(request, context)
+            var request = request
+            let body = try await request.decodeJSON(Body.self, context: context)
+            return try await writer.run(
+                caller: caller, request: request, fields: canonicalFields(body, extra: ["endpoint": endpoint]), status: status, logger: context.logger
+            ) { tx in
+                try await Self.requireUser(tx, body[keyPath: userID])
+                return try await operation(tx, body)
+            }
+        }
+    }
+
+    func caller(_ request: Request, _ context: AppRequestContext) async throws -> String {
+        "key:" + (try await authenticator.requireScope("ledger:write", request, context)).id
+    }
+
+    func grant(_ body: GrantRequest, caller: String, request: Request, context: AppRequestContext, endpoint: String) async throws -> Response {
+        var expiresAt: Date?
+        if let raw = body.expiresAt {
+            guard let date = ISO8601DateFormatter.parse(raw) else { throw Problem.validation("expiresAt must be an ISO-8601 date-time.") }
+            expiresAt = date
+        }
+        let expiry = expiresAt
+        return try await writer.run(
+            caller: caller, request: request, fields: canonicalFields(body, extra: ["endpoint": endpoint]), status: .created, logger: context.logger
+        ) { tx in
+            try await Self.requireUser(tx, body.userId)
+            return LedgerResultJSON(
+                try await ledger.grant(
+                    tx, userID: body.userId, amountTokens: body.amount, bucket: body.bucket, reason: body.reason ?? "grant", expiresAt: expiry,
+                    metadata: body.metadata?.canonicalText))
+        }
+    }
+
+    /// Unknown (or erased) users are 404s, not silent new ledger accounts.
+    static func requireUser(_ tx: any SQLExecutor, _ userID: String) async throws {
+        guard try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL", [userID]) != nil else {
+            throw Problem.notFound("No user with id \(userID).")
+        }
+    }
+}
+
+/// The signed-in user's tokens.
+struct TokenRoutes: Sendable {
+    let database: any Database
+    let ledger: Ledger
+    let subscriptions: SubscriptionStore
+    let clock: any TimeSource
+    let authenticator: Authenticator
+
+    /// The seed's `TokenBalance` plus `bonusTokens` and `heldTokens`.
+    struct TokenBalanceJSON: Encodable, Sendable {
+        let subscriptionTokens: Int64
+        let purchasedTokens: Int64
+        let totalTokens: Int64
+        let lastSubscriptionRefresh: String?
+        let maxRollover: Int
+        let currentPlan: SubscriptionPlan?
+        let bonusTokens: Int64
+        let heldTokens: Int64
+    }
+    struct HistoryEntryJSON: Encodable, Sendable {
+        let id: String; let amount: Int64; let bucket: String?; let reason: String; let createdAt: String; let balanceAfter: Int64?; let metadata: JSONValue?
+    }
+    struct HistoryJSON: Encodable, Sendable { let entries: [HistoryEntryJSON]; let nextCursor: String? }
+
+    func register(on router: Router<AppRequestContext>) {
+        router.get("/api/user/token-balance") { request, context in
+            let session = try await authenticator.session(request, context)
+            return JSONResponse(try await balance(userID: session.user.id, logger: context.logger))
+        }
+        router.get("/api/user/token-history") { request, context in
+            let session = try await authenticator.session(request, context)
+            return JSONResponse(try await history(userID: session.user.id, request: request, logger: context.logger))
+        }
+    }
+
+    func balance(userID: String, logger: Logger) async throws -> TokenBalanceJSON {
+        try await database.transaction(logger: logger) { tx in
+            let balances = try await ledger.balances(tx, userID: userID)
+            let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+            return TokenBalanceJSON(
+                subscriptionTokens: balances.subscriptionTokens, purchasedTokens: balances.purchasedTokens, totalTokens: balances.totalTokens,
+                lastSubscriptionRefresh: try await ledger.lastSubscriptionRefresh(tx, userID: userID).map(AuthRoutes.iso), maxRollover: plan.maxRollover,
+                currentPlan: plan, bonusTokens: balances.bonusTokens, heldTokens: balances.heldTokens)
+        }
+    }
+
+    func history(userID: String, request: Request, logger: Logger) async throws -> HistoryJSON {
+        let limit = try request.uri.queryParameters["limit"].map { raw -> Int in
+            guard let n = Int(String(raw)), (1...LedgerLimits.historyPageMax).contains(n) else {
+                throw Problem.validation("limit must be from 1 to \(LedgerLimits.historyPageMax).")
+            }
+            return n
+        } ?? 50
+        let cursor = try request.uri.queryParameters["cursor"].map { raw -> Int64 in
+            guard let n = Int64(String(raw)), n > 0 else { throw Problem.validation("cursor must be a value returned as nextCursor.") }
+            return n
+        }
+        let page = try await database.withConnection(logger: logger) { tx in try await ledger.history(tx, userID: userID, limit: limit, cursor: cursor) }
+        return HistoryJSON(
+            entries: page.entries.map {
+                HistoryEntryJSON(
+                    id: $0.id, amount: $0.amount, bucket: $0.bucket, reason: $0.reason, createdAt: AuthRoutes.iso($0.createdAt),
+                    balanceAfter: $0.balanceAfter, metadata: JSONValue.parse($0.metadata))
+            }, nextCursor: page.nextCursor.map(String.init))
+    }
+}

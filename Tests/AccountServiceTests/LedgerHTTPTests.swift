@@ -1,0 +1,205 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountService
+
+extension TestClientProtocol {
+    func ledger(_ path: String, key: String?, idempotencyKey: String?, json: String?) async throws -> TestResponse {
+        try await send(.post, path, token: key, json: json, headers: idempotencyKey.map { [.idempotencyKey: $0] } ?? [:])
+    }
+}
+
+struct BalanceBody: Decodable, Equatable {
+    let bonusTokens: Int
+    let subscriptionTokens: Int
+    let purchasedTokens: Int
+    let heldTokens: Int
+    let totalTokens: Int
+}
+
+@Suite("Token ledger over HTTP")
+struct LedgerHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func grantsSpendsAndIdempotency(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "l1@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write"])
+            // Welcome tokens arrived through the ledger, in the bonus bucket.
+            let welcome = try await client.get("/api/user/token-balance", token: token)
+            let seed = try welcome.json(SeedTokenBalance.self)
+            #expect(seed.totalTokens == 3 && seed.currentPlan?.id == "free" && seed.maxRollover == 0)
+            #expect(try welcome.json(BalanceBody.self).bonusTokens == 3)
+
+            let grantBody = #"{"userId":"\#(user)","amount":20,"bucket":"purchased","reason":"pack","metadata":{"order":"A-1"}}"#
+            let grant = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g-1", json: grantBody)
+            #expect(grant.status == .created)
+            struct Result: Decodable { let operationId: String; let balances: BalanceBody }
+            let granted = try grant.json(Result.self)
+            #expect(granted.balances.totalTokens == 23 && granted.balances.purchasedTokens == 20)
+            // The same key and body replays the stored response; the balance moved once.
+            let replay = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g-1", json: grantBody)
+            #expect(replay.status == .created && replay.text == grant.text)
+            #expect(replay.headers[.idempotentReplayed] == "true")
+            // The same key with another body is a conflict naming the fields.
+            let conflict = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "g-1", json: #"{"userId":"\#(user)","amount":21,"bucket":"bonus","reason":"pack"}"#)
+            #expect(conflict.status == .conflict)
+            struct Fields: Decodable { let code: String; let fields: [String] }
+            let fields = try conflict.json(Fields.self)
+            #expect(fields.code == "idempotency_conflict" && fields.fields == ["amount", "bucket", "metadata"])
+            // Another caller's key space is separate.
+            let otherKey = try await app.apiKey(["ledger:write"])
+            #expect(try await client.ledger("/api/ledger/grants", key: otherKey, idempotencyKey: "g-1", json: grantBody).status == .created)
+
+            // Spend order: bonus first, then purchased.
+            let spend = try await client.ledger(
+                "/api/ledger/spend", key: key, idempotencyKey: "s-1", json: #"{"userId":"\#(user)","amount":5,"reason":"generation"}"#)
+            #expect(spend.status == .ok)
+            #expect(try spend.json(Result.self).balances == BalanceBody(bonusTokens: 0, subscriptionTokens: 0, purchasedTokens: 38, heldTokens: 0, totalTokens: 38))
+            // Not enough: 402 with the available amount, remembered: the retry fails the same even after a grant.
+            let tooMuch = #"{"userId":"\#(user)","amount":100,"reason":"generation"}"#
+            let refused = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s-2", json: tooMuch)
+            #expect(refused.status.code == 402)
+            struct Available: Decodable { let code: String; let availableTokens: Int }
+            #expect(try refused.json(Available.self).availableTokens == 38)
+            _ = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g-2", json: #"{"userId":"\#(user)","amount":100,"bucket":"purchased"}"#)
+            let retried = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s-2", json: tooMuch)
+            #expect(retried.status.code == 402 && retried.text == refused.text)
+            #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 138)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func callersAndInputsAreChecked(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "l2@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write"])
+            let readOnly = try await app.apiKey(["entitlements:read"])
+            let body = #"{"userId":"\#(user)","amount":5,"reason":"generation"}"#
+            #expect(try await client.ledger("/api/ledger/spend", key: nil, idempotencyKey: "k", json: body).status == .unauthorized)
+            #expect(try await client.ledger("/api/ledger/spend", key: token, idempotencyKey: "k", json: body).status == .unauthorized)
+            #expect(try await client.ledger("/api/ledger/spend", key: readOnly, idempotencyKey: "k", json: body).status == .forbidden)
+            let noKey = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: nil, json: body)
+            #expect(try noKey.status == .badRequest && noKey.problem().detail.contains("Idempotency-Key"))
+            for bad in [
+                #"{"userId":"\#(user)","amount":0,"reason":"x"}"#, #"{"userId":"\#(user)","amount":-1,"reason":"x"}"#,
+                #"{"userId":"\#(user)","amount":5,"reason":"has spaces"}"#, #"{"userId":"\#(user)","amount":"5","reason":"x"}"#,
+            ] {
+                #expect(try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: UUID().uuidString, json: bad).status == .badRequest, "\(bad)")
+            }
+            let unknownUser = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "u", json: #"{"userId":"nobody","amount":5,"bucket":"bonus"}"#)
+            #expect(unknownUser.status == .notFound)
+            let badBucket = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "b", json: #"{"userId":"\#(user)","amount":5,"bucket":"gold"}"#)
+            #expect(badBucket.status == .badRequest)
+            let expiringPurchase = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "e",
+                json: #"{"userId":"\#(user)","amount":5,"bucket":"purchased","expiresAt":"2099-01-01T00:00:00Z"}"#)
+            #expect(expiringPurchase.status == .badRequest)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func holdsResolveOnceAndExpire(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "l3@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write"])
+            _ = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":7,"bucket":"subscription"}"#)
+            struct Hold: Decodable { let id: String; let status: String; let amount: Int; let capturedAmount: Int?; let expiresAt: String }
+            let created = try await client.ledger(
+                "/api/ledger/holds", key: key, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":6,"reason":"generation","ttlSeconds":120}"#)
+            #expect(created.status == .created)
+            let hold = try created.json(Hold.self)
+            #expect(hold.status == "pending" && hold.amount == 6)
+            let during = try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self)
+            #expect(during.totalTokens == 4 && during.heldTokens == 6)
+            let capture = try await client.ledger("/api/ledger/holds/\(hold.id)/capture", key: key, idempotencyKey: "c1", json: #"{"amount":4}"#)
+            #expect(capture.status == .ok)
+            #expect(try capture.json(Hold.self).capturedAmount == 4)
+            // The hold took the 3 bonus tokens first, then 3 subscription tokens; capturing 4 returns 2 subscription tokens.
+            #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self) == BalanceBody(
+                bonusTokens: 0, subscriptionTokens: 6, purchasedTokens: 0, heldTokens: 0, totalTokens: 6))
+            // A second resolution (new key) answers 409 with the final state; replaying the capture key replays it.
+            let again = try await client.ledger("/api/ledger/holds/\(hold.id)/void", key: key, idempotencyKey: "v1", json: nil)
+            #expect(again.status == .conflict)
+            struct Resolved: Decodable { let code: String; let holdStatus: String; let capturedAmount: Int }
+            #expect(try again.json(Resolved.self).holdStatus == "captured" && again.json(Resolved.self).capturedAmount == 4)
+            #expect(try await client.ledger("/api/ledger/holds/\(hold.id)/capture", key: key, idempotencyKey: "c1", json: #"{"amount":4}"#).text == capture.text)
+            // An empty capture body captures everything; an expired hold cannot be captured late.
+            let second = try await client.ledger(
+                "/api/ledger/holds", key: key, idempotencyKey: "h2", json: #"{"userId":"\#(user)","amount":5,"reason":"generation","ttlSeconds":60}"#).json(Hold.self)
+            app.clock.advance(seconds: 61)
+            let late = try await client.ledger("/api/ledger/holds/\(second.id)/capture", key: key, idempotencyKey: "c2", json: nil)
+            #expect(late.status == .conflict)
+            #expect(try late.json(Resolved.self).holdStatus == "expired")
+            #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 6)
+            #expect(try await client.ledger("/api/ledger/holds/nope/void", key: key, idempotencyKey: "v2", json: nil).status == .notFound)
+            let tooLong = try await client.ledger(
+                "/api/ledger/holds", key: key, idempotencyKey: "h3", json: #"{"userId":"\#(user)","amount":1,"reason":"x","ttlSeconds":86401}"#)
+            #expect(tooLong.status == .badRequest)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func historyIsPaginatedNewestFirst(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "l4@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write"])
+            for i in 1...5 {
+                _ = try await client.ledger(
+                    "/api/ledger/grants", key: key, idempotencyKey: "g\(i)", json: #"{"userId":"\#(user)","amount":\#(i),"bucket":"purchased","metadata":{"n":\#(i)}}"#)
+            }
+            struct Page: Decodable {
+                struct Entry: Decodable { let amount: Int; let reason: String; let balanceAfter: Int?; let bucket: String? }
+                let entries: [Entry]
+                let nextCursor: String?
+            }
+            let first = try await client.get("/api/user/token-history?limit=4", token: token).json(Page.self)
+            #expect(first.entries.map(\.amount) == [5, 4, 3, 2])
+            #expect(first.entries.map(\.balanceAfter) == [18, 13, 9, 6])
+            let cursor = try #require(first.nextCursor)
+            let second = try await client.get("/api/user/token-history?limit=4&cursor=\(cursor)", token: token).json(Page.self)
+            #expect(second.entries.map(\.amount) == [1, 3])
+            #expect(second.entries.last?.reason == "welcome" && second.entries.last?.bucket == "bonus")
+            #expect(second.nextCursor == nil)
+            #expect(try await client.get("/api/user/token-history?limit=101", token: token).status == .badRequest)
+            #expect(try await client.get("/api/user/token-history?cursor=abc", token: token).status == .badRequest)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func operatorsCompGrantAndVerify(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "l5@example.com")
+            let user = try await app.userID(token: token)
+            let admin = try await app.apiKey(["admin"])
+            // A comp starts a period: the plan's monthly tokens land in the subscription bucket, once.
+            #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
+            let balance = try await client.get("/api/user/token-balance", token: token).json(SeedTokenBalance.self)
+            #expect(balance.subscriptionTokens == 150 && balance.maxRollover == 150 && balance.lastSubscriptionRefresh != nil)
+            let grant = try await client.ledger(
+                "/api/admin/users/\(user)/grants", key: admin, idempotencyKey: "a1", json: #"{"amount":10,"bucket":"bonus","reason":"apology"}"#)
+            #expect(grant.status == .created)
+            #expect(try await client.ledger("/api/admin/users/\(user)/grants", key: admin, idempotencyKey: "a1", json: #"{"amount":10,"bucket":"bonus","reason":"apology"}"#).status == .created)
+            let adminBalance = try await client.get("/api/admin/users/\(user)/token-balance", token: admin).json(BalanceBody.self)
+            #expect(adminBalance.bonusTokens == 13 && adminBalance.totalTokens == 163)
+            #expect(try await app.rows("SELECT action FROM audit_log WHERE action = 'admin_token_grant'").count == 1)
+            let history = try await client.get("/api/admin/users/\(user)/token-history", token: admin)
+            #expect(history.status == .ok)
+            struct Report: Decodable { let ok: Bool; let transfersChecked: Int; let differences: [String] }
+            let report = try await client.get("/api/admin/ledger/verify", token: admin).json(Report.self)
+            #expect(report.ok && report.differences.isEmpty && report.transfersChecked >= 3)
+            #expect(try await client.get("/api/admin/ledger/verify", token: token).status == .forbidden)
+        }
+    }
+}

@@ -1,0 +1,335 @@
+import Foundation
+import Ledger
+import Storage
+import TestSupport
+import Testing
+
+/// A reproducible random number generator (SplitMix64).
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// The ledger's rules, restated independently in memory.
+struct LedgerModel {
+    struct Lot { let id: Int; var remaining: Int64; let expiresAt: Date? }
+    struct Part { let bucket: Bucket; let lot: Int?; let amount: Int64 }
+    struct Hold { let userID: String; let amount: Int64; let parts: [Part]; let expiresAt: Date }
+    var lots: [String: [Lot]] = [:]
+    var subscription: [String: Int64] = [:]
+    var purchased: [String: Int64] = [:]
+    var holds: [String: Hold] = [:]
+    var nextLot = 0
+
+    mutating func access(_ user: String, now: Date) {
+        for (id, hold) in holds where hold.userID == user && hold.expiresAt <= now {
+            release(hold.parts, user: user)
+            holds[id] = nil
+        }
+        lots[user] = (lots[user] ?? []).map { lot in
+            var lot = lot
+            if let expiry = lot.expiresAt, expiry <= now { lot.remaining = 0 }
+            return lot
+        }
+    }
+
+    mutating func release(_ parts: [Part], user: String) {
+        for part in parts {
+            switch part.bucket {
+            case .bonus: if let i = lots[user]?.firstIndex(where: { $0.id == part.lot }) { lots[user]![i].remaining += part.amount }
+            case .subscription: subscription[user, default: 0] += part.amount
+            case .purchased: purchased[user, default: 0] += part.amount
+            }
+        }
+    }
+
+    func balances(_ user: String) -> (bonus: Int64, subscription: Int64, purchased: Int64, held: Int64) {
+        ((lots[user] ?? []).map(\.remaining).reduce(0, +), subscription[user] ?? 0, purchased[user] ?? 0,
+         holds.values.filter { $0.userID == user }.map(\.amount).reduce(0, +))
+    }
+
+    mutating func grant(_ user: String, _ amount: Int64, _ bucket: Bucket, expiresAt: Date?) {
+        switch bucket {
+        case .bonus:
+            nextLot += 1
+            lots[user, default: []].append(Lot(id: nextLot, remaining: amount, expiresAt: expiresAt))
+        case .subscription: subscription[user, default: 0] += amount
+        case .purchased: purchased[user, default: 0] += amount
+        }
+    }
+
+    /// Takes `amount` in spend order, or returns nil when there is not enough.
+    mutating func take(_ user: String, _ amount: Int64) -> [Part]? {
+        let b = balances(user)
+        guard b.bonus + b.subscription + b.purchased >= amount else { return nil }
+        var remaining = amount
+        var parts: [Part] = []
+        let order = (lots[user] ?? []).indices.sorted { l, r in
+            let a = lots[user]![l], c = lots[user]![r]
+            switch (a.expiresAt, c.expiresAt) {
+            case (nil, nil): return a.id < c.id
+            case (nil, _): return false
+            case (_, nil): return true
+            case (let x?, let y?): return x == y ? a.id < c.id : x < y
+            }
+        }
+        for i in order where remaining > 0 && lots[user]![i].remaining > 0 {
+            let t = min(remaining, lots[user]![i].remaining)
+            lots[user]![i].remaining -= t
+            parts.append(Part(bucket: .bonus, lot: lots[user]![i].id, amount: t))
+            remaining -= t
+        }
+        let s = min(remaining, subscription[user] ?? 0)
+        if s > 0 { subscription[user]! -= s; parts.append(Part(bucket: .subscription, lot: nil, amount: s)); remaining -= s }
+        let p = min(remaining, purchased[user] ?? 0)
+        if p > 0 { purchased[user]! -= p; parts.append(Part(bucket: .purchased, lot: nil, amount: p)); remaining -= p }
+        return parts
+    }
+}
+
+@Suite("Token ledger")
+struct LedgerModelTests {
+    static func migrated(_ db: any Database) async throws {
+        _ = try await db.migrate(db.engine.migrations, logger: TestDatabase.logger)
+    }
+
+    /// A seeded random workload, checked against the model after every step. Replay a failure with
+    /// LEDGER_SEED=<seed printed in the failure>.
+    @Test(arguments: TestDatabase.engines)
+    func randomWorkloadMatchesTheModel(engine: Engine) async throws {
+        let seed = UInt64(ProcessInfo.processInfo.environment["LEDGER_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max >> 1)
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.migrated(db)
+            let clock = ManualTimeSource()
+            let ledger = Ledger(clock: clock)
+            var rng = SeededGenerator(state: seed)
+            var model = LedgerModel()
+            let users = ["u1", "u2", "u3"]
+            for step in 0..<300 {
+                let user = users.randomElement(using: &rng)!
+                let now = clock.now()
+                model.access(user, now: now)
+                let op = Int.random(in: 0..<100, using: &rng)
+                let context = "seed \(seed), step \(step), op \(op), user \(user)"
+                switch op {
+                case 0..<25:
+                    let bucket = Bucket.allCases.randomElement(using: &rng)!
+                    let amount = Int64.random(in: 1...50, using: &rng)
+                    let expires: Date? = bucket == .bonus && Bool.random(using: &rng) ? now.addingTimeInterval(Double.random(in: 10...400, using: &rng)) : nil
+                    _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                        try await ledger.grant(tx, userID: user, amountTokens: amount, bucket: bucket, reason: "grant", expiresAt: expires)
+                    }
+                    model.grant(user, amount, bucket, expiresAt: expires)
+                case 25..<50:
+                    let amount = Int64.random(in: 1...60, using: &rng)
+                    let expected = model.take(user, amount)
+                    do {
+                        _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                            try await ledger.spend(tx, userID: user, amountTokens: amount, reason: "spend")
+                        }
+                        #expect(expected != nil, "spend succeeded but the model had too little: \(context)")
+                    } catch let LedgerError.insufficientTokens(available) {
+                        let b = model.balances(user)
+                        #expect(expected == nil && available == b.bonus + b.subscription + b.purchased, "\(context)")
+                    }
+                case 50..<70:
+                    let amount = Int64.random(in: 1...40, using: &rng)
+                    let ttl = Int.random(in: 5...200, using: &rng)
+                    let parts = model.take(user, amount)
+                    do {
+                        let hold = try await db.transaction(logger: TestDatabase.logger) { tx in
+                            try await ledger.hold(tx, userID: user, amountTokens: amount, ttlSeconds: ttl, reason: "job")
+                        }
+                        let parts = try #require(parts, "hold succeeded but the model had too little: \(context)")
+                        model.holds[hold.id] = .init(userID: user, amount: amount, parts: parts, expiresAt: now.addingTimeInterval(Double(ttl)))
+                    } catch LedgerError.insufficientTokens {
+                        #expect(parts == nil, "\(context)")
+                    }
+                case 70..<82:
+                    guard let (id, hold) = model.holds.filter({ $0.value.userID == user }).sorted(by: { $0.key < $1.key }).first else { continue }
+                    let amount = Bool.random(using: &rng) ? nil : Int64.random(in: 1...hold.amount, using: &rng)
+                    let captured = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.capture(tx, holdID: id, amountTokens: amount) }
+                    #expect(captured.status == "captured" && captured.capturedAmount == (amount ?? hold.amount), "\(context)")
+                    // The model: the captured amount leaves part by part; the rest returns.
+                    var left = amount ?? hold.amount
+                    let back = hold.parts.compactMap { part -> LedgerModel.Part? in
+                        let t = min(left, part.amount)
+                        left -= t
+                        return part.amount - t > 0 ? .init(bucket: part.bucket, lot: part.lot, amount: part.amount - t) : nil
+                    }
+                    model.release(back, user: user)
+                    model.holds[id] = nil
+                    // A second resolution is refused with the final state.
+                    await #expect(throws: LedgerError.holdResolved(captured)) {
+                        _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: id) }
+                    }
+                case 82..<90:
+                    guard let (id, hold) = model.holds.filter({ $0.value.userID == user }).sorted(by: { $0.key < $1.key }).first else { continue }
+                    let voided = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: id) }
+                    #expect(voided.status == "voided", "\(context)")
+                    model.release(hold.parts, user: user)
+                    model.holds[id] = nil
+                default:
+                    clock.advance(seconds: Double.random(in: 1...120, using: &rng))
+                    continue
+                }
+                // After every step: the ledger's balances are the model's.
+                let actual = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: user) }
+                model.access(user, now: clock.now())
+                let expected = model.balances(user)
+                #expect(actual.bonusTokens == expected.bonus && actual.subscriptionTokens == expected.subscription, "\(context): \(actual) vs \(expected)")
+                #expect(actual.purchasedTokens == expected.purchased && actual.heldTokens == expected.held, "\(context): \(actual) vs \(expected)")
+            }
+            let report = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
+            #expect(report.ok, "seed \(seed): \(report.differences)")
+            #expect(report.transfersChecked > 100)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func concurrentSpendsNeverOverdraw(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, handle in
+            try await Self.migrated(db)
+            let ledger = Ledger(clock: SystemTimeSource())
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.grant(tx, userID: "hot", amountTokens: 100, bucket: .purchased, reason: "grant")
+            }
+            // Two independent pools (as two service processes would have) spend the same user's tokens.
+            let succeeded = try await TestDatabase.open(handle) { other in
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for i in 0..<60 {
+                        let target = i.isMultiple(of: 2) ? db : other
+                        group.addTask {
+                            do {
+                                if i.isMultiple(of: 3) {
+                                    let hold = try await target.transaction(logger: TestDatabase.logger) { tx in
+                                        try await ledger.hold(tx, userID: "hot", amountTokens: 3, ttlSeconds: 60, reason: "job")
+                                    }
+                                    _ = try await target.transaction(logger: TestDatabase.logger) { tx in try await ledger.capture(tx, holdID: hold.id) }
+                                } else {
+                                    _ = try await target.transaction(logger: TestDatabase.logger) { tx in
+                                        try await ledger.spend(tx, userID: "hot", amountTokens: 3, reason: "spend")
+                                    }
+                                }
+                                return true
+                            } catch LedgerError.insufficientTokens { return false }
+                        }
+                    }
+                    return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+                }
+            }
+            #expect(succeeded == 33)  // 100 tokens, 3 at a time
+            let balance = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: "hot") }
+            #expect(balance.totalTokens == 1 && balance.heldTokens == 0)
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }.ok)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func periodsRollOverExactlyOnce(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.migrated(db)
+            let ledger = Ledger(clock: SystemTimeSource())
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.grant(tx, userID: "s", amountTokens: 120, bucket: .subscription, reason: "grant")
+            }
+            let starts = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        try await db.transaction(logger: TestDatabase.logger) { tx in
+                            try await ledger.startPeriod(tx, userID: "s", periodKey: "p1", planID: "pro_monthly", monthlyTokens: 150, maxRolloverTokens: 50)
+                        }
+                    }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(starts.filter { $0 }.count == 1)
+            let balance = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: "s") }
+            #expect(balance.subscriptionTokens == 50 + 150)  // 70 above the rollover cap expired, then the period's 150
+            let expired = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.first("SELECT amount FROM ledger_transfers WHERE reason = 'rollover_expiry'")?.int("amount")
+            }
+            #expect(expired == 70)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func expiredHoldsAreReleasedAndCannotBeCapturedLate(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.migrated(db)
+            let clock = ManualTimeSource()
+            let ledger = Ledger(clock: clock)
+            let hold = try await db.transaction(logger: TestDatabase.logger) { tx in
+                _ = try await ledger.grant(tx, userID: "h", amountTokens: 10, bucket: .purchased, reason: "grant")
+                return try await ledger.hold(tx, userID: "h", amountTokens: 7, ttlSeconds: 60, reason: "job")
+            }
+            #expect(try await db.transaction(logger: TestDatabase.logger) { try await ledger.balances($0, userID: "h") }.totalTokens == 3)
+            clock.advance(seconds: 61)
+            // The sweeper releases it…
+            #expect(try await ledger.expireHolds(db, limit: 10, logger: TestDatabase.logger) == 1)
+            #expect(try await ledger.expireHolds(db, limit: 10, logger: TestDatabase.logger) == 0)
+            // …and a late capture sees the final state.
+            await #expect {
+                _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.capture(tx, holdID: hold.id) }
+            } throws: { error in
+                guard case LedgerError.holdResolved(let state) = error else { return false }
+                return state.status == "expired" && state.capturedAmount == 0
+            }
+            let balance = try await db.transaction(logger: TestDatabase.logger) { try await ledger.balances($0, userID: "h") }
+            #expect(balance.totalTokens == 10 && balance.heldTokens == 0)
+            await #expect(throws: LedgerError.holdNotFound) {
+                _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: "nope") }
+            }
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func verifyFindsTamperingAndTransfersAreAppendOnly(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.migrated(db)
+            let ledger = Ledger(clock: SystemTimeSource())
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.grant(tx, userID: "t", amountTokens: 10, bucket: .bonus, reason: "grant")
+            }
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }.ok)
+            if engine == .postgres {
+                await #expect(throws: (any Error).self) {
+                    try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE ledger_transfers SET amount = 1") }
+                }
+                await #expect(throws: (any Error).self) {
+                    try await db.transaction(logger: TestDatabase.logger) { try await $0.query("DELETE FROM ledger_transfers") }
+                }
+            }
+            try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE ledger_accounts SET balance = 11 WHERE id = 'user:t:bonus'") }
+            let report = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
+            #expect(!report.ok)
+            #expect(report.differences.contains { $0.contains("user:t:bonus: stored balance 11 but transfers sum to 10") })
+            #expect(report.differences.contains { $0.contains("bonus balance 11 but its lots hold 10") })
+        }
+    }
+
+    @Test func inputsAreChecked() async throws {
+        try await TestDatabase.with(.sqlite) { db, _ in
+            try await Self.migrated(db)
+            let ledger = Ledger(clock: SystemTimeSource())
+            for (amount, reason) in [(Int64(0), "grant"), (-5, "grant"), (LedgerLimits.amountTokensMax + 1, "grant"), (5, ""), (5, "bad reason!")] {
+                await #expect(throws: LedgerError.self) {
+                    _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                        try await ledger.grant(tx, userID: "v", amountTokens: amount, bucket: .purchased, reason: reason)
+                    }
+                }
+            }
+            await #expect(throws: LedgerError.invalid("Only bonus grants can expire.")) {
+                _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                    try await ledger.grant(tx, userID: "v", amountTokens: 5, bucket: .purchased, reason: "grant", expiresAt: Date().addingTimeInterval(60))
+                }
+            }
+        }
+    }
+}
