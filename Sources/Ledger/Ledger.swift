@@ -66,6 +66,7 @@ public struct Ledger: Sendable {
         var state = try await prepare(tx, userID: userID, now: now)
         let parts = try await allocate(tx, state: state, userID: userID, amountTokens: amountTokens, now: now)
         let holdID = Self.newID()
+        state.balances.heldTokens += amountTokens
         try await tx.query(
             "INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
             [holdID, userID, amountTokens, reason, metadata, now.addingTimeInterval(Double(ttlSeconds)), now])
@@ -220,20 +221,38 @@ public struct Ledger: Sendable {
             balances[bucket] = try row.int("balance")
         }
         var state = UserState(userID: userID, balances: balances)
-        let expiredHolds = try await tx.query(
-            "SELECT id FROM ledger_holds WHERE user_id = ? AND status = 'pending' AND expires_at_ms <= ? ORDER BY id" + tx.dialect.forUpdate, [userID, now])
-        for hold in expiredHolds {
-            try await releaseAll(tx, &state, holdID: try hold.string("id"), status: "expired", reason: "hold_expiry", now: now)
+        // One round trip finds what lapsed (expired holds, lapsed bonus lots) and what is held. Holds and lots
+        // change only under the account locks taken above, so no further row locks are needed.
+        let pending = try await tx.query(
+            """
+            SELECT 'hold' AS kind, id, amount, expires_at_ms FROM ledger_holds WHERE user_id = ? AND status = 'pending'
+            UNION ALL
+            SELECT 'lot' AS kind, id, remaining AS amount, expires_at_ms FROM ledger_lots
+                WHERE user_id = ? AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?
+            """, [userID, userID, now])
+        var lapsedLots: [(id: String, amount: Int64)] = []
+        for row in pending {
+            let amount = try row.int("amount")
+            if try row.string("kind") == "lot" {
+                lapsedLots.append((try row.string("id"), amount))
+            } else if try row.date("expires_at_ms") <= now {
+                try await releaseAll(tx, &state, holdID: try row.string("id"), status: "expired", reason: "hold_expiry", now: now)
+                state.expiredHolds += 1
+            } else {
+                state.balances.heldTokens += amount
+            }
         }
-        state.expiredHolds = expiredHolds.count
-        let lapsed = try await tx.query(
-            "SELECT id, remaining FROM ledger_lots WHERE user_id = ? AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?",
-            [userID, now])
-        for lot in lapsed {
-            let amount = try lot.int("remaining")
-            try await post(tx, &state, from: Self.accountID(userID, .bonus), to: Self.expired, amount: amount, reason: "bonus_expiry",
-                           userDelta: (.bonus, -amount), operation: Self.newID(), metadata: nil, now: now)
-            try await tx.query("UPDATE ledger_lots SET remaining = 0 WHERE id = ?", [try lot.string("id")])
+        if state.expiredHolds > 0 {
+            // Released holds may have returned tokens to lapsed lots: read those lots again (rare path).
+            lapsedLots = try await tx.query(
+                "SELECT id, remaining FROM ledger_lots WHERE user_id = ? AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?",
+                [userID, now]
+            ).map { (try $0.string("id"), try $0.int("remaining")) }
+        }
+        for lot in lapsedLots {
+            try await post(tx, &state, from: Self.accountID(userID, .bonus), to: Self.expired, amount: lot.amount, reason: "bonus_expiry",
+                           userDelta: (.bonus, -lot.amount), operation: Self.newID(), metadata: nil, now: now)
+            try await tx.query("UPDATE ledger_lots SET remaining = 0 WHERE id = ?", [lot.id])
         }
         return state
     }
@@ -328,12 +347,7 @@ public struct Ledger: Sendable {
         if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining + ? WHERE id = ?", [amount, lot]) }
     }
 
-    func balances(_ tx: any SQLExecutor, state: UserState, now: Date) async throws -> BucketBalances {
-        var balances = state.balances
-        balances.heldTokens = try await tx.first(
-            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS held FROM ledger_holds WHERE user_id = ? AND status = 'pending'", [state.userID])?.optionalInt("held") ?? 0
-        return balances
-    }
+    func balances(_ tx: any SQLExecutor, state: UserState, now: Date) async throws -> BucketBalances { state.balances }
 
     static func check(amountTokens: Int64, reason: String, metadata: String?) throws {
         guard amountTokens >= 1, amountTokens <= LedgerLimits.amountTokensMax else {

@@ -10,8 +10,14 @@ public final class SQLiteDatabase: Database {
     public let engine = Engine.sqlite
     let connection: SQLiteConnection
     let gate = AsyncMutex()
+    /// A second connection for reads outside transactions: in WAL mode readers never wait for the writer.
+    let reader: SQLiteConnection?
+    let readerGate = AsyncMutex()
 
-    init(connection: SQLiteConnection) { self.connection = connection }
+    init(connection: SQLiteConnection, reader: SQLiteConnection?) {
+        self.connection = connection
+        self.reader = reader
+    }
 
     /// Opens (creating the file and its directory) `path`, or an in-memory database for ":memory:".
     public static func open(path: String, logger: Logger) async throws -> SQLiteDatabase {
@@ -24,12 +30,18 @@ public final class SQLiteDatabase: Database {
             storage = .file(path: path)
         }
         let connection = try await SQLiteConnection.open(storage: storage, logger: logger)
-        let database = SQLiteDatabase(connection: connection)
         _ = try await connection.query("PRAGMA busy_timeout = 5000")
         if path != ":memory:" { _ = try await connection.query("PRAGMA journal_mode = WAL") }
         _ = try await connection.query("PRAGMA synchronous = NORMAL")
         _ = try await connection.query("PRAGMA foreign_keys = ON")
-        return database
+        var reader: SQLiteConnection?
+        if path != ":memory:" {
+            let readOnly = try await SQLiteConnection.open(storage: storage, logger: logger)
+            _ = try await readOnly.query("PRAGMA busy_timeout = 5000")
+            _ = try await readOnly.query("PRAGMA query_only = ON")
+            reader = readOnly
+        }
+        return SQLiteDatabase(connection: connection, reader: reader)
     }
 
     private let closed = ManagedAtomicBool()
@@ -38,13 +50,18 @@ public final class SQLiteDatabase: Database {
     /// caller (a service group torn down without a graceful shutdown) still closes the file.
     public func close() async throws {
         let connection = self.connection
+        let reader = self.reader
         let closed = self.closed
         let gate = self.gate
+        let readerGate = self.readerGate
         try await Task {
             try await gate.withLock {
-                guard !closed.load() else { return }
-                try await connection.close()
-                closed.store(true)
+                try await readerGate.withLock {
+                    guard !closed.load() else { return }
+                    try await reader?.close()
+                    try await connection.close()
+                    closed.store(true)
+                }
             }
         }.value
     }
@@ -68,8 +85,10 @@ public final class SQLiteDatabase: Database {
         }
     }
 
+    /// Reads go to the reader connection (a consistent snapshot per statement; never blocked by the writer).
     public func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
-        try await gate.withLock { try await body(SQLiteExecutor(connection: connection)) }
+        guard let reader else { return try await gate.withLock { try await body(SQLiteExecutor(connection: connection)) } }
+        return try await readerGate.withLock { try await body(SQLiteExecutor(connection: reader)) }
     }
 
     public func ping(timeoutSeconds: Double, logger: Logger) async throws {

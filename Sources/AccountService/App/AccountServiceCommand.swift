@@ -8,6 +8,7 @@ import Logging
 import PostgresNIO
 import Storage
 
+
 @main
 struct AccountServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

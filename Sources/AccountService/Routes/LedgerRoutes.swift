@@ -104,7 +104,7 @@ struct LedgerRoutes: Sendable {
     /// Registers an idempotent write on one user's tokens: scope check, body decoding, unknown-user 404.
     func userWrite<Body: Codable & Sendable, Result: Encodable & Sendable>(
         _ router: Router<AppRequestContext>, _ path: RouterPath, _ type: Body.Type, endpoint: String, status: HTTPResponse.Status,
-        userID: KeyPath<Body, String> & Sendable, _ operation: @escaping @Sendable (any SQLExecutor, Body) async throws -> Result
+        userID: any KeyPath<Body, String> & Sendable, _ operation: @escaping @Sendable (any SQLExecutor, Body) async throws -> Result
     ) {
         router.post(path) { request, context in
             let caller = try await caller(request, context)
@@ -113,8 +113,14 @@ struct LedgerRoutes: Sendable {
             return try await writer.run(
                 caller: caller, request: request, fields: canonicalFields(body, extra: ["endpoint": endpoint]), status: status, logger: context.logger
             ) { tx in
-                try await Self.requireUser(tx, body[keyPath: userID])
-                return try await operation(tx, body)
+                do {
+                    return try await operation(tx, body)
+                } catch LedgerError.insufficientTokens(availableTokens: 0) {
+                    // Only an empty balance can mean "no such user": check then (off the fast path), so an
+                    // unknown id is a 404 rather than a remembered 402.
+                    try await Self.requireUser(tx, body[keyPath: userID])
+                    throw LedgerError.insufficientTokens(availableTokens: 0)
+                }
             }
         }
     }
