@@ -8,7 +8,6 @@ import Logging
 import PostgresNIO
 import Storage
 
-
 @main
 struct AccountServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
