@@ -61,7 +61,7 @@ let package = Package(
         ),
         .target(
             name: "Entitlements",
-            dependencies: ["Storage", "Ledger", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Storage", "Ledger", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

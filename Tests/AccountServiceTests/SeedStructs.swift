@@ -92,3 +92,29 @@ struct SeedTokenBalance: Codable {
     let maxRollover: Int
     let currentPlan: SeedSubscriptionPlan?
 }
+
+struct SeedFeatureAccess: Codable {
+    let hasQualitySelector: Bool
+    let hasCommercialLicense: Bool
+    let hasModelSelector: Bool
+    let hasImageUpload: Bool
+    let maxFamilyProfiles: Int
+    let canCreateMoreProfiles: Bool
+    let currentProfileCount: Int
+}
+
+/// Seed 000's sticker pack structs.
+struct SeedStickerPack: Codable {
+    let id: String
+    let name: String
+    let description: String?
+    let iconUrl: String?
+    let category: String
+    let stickerCount: Int
+    let isLocked: Bool
+    let previewStickers: [String]
+}
+
+struct SeedStickerPacksResponse: Codable {
+    let packs: [SeedStickerPack]
+}

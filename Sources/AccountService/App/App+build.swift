@@ -46,6 +46,13 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
         database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, clock: dependencies.clock,
         authenticator: authenticator)
     tokenRoutes.register(on: router)
+    let packs = StickerPackStore(catalog: dependencies.catalog, clock: dependencies.clock)
+    let entitlements = EntitlementService(subscriptions: dependencies.subscriptions, packs: packs, ledger: dependencies.ledger, clock: dependencies.clock)
+    EntitlementRoutes(
+        database: dependencies.database, entitlements: entitlements, ledger: dependencies.ledger, auth: dependencies.auth, writer: writer,
+        authenticator: authenticator
+    ).register(on: router)
+    AdminPackRoutes(database: dependencies.database, packs: packs, clock: dependencies.clock, authenticator: authenticator).register(on: router)
     AdminRoutes(
         auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator,
         ledger: dependencies.ledger, ledgerRoutes: ledgerRoutes, tokenRoutes: tokenRoutes

@@ -20,6 +20,8 @@ tags:
   - name: profiles
   - name: operators
   - name: ledger
+  - name: entitlements
+  - name: stickers
 paths:
   /health:
     get:
@@ -938,6 +940,213 @@ paths:
                   differences: { type: array, items: { type: string } }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
+  /api/user/feature-access:
+    get:
+      tags: [entitlements]
+      operationId: getFeatureAccess
+      summary: The app's `FeatureAccess` for the current plan.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Feature access.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/FeatureAccess" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/entitlements:
+    get:
+      tags: [entitlements]
+      operationId: getEntitlements
+      summary: One snapshot of plan, features, limits, tokens, unlocked packs and the selected profile.
+      description: Read fresh on every request (no cache), so an unlock or a plan change shows on the next request on any node. Send `If-None-Match` with the last ETag to get 304 while nothing changed.
+      security: [{ session: [] }]
+      parameters:
+        - { name: If-None-Match, in: header, required: false, schema: { type: string } }
+      responses:
+        "200":
+          description: The snapshot.
+          headers:
+            ETag: { schema: { type: string } }
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/EntitlementSnapshot" }
+        "304": { description: Not modified. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/entitlements/check:
+    post:
+      tags: [entitlements]
+      operationId: checkEntitlement
+      summary: May the user, on the selected profile, use a feature / a pack / this many tokens?
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                feature: { type: string, description: "A key of the snapshot's features, or customContentTypes." }
+                packId: { type: string }
+                tokens: { type: integer, minimum: 1 }
+      responses:
+        "200":
+          description: The answer.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [allowed]
+                properties:
+                  allowed: { type: boolean }
+                  reason: { type: [string, "null"], enum: [subscription_required, pack_locked, insufficient_tokens, purchase_not_allowed, profile_restricted, null] }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/users/{id}/entitlements:
+    get:
+      tags: [entitlements]
+      operationId: serviceGetEntitlements
+      summary: A user's entitlement snapshot for services (API key scope entitlements:read).
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+        - { name: If-None-Match, in: header, required: false, schema: { type: string } }
+      responses:
+        "200":
+          description: The snapshot (profile null).
+          headers:
+            ETag: { schema: { type: string } }
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/EntitlementSnapshot" }
+        "304": { description: Not modified. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/stickers/packs:
+    get:
+      tags: [stickers]
+      operationId: listStickerPacks
+      summary: Active packs in sortOrder with isLocked for this user (decodes with the app's StickerPacksResponse).
+      description: Free packs are never locked; premium packs are unlocked when bought or included in the current plan (bought ones stay after a downgrade; plan-included ones lock again).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Packs.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [packs]
+                properties:
+                  packs:
+                    type: array
+                    items: { $ref: "#/components/schemas/UserStickerPack" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+  /api/stickers/packs/{id}/unlock:
+    post:
+      tags: [stickers]
+      operationId: unlockStickerPack
+      summary: Buy a premium pack with tokens (charged once, even under concurrent taps).
+      description: "Already unlocked (bought, included in the plan, or free) → 409 `already_unlocked`. With an `Idempotency-Key` header, a retry replays the original 200 instead."
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+        - { name: Idempotency-Key, in: header, required: false, schema: { type: string, maxLength: 255 } }
+      responses:
+        "200":
+          description: Unlocked.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [packId, unlocked, tokensSpent]
+                properties:
+                  packId: { type: string }
+                  unlocked: { type: boolean }
+                  tokensSpent: { type: integer }
+                  balances:
+                    oneOf:
+                      - { $ref: "#/components/schemas/Balances" }
+                      - { type: "null" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/admin/stickers/packs:
+    get:
+      tags: [operators]
+      operationId: adminListStickerPacks
+      summary: Every pack, active or not.
+      security: [{ session: [] }, { apiKey: [] }]
+      responses:
+        "200":
+          description: Packs.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [packs]
+                properties:
+                  packs: { type: array, items: { $ref: "#/components/schemas/StickerPack" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+    post:
+      tags: [operators]
+      operationId: adminCreateStickerPack
+      summary: Add a pack to the catalog (audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/StickerPack" }
+      responses:
+        "201":
+          description: Created.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/StickerPack" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/admin/stickers/packs/{id}:
+    put:
+      tags: [operators]
+      operationId: adminUpdateStickerPack
+      summary: Replace a pack's fields (audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/StickerPack" }
+      responses:
+        "200":
+          description: Updated.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/StickerPack" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    delete:
+      tags: [operators]
+      operationId: adminDeactivateStickerPack
+      summary: Deactivate a pack (unlocks are kept; audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Deactivated. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
 components:
   securitySchemes:
     session:
@@ -1014,7 +1223,7 @@ components:
           type: string
           enum: [invalid_credentials, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
-            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved]
+            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -1223,6 +1432,80 @@ components:
               createdAt: { type: string, format: date-time }
               balanceAfter: { type: [integer, "null"] }
               metadata: { $ref: "#/components/schemas/Metadata" }
+    FeatureAccess:
+      type: object
+      required: [hasQualitySelector, hasCommercialLicense, hasModelSelector, hasImageUpload, maxFamilyProfiles, canCreateMoreProfiles, currentProfileCount]
+      properties:
+        hasQualitySelector: { type: boolean }
+        hasCommercialLicense: { type: boolean }
+        hasModelSelector: { type: boolean }
+        hasImageUpload: { type: boolean }
+        maxFamilyProfiles: { type: integer }
+        canCreateMoreProfiles: { type: boolean }
+        currentProfileCount: { type: integer }
+    EntitlementSnapshot:
+      type: object
+      required: [userId, planId, status, features, limits, tokens, unlockedStickerPacks]
+      properties:
+        userId: { type: string }
+        planId: { type: string }
+        status: { type: string, description: "The subscription status while entitled, else free." }
+        periodEnd: { type: [string, "null"], format: date-time }
+        features: { type: object, additionalProperties: { type: boolean } }
+        limits:
+          type: object
+          required: [maxFamilyProfiles, monthlyTokens, maxRollover]
+          properties:
+            maxFamilyProfiles: { type: integer }
+            monthlyTokens: { type: integer }
+            maxRollover: { type: integer }
+        tokens:
+          type: object
+          required: [total, held]
+          properties:
+            total: { type: integer }
+            held: { type: integer }
+        unlockedStickerPacks: { type: array, items: { type: string } }
+        profile:
+          oneOf:
+            - type: object
+              required: [id, name, canMakePurchases, canUseCustomContentTypes]
+              properties:
+                id: { type: string }
+                name: { type: string }
+                canMakePurchases: { type: boolean }
+                canUseCustomContentTypes: { type: boolean }
+            - { type: "null" }
+    StickerPack:
+      type: object
+      required: [id, name, description, category, isPremium, tokenPrice, includedInPlans, isActive, sortOrder, stickerCount, previewStickers]
+      properties:
+        id: { type: string, pattern: "^[a-z0-9-]{1,64}$" }
+        name: { type: string, minLength: 1, maxLength: 100 }
+        description: { type: string, maxLength: 1000 }
+        iconUrl: { type: [string, "null"], description: An https URL. }
+        category: { type: string, enum: [emoji, custom, seasonal, branded] }
+        isPremium: { type: boolean }
+        tokenPrice: { type: integer, minimum: 0 }
+        includedInPlans: { type: array, items: { type: string } }
+        isActive: { type: boolean }
+        sortOrder: { type: integer }
+        stickerCount: { type: integer, minimum: 0 }
+        previewStickers: { type: array, maxItems: 50, items: { type: string } }
+    UserStickerPack:
+      type: object
+      required: [id, name, category, stickerCount, isLocked, previewStickers, isPremium, tokenPrice]
+      properties:
+        id: { type: string }
+        name: { type: string }
+        description: { type: [string, "null"] }
+        iconUrl: { type: [string, "null"] }
+        category: { type: string }
+        stickerCount: { type: integer }
+        isLocked: { type: boolean }
+        previewStickers: { type: array, items: { type: string } }
+        isPremium: { type: boolean }
+        tokenPrice: { type: integer }
     SubscriptionFeatures:
       type: object
       required: [allStyles, familyProfiles, qualitySelector, modelSelector, commercialLicense, prioritySupport]

@@ -1,4 +1,6 @@
 import Auth
+import Entitlements
+import Ledger
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -14,6 +16,10 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let problem as Problem {
             throw problem
         } catch let error as AuthError {
+            throw error.problem
+        } catch let error as LedgerError {
+            throw error.problem
+        } catch let error as EntitlementError {
             throw error.problem
         } catch let error as StorageError {
             if case .unavailable(let why) = error {

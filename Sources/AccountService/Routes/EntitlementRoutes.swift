@@ -1,0 +1,143 @@
+import Auth
+import Entitlements
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Ledger
+import Logging
+import NIOCore
+import Storage
+
+extension EntitlementError {
+    var problem: Problem {
+        switch self {
+        case .packNotFound: Problem.notFound("No such sticker pack.")
+        case .alreadyUnlocked(let detail): Problem(.conflict, code: "already_unlocked", detail: detail)
+        case .purchaseNotAllowed:
+            Problem(.forbidden, code: "purchase_not_allowed", detail: "This profile cannot make purchases; switch to a profile that can.")
+        case .invalid(let problems): Problem.validation(problems.joined(separator: "; "))
+        }
+    }
+}
+
+/// A pack as apps see it: the seed's `StickerPack` plus `isPremium` and `tokenPrice`.
+struct StickerPackJSON: Encodable, Sendable {
+    let id: String; let name: String; let description: String?; let iconUrl: String?; let category: String; let stickerCount: Int64
+    let isLocked: Bool; let previewStickers: [String]; let isPremium: Bool; let tokenPrice: Int64
+    init(_ p: StickerPack, isLocked: Bool) {
+        id = p.id
+        name = p.name
+        description = p.description
+        iconUrl = p.iconUrl
+        category = p.category
+        stickerCount = p.stickerCount
+        self.isLocked = isLocked
+        previewStickers = p.previewStickers
+        isPremium = p.isPremium
+        tokenPrice = p.tokenPrice
+    }
+}
+
+/// Feature access, the entitlement snapshot and checks, sticker packs and unlocks.
+struct EntitlementRoutes: Sendable {
+    let database: any Database
+    let entitlements: EntitlementService
+    let ledger: Ledger
+    let auth: AuthService
+    let writer: IdempotentWrite
+    let authenticator: Authenticator
+
+    struct CheckRequest: Decodable { let feature: String?; let packId: String?; let tokens: Int64? }
+    struct PacksResponse: Encodable, Sendable { let packs: [StickerPackJSON] }
+    struct UnlockResponse: Codable, Sendable { let packId: String; let unlocked: Bool; let tokensSpent: Int64; let balances: BalancesJSON? }
+
+    func register(on router: Router<AppRequestContext>) {
+        router.get("/api/user/feature-access") { request, context in
+            let session = try await authenticator.session(request, context)
+            return JSONResponse(try await database.withConnection(logger: context.logger) { try await entitlements.featureAccess($0, userID: session.user.id) })
+        }
+        router.get("/api/entitlements") { request, context in
+            let session = try await authenticator.session(request, context)
+            let profile = try await permissions(session, context)
+            let snapshot = try await database.transaction(logger: context.logger) { try await entitlements.snapshot($0, userID: session.user.id, profile: profile) }
+            return try Self.conditional(snapshot, request: request)
+        }
+        router.post("/api/entitlements/check") { request, context in
+            let session = try await authenticator.session(request, context)
+            let profile = try await permissions(session, context)
+            var request = request
+            let body = try await request.decodeJSON(CheckRequest.self, context: context)
+            guard body.feature != nil || body.packId != nil || body.tokens != nil else {
+                throw Problem.validation("Give at least one of feature, packId or tokens.")
+            }
+            return JSONResponse(
+                try await database.transaction(logger: context.logger) { tx in
+                    try await entitlements.check(tx, userID: session.user.id, profile: profile, feature: body.feature, packID: body.packId, tokens: body.tokens)
+                })
+        }
+        router.get("/api/users/:id/entitlements") { request, context in
+            _ = try await authenticator.requireScope("entitlements:read", request, context)
+            let userID = try context.parameters.require("id")
+            _ = try await auth.findUser(id: userID, logger: context.logger)
+            let snapshot = try await database.transaction(logger: context.logger) { try await entitlements.snapshot($0, userID: userID, profile: nil) }
+            return try Self.conditional(snapshot, request: request)
+        }
+        router.get("/api/stickers/packs") { request, context in
+            let session = try await authenticator.session(request, context)
+            return JSONResponse(try await packList(userID: session.user.id, logger: context.logger))
+        }
+        router.post("/api/stickers/packs/:id/unlock") { request, context in
+            let session = try await authenticator.session(request, context)
+            let packID = try context.parameters.require("id")
+            let profile = try await permissions(session, context)
+            let userID = session.user.id
+            let operation: @Sendable (any SQLExecutor) async throws -> UnlockResponse = { tx in
+                let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: Date(), tx)
+                let spent = try await entitlements.packs.unlock(
+                    tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: profile?.canMakePurchases ?? true)
+                return UnlockResponse(packId: packID, unlocked: true, tokensSpent: spent?.amount ?? 0, balances: spent.map { BalancesJSON($0.balances) })
+            }
+            guard request.headers[.idempotencyKey] != nil else {
+                do { return try await JSONResponse(database.transaction(logger: context.logger, operation)).response(from: request, context: context) }
+                catch let error as LedgerError { throw error.problem }
+            }
+            return try await writer.run(
+                caller: "user:\(userID)", request: request, fields: ["endpoint": "unlock", "packId": packID], status: .ok, logger: context.logger,
+                operation)
+        }
+    }
+
+    /// The session's selected profile (the default one when none is selected).
+    func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
+        var profile: FamilyProfile?
+        if let id = session.selectedProfileID { profile = try await auth.profile(id: id, userID: session.user.id, logger: context.logger) }
+        if profile == nil { profile = try await auth.defaultProfile(userID: session.user.id, logger: context.logger) }
+        return profile.map {
+            ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
+        }
+    }
+
+    func packList(userID: String, logger: Logger) async throws -> PacksResponse {
+        try await database.transaction(logger: logger) { tx in
+            let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: Date(), tx)
+            let bought = try await entitlements.packs.unlockedIDs(tx, userID: userID)
+            return PacksResponse(
+                packs: try await entitlements.packs.all(tx, activeOnly: true).map {
+                    StickerPackJSON($0, isLocked: entitlements.packs.isLocked($0, plan: plan, bought: bought))
+                })
+        }
+    }
+
+    /// 200 with an ETag, or 304 when `If-None-Match` names the current one.
+    static func conditional(_ snapshot: EntitlementSnapshot, request: Request) throws -> Response {
+        let etag = try EntitlementService.etag(snapshot)
+        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag }) {
+            return Response(status: .notModified, headers: [.eTag: etag, .cacheControl: "private, no-cache"])
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Response(
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag, .cacheControl: "private, no-cache"],
+            body: .init(byteBuffer: ByteBuffer(bytes: try encoder.encode(snapshot))))
+    }
+}

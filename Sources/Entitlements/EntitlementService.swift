@@ -1,0 +1,137 @@
+import Crypto
+import Foundation
+import Ledger
+import Storage
+
+/// The selected profile's permissions, as the app layer knows them.
+public struct ProfilePermissions: Codable, Sendable, Equatable {
+    public let id: String
+    public let name: String
+    public let canMakePurchases: Bool
+    public let canUseCustomContentTypes: Bool
+
+    public init(id: String, name: String, canMakePurchases: Bool, canUseCustomContentTypes: Bool) {
+        self.id = id
+        self.name = name
+        self.canMakePurchases = canMakePurchases
+        self.canUseCustomContentTypes = canUseCustomContentTypes
+    }
+}
+
+/// The seed's `FeatureAccess`, exactly.
+public struct FeatureAccess: Codable, Sendable, Equatable {
+    public let hasQualitySelector: Bool
+    public let hasCommercialLicense: Bool
+    public let hasModelSelector: Bool
+    public let hasImageUpload: Bool
+    public let maxFamilyProfiles: Int
+    public let canCreateMoreProfiles: Bool
+    public let currentProfileCount: Int
+}
+
+/// One consistent answer to "what may this user, on this profile, do right now?".
+public struct EntitlementSnapshot: Codable, Sendable, Equatable {
+    public struct Limits: Codable, Sendable, Equatable { public let maxFamilyProfiles: Int; public let monthlyTokens: Int; public let maxRollover: Int }
+    public struct Tokens: Codable, Sendable, Equatable { public let total: Int64; public let held: Int64 }
+    public let userId: String
+    public let planId: String
+    public let status: String
+    public let periodEnd: String?
+    public let features: [String: Bool]
+    public let limits: Limits
+    public let tokens: Tokens
+    public let unlockedStickerPacks: [String]
+    public let profile: ProfilePermissions?
+}
+
+/// The answer of `POST /api/entitlements/check`.
+public struct CheckResult: Codable, Sendable, Equatable {
+    public let allowed: Bool
+    public let reason: String?
+}
+
+/// Reads plans, subscriptions, tokens and packs in one transaction, so every answer is consistent and
+/// current (no cache: the next request after an unlock or a plan change sees it, on any node).
+public struct EntitlementService: Sendable {
+    public let subscriptions: SubscriptionStore
+    public let packs: StickerPackStore
+    let ledger: Ledger
+    let clock: any TimeSource
+
+    public init(subscriptions: SubscriptionStore, packs: StickerPackStore, ledger: Ledger, clock: any TimeSource) {
+        self.subscriptions = subscriptions
+        self.packs = packs
+        self.ledger = ledger
+        self.clock = clock
+    }
+
+    /// The plan's feature flags, named as in plans.json's `features`, plus the plan-level `has…` flags.
+    public static func features(of plan: SubscriptionPlan) -> [String: Bool] {
+        let f = plan.features
+        return [
+            "allStyles": f.allStyles, "familyProfiles": f.familyProfiles, "qualitySelector": f.qualitySelector, "modelSelector": f.modelSelector,
+            "commercialLicense": f.commercialLicense, "prioritySupport": f.prioritySupport, "hasQualitySelector": plan.hasQualitySelector,
+            "hasCommercialLicense": plan.hasCommercialLicense, "hasModelSelector": plan.hasModelSelector, "hasImageUpload": plan.hasImageUpload,
+        ]
+    }
+
+    public func featureAccess(_ tx: any SQLExecutor, userID: String) async throws -> FeatureAccess {
+        let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+        let count = Int(try await tx.first("SELECT COUNT(*) AS n FROM family_profiles WHERE user_id = ?", [userID])?.optionalInt("n") ?? 0)
+        return FeatureAccess(
+            hasQualitySelector: plan.hasQualitySelector, hasCommercialLicense: plan.hasCommercialLicense, hasModelSelector: plan.hasModelSelector,
+            hasImageUpload: plan.hasImageUpload, maxFamilyProfiles: plan.maxFamilyProfiles, canCreateMoreProfiles: count < plan.maxFamilyProfiles,
+            currentProfileCount: count)
+    }
+
+    public func snapshot(_ tx: any SQLExecutor, userID: String, profile: ProfilePermissions?) async throws -> EntitlementSnapshot {
+        let now = clock.now()
+        let subscription = try await subscriptions.subscription(userID: userID, tx)
+        let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
+        let entitled = subscription?.isEntitled(at: now) ?? false
+        let balances = try await ledger.balances(tx, userID: userID)
+        let bought = try await packs.unlockedIDs(tx, userID: userID)
+        let unlocked = try await packs.all(tx, activeOnly: true).filter { $0.isPremium && !packs.isLocked($0, plan: plan, bought: bought) }.map(\.id)
+        return EntitlementSnapshot(
+            userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
+            periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil, features: Self.features(of: plan),
+            limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
+            tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(), profile: profile)
+    }
+
+    /// A strong ETag over the snapshot's canonical JSON.
+    public static func etag(_ snapshot: EntitlementSnapshot) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let digest = SHA256.hash(data: try encoder.encode(snapshot))
+        return "\"" + digest.prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
+    }
+
+    /// Checks a feature, a pack and/or a token amount; the first refusal wins.
+    public func check(
+        _ tx: any SQLExecutor, userID: String, profile: ProfilePermissions?, feature: String?, packID: String?, tokens: Int64?
+    ) async throws -> CheckResult {
+        let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+        if let feature {
+            if feature == "customContentTypes" {
+                if profile?.canUseCustomContentTypes == false { return CheckResult(allowed: false, reason: "profile_restricted") }
+            } else {
+                guard let enabled = Self.features(of: plan)[feature] else {
+                    throw EntitlementError.invalid(["unknown feature '\(feature)'; known: \((Self.features(of: plan).keys + ["customContentTypes"]).sorted().joined(separator: ", "))"])
+                }
+                if !enabled { return CheckResult(allowed: false, reason: "subscription_required") }
+            }
+        }
+        if let packID {
+            guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+            if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
+                return CheckResult(allowed: false, reason: profile?.canMakePurchases == false ? "purchase_not_allowed" : "pack_locked")
+            }
+        }
+        if let tokens {
+            guard tokens >= 1 else { throw EntitlementError.invalid(["tokens must be at least 1"]) }
+            if try await ledger.balances(tx, userID: userID).totalTokens < tokens { return CheckResult(allowed: false, reason: "insufficient_tokens") }
+        }
+        return CheckResult(allowed: true, reason: nil)
+    }
+}

@@ -1,0 +1,155 @@
+import Foundation
+import Ledger
+import Storage
+
+/// A premium sticker pack (seed 000), as operators manage it.
+public struct StickerPack: Codable, Sendable, Equatable {
+    public var id: String
+    public var name: String
+    public var description: String
+    public var iconUrl: String?
+    public var category: String
+    public var isPremium: Bool
+    public var tokenPrice: Int64
+    public var includedInPlans: [String]
+    public var isActive: Bool
+    public var sortOrder: Int64
+    public var stickerCount: Int64
+    public var previewStickers: [String]
+
+    public static let categories: Set<String> = ["emoji", "custom", "seasonal", "branded"]
+
+    init(row: SQLRow) throws {
+        id = try row.string("id")
+        name = try row.string("name")
+        description = try row.string("description")
+        iconUrl = row.optionalString("icon_url")
+        category = try row.string("category")
+        isPremium = try row.bool("is_premium")
+        tokenPrice = try row.int("token_price")
+        includedInPlans = (try? JSONDecoder().decode([String].self, from: Data(try row.string("included_in_plans").utf8))) ?? []
+        isActive = try row.bool("is_active")
+        sortOrder = try row.int("sort_order")
+        stickerCount = try row.int("sticker_count")
+        previewStickers = (try? JSONDecoder().decode([String].self, from: Data(try row.string("preview_stickers").utf8))) ?? []
+    }
+
+    /// Every problem with the pack's fields, given the plan catalog.
+    public func problems(catalog: PlanCatalog) -> [String] {
+        var problems: [String] = []
+        if id.isEmpty || id.count > 64 || !id.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-") }) {
+            problems.append("id must be a slug of 1 to 64 lower-case letters, digits or '-'")
+        }
+        if name.trimmingCharacters(in: .whitespaces).isEmpty || name.count > 100 { problems.append("name must be 1 to 100 characters") }
+        if description.count > 1000 { problems.append("description must be at most 1000 characters") }
+        if !Self.categories.contains(category) { problems.append("category must be one of \(Self.categories.sorted().joined(separator: ", "))") }
+        if tokenPrice < 0 || tokenPrice > LedgerLimits.amountTokensMax { problems.append("tokenPrice must be from 0 to \(LedgerLimits.amountTokensMax)") }
+        if isPremium && tokenPrice == 0 && includedInPlans.isEmpty { problems.append("a premium pack needs a tokenPrice or includedInPlans") }
+        if stickerCount < 0 { problems.append("stickerCount must not be negative") }
+        for plan in includedInPlans where catalog.plan(id: plan) == nil { problems.append("includedInPlans names an unknown plan '\(plan)'") }
+        for url in [iconUrl].compactMap({ $0 }) + previewStickers where !Self.isHTTPS(url) { problems.append("'\(url.prefix(80))' is not an https URL") }
+        if previewStickers.count > 50 { problems.append("at most 50 previewStickers") }
+        return problems
+    }
+
+    static func isHTTPS(_ text: String) -> Bool {
+        guard text.utf8.count <= 1024, let url = URL(string: text), url.scheme == "https", let host = url.host else { return false }
+        return !host.isEmpty
+    }
+}
+
+/// Why a check or an unlock is refused.
+public enum EntitlementError: Error, Equatable, Sendable {
+    case packNotFound
+    case alreadyUnlocked(String)
+    case purchaseNotAllowed
+    case invalid([String])
+}
+
+/// The pack catalog and who unlocked what.
+public struct StickerPackStore: Sendable {
+    let catalog: PlanCatalog
+    let clock: any TimeSource
+
+    public init(catalog: PlanCatalog, clock: any TimeSource) {
+        self.catalog = catalog
+        self.clock = clock
+    }
+
+    public func all(_ tx: any SQLExecutor, activeOnly: Bool) async throws -> [StickerPack] {
+        try await tx.query(
+            "SELECT * FROM sticker_packs" + (activeOnly ? " WHERE is_active" : "") + " ORDER BY sort_order, id LIMIT 1000"
+        ).map(StickerPack.init)
+    }
+
+    public func pack(_ tx: any SQLExecutor, id: String) async throws -> StickerPack? {
+        try await tx.first("SELECT * FROM sticker_packs WHERE id = ?", [id]).map(StickerPack.init)
+    }
+
+    /// Creates or replaces a pack (operators). Returns false when `create` and the id exists.
+    public func save(_ tx: any SQLExecutor, _ pack: StickerPack, create: Bool) async throws -> Bool {
+        let problems = pack.problems(catalog: catalog)
+        guard problems.isEmpty else { throw EntitlementError.invalid(problems) }
+        let now = clock.now()
+        let plans = String(decoding: try JSONEncoder().encode(pack.includedInPlans), as: UTF8.self)
+        let previews = String(decoding: try JSONEncoder().encode(pack.previewStickers), as: UTF8.self)
+        let values: [any SQLBindable] = [
+            pack.name, pack.description, pack.iconUrl, pack.category, pack.isPremium, pack.tokenPrice, plans, pack.isActive, pack.sortOrder,
+            pack.stickerCount, previews, now,
+        ]
+        if create {
+            let inserted = try await tx.query(
+                """
+                INSERT INTO sticker_packs (name, description, icon_url, category, is_premium, token_price, included_in_plans, is_active, sort_order,
+                                           sticker_count, preview_stickers, updated_at_ms, id, created_at_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
+                """, values + [pack.id, now])
+            return !inserted.isEmpty
+        }
+        let updated = try await tx.query(
+            """
+            UPDATE sticker_packs SET name = ?, description = ?, icon_url = ?, category = ?, is_premium = ?, token_price = ?, included_in_plans = ?,
+                is_active = ?, sort_order = ?, sticker_count = ?, preview_stickers = ?, updated_at_ms = ? WHERE id = ? RETURNING id
+            """, values + [pack.id])
+        if updated.isEmpty { throw EntitlementError.packNotFound }
+        return true
+    }
+
+    /// Deactivates a pack (unlocks are kept). Returns false when there is no such pack.
+    public func deactivate(_ tx: any SQLExecutor, id: String) async throws -> Bool {
+        !(try await tx.query("UPDATE sticker_packs SET is_active = ?, updated_at_ms = ? WHERE id = ? RETURNING id", [false, clock.now(), id]).isEmpty)
+    }
+
+    /// The packs this user bought.
+    public func unlockedIDs(_ tx: any SQLExecutor, userID: String) async throws -> Set<String> {
+        Set(try await tx.query("SELECT pack_id FROM pack_unlocks WHERE user_id = ?", [userID]).map { try $0.string("pack_id") })
+    }
+
+    /// Whether `pack` is locked for a user on `plan` who bought `bought`: free packs never are; premium packs are
+    /// open when bought or included in the current plan.
+    public func isLocked(_ pack: StickerPack, plan: SubscriptionPlan, bought: Set<String>) -> Bool {
+        guard pack.isPremium else { return false }
+        return !bought.contains(pack.id) && !pack.includedInPlans.contains(plan.id) && !(plan.includedStickerPacks ?? []).contains(pack.id)
+    }
+
+    /// Buys a pack: records the unlock and spends its price in the same transaction. The unlock row is written
+    /// first, so a concurrent second tap waits on it and then finds the pack unlocked (charged once).
+    public func unlock(
+        _ tx: any SQLExecutor, ledger: Ledger, userID: String, packID: String, plan: SubscriptionPlan, canMakePurchases: Bool
+    ) async throws -> LedgerResult? {
+        guard let pack = try await pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+        guard canMakePurchases else { throw EntitlementError.purchaseNotAllowed }
+        guard isLocked(pack, plan: plan, bought: []) else {
+            throw EntitlementError.alreadyUnlocked(pack.isPremium ? "This pack is included in your plan." : "This pack is free.")
+        }
+        let now = clock.now()
+        let claimed = try await tx.query(
+            "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
+            [userID, packID, pack.tokenPrice, now])
+        guard !claimed.isEmpty else { throw EntitlementError.alreadyUnlocked("You already unlocked this pack.") }
+        guard pack.tokenPrice > 0 else { return nil }
+        let spent = try await ledger.spend(tx, userID: userID, amountTokens: pack.tokenPrice, reason: "pack_unlock", metadata: #"{"packId":"\#(packID)"}"#)
+        try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [spent.operationId, userID, packID])
+        return spent
+    }
+}

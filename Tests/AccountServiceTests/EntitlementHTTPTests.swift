@@ -1,0 +1,139 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountService
+
+extension TestClientProtocol {
+    func createPack(_ key: String, id: String, premium: Bool, price: Int, plans: [String] = []) async throws -> TestResponse {
+        let plansJSON = "[" + plans.map { "\"\($0)\"" }.joined(separator: ",") + "]"
+        return try await send(
+            .post, "/api/admin/stickers/packs", token: key,
+            json: #"{"id":"\#(id)","name":"Pack \#(id)","description":"d","iconUrl":"https://cdn.example.com/\#(id).png","category":"seasonal","isPremium":\#(premium),"tokenPrice":\#(price),"includedInPlans":\#(plansJSON),"isActive":true,"sortOrder":1,"stickerCount":12,"previewStickers":["https://cdn.example.com/1.png"]}"#)
+    }
+}
+
+@Suite("Entitlements and sticker packs over HTTP")
+struct EntitlementHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func featureAccessAndSnapshotFollowThePlan(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "e1@example.com")
+            let user = try await app.userID(token: token)
+            let admin = try await app.apiKey(["admin"])
+            let free = try await client.get("/api/user/feature-access", token: token).json(SeedFeatureAccess.self)
+            #expect(!free.hasImageUpload && free.maxFamilyProfiles == 1 && !free.canCreateMoreProfiles && free.currentProfileCount == 1)
+            let first = try await client.get("/api/entitlements", token: token)
+            let etag = try #require(first.headers[.eTag])
+            struct Snapshot: Decodable {
+                let planId: String; let status: String; let features: [String: Bool]; let tokens: [String: Int]; let unlockedStickerPacks: [String]
+                struct Profile: Decodable { let canMakePurchases: Bool }
+                let profile: Profile?
+            }
+            let snapshot = try first.json(Snapshot.self)
+            #expect(snapshot.planId == "free" && snapshot.status == "free" && snapshot.features["modelSelector"] == false && snapshot.tokens["total"] == 3)
+            #expect(snapshot.profile?.canMakePurchases == true)
+            let notModified = try await client.execute(uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
+            #expect(notModified.status == .notModified)
+            // A plan change shows on the very next request, with a new ETag.
+            #expect(try await client.comp(app, userID: user, plan: "business_yearly", key: admin).status == .ok)
+            let after = try await client.execute(uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
+            #expect(after.status == .ok && after.headers[.eTag] != etag)
+            #expect(try after.json(Snapshot.self).features["modelSelector"] == true)
+            let business = try await client.get("/api/user/feature-access", token: token).json(SeedFeatureAccess.self)
+            #expect(business.hasModelSelector && business.hasImageUpload && business.maxFamilyProfiles == 10 && business.canCreateMoreProfiles)
+            // Services read the same snapshot with entitlements:read.
+            let reader = try await app.apiKey(["entitlements:read"])
+            #expect(try await client.get("/api/users/\(user)/entitlements", token: reader).json(Snapshot.self).planId == "business_yearly")
+            #expect(try await client.get("/api/users/\(user)/entitlements", token: admin).status == .forbidden)
+            #expect(try await client.get("/api/users/nobody/entitlements", token: reader).status == .notFound)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func unlocksChargeOnceAndPacksLockByPlan(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "e2@example.com")
+            let user = try await app.userID(token: token)
+            let admin = try await app.apiKey(["admin"])
+            let ledgerKey = try await app.apiKey(["ledger:write"])
+            #expect(try await client.createPack(admin, id: "free-faces", premium: false, price: 0).status == .created)
+            #expect(try await client.createPack(admin, id: "holiday", premium: true, price: 5).status == .created)
+            #expect(try await client.createPack(admin, id: "max-only", premium: true, price: 0, plans: ["max_monthly"]).status == .created)
+            #expect(try await client.createPack(admin, id: "holiday", premium: true, price: 5).status == .conflict)
+            let bad = try await client.createPack(admin, id: "Bad Id", premium: true, price: 0, plans: ["nope"])
+            #expect(try bad.status == .badRequest && bad.problem().detail.contains("unknown plan"))
+            let packs = try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs
+            #expect(Dictionary(uniqueKeysWithValues: packs.map { ($0.id, $0.isLocked) }) == ["free-faces": false, "holiday": true, "max-only": true])
+            // Not enough tokens (3 welcome tokens, price 5): 402, nothing recorded.
+            let poor = try await client.send(.post, "/api/stickers/packs/holiday/unlock", token: token)
+            #expect(poor.status.code == 402)
+            #expect(try await app.rows("SELECT pack_id FROM pack_unlocks").isEmpty)
+            _ = try await client.ledger("/api/ledger/grants", key: ledgerKey, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
+            // Concurrent double taps: one unlock, charged once; the others are 409.
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<6 { group.addTask { try await client.send(.post, "/api/stickers/packs/holiday/unlock", token: token).status.code } }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == 200 }.count == 1 && statuses.filter { $0 == 409 }.count == 5)
+            #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 18)
+            // Included in Max: unlocked while on Max, locked again after; the bought pack stays.
+            #expect(try await client.comp(app, userID: user, plan: "max_monthly", key: admin).status == .ok)
+            var state = try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs
+            #expect(state.allSatisfy { !$0.isLocked })
+            #expect(try await client.send(.post, "/api/stickers/packs/max-only/unlock", token: token).status == .conflict)
+            #expect(try await client.send(.delete, "/api/admin/users/\(user)/subscription", token: admin).status == .noContent)
+            state = try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs
+            #expect(Dictionary(uniqueKeysWithValues: state.map { ($0.id, $0.isLocked) }) == ["free-faces": false, "holiday": false, "max-only": true])
+            // Deactivated packs disappear from the list; their unlocks are kept.
+            #expect(try await client.send(.delete, "/api/admin/stickers/packs/holiday", token: admin).status == .noContent)
+            #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.map(\.id).sorted() == ["free-faces", "max-only"])
+            #expect(try await app.rows("SELECT pack_id FROM pack_unlocks").count == 1)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func restrictedProfilesChecksAndIdempotentUnlocks(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "e3@example.com")
+            let user = try await app.userID(token: token)
+            let admin = try await app.apiKey(["admin"])
+            #expect(try await client.createPack(admin, id: "stars", premium: true, price: 2).status == .created)
+            #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
+            func check(_ json: String) async throws -> (Bool, String?) {
+                struct R: Decodable { let allowed: Bool; let reason: String? }
+                let r = try await client.send(.post, "/api/entitlements/check", token: token, json: json).json(R.self)
+                return (r.allowed, r.reason)
+            }
+            #expect(try await check(#"{"feature":"familyProfiles"}"#) == (true, nil))
+            #expect(try await check(#"{"feature":"modelSelector"}"#) == (false, "subscription_required"))
+            #expect(try await check(#"{"packId":"stars"}"#) == (false, "pack_locked"))
+            #expect(try await check(#"{"tokens":1000}"#) == (false, "insufficient_tokens"))
+            #expect(try await check(#"{"tokens":100}"#) == (true, nil))
+            #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: #"{"feature":"teleport"}"#).status == .badRequest)
+            #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: "{}").status == .badRequest)
+            // On a kid's profile that cannot purchase: checks and unlocks say purchase_not_allowed / profile_restricted.
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(ProfileBody.self)
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
+            #expect(try await check(#"{"packId":"stars"}"#) == (false, "purchase_not_allowed"))
+            #expect(try await check(#"{"feature":"customContentTypes"}"#) == (false, "profile_restricted"))
+            let refused = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token)
+            #expect(try refused.status == .forbidden && refused.problem().code == "purchase_not_allowed")
+            // Back on the owner: an unlock with an Idempotency-Key replays its 200.
+            let owner = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first { $0.isDefault }!.id
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(owner)"}"#).status == .ok)
+            let first = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-1"])
+            let replay = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-1"])
+            #expect(first.status == .ok && replay.status == .ok && replay.text == first.text && replay.headers[.idempotentReplayed] == "true")
+            #expect(try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-2"]).status == .conflict)
+            #expect(try await check(#"{"packId":"stars"}"#) == (true, nil))
+            #expect(try await client.send(.post, "/api/stickers/packs/nope/unlock", token: token).status == .notFound)
+            #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 151)
+        }
+    }
+}
