@@ -86,7 +86,7 @@ let package = Package(
         .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "EntitlementsTests", dependencies: ["Entitlements"], swiftSettings: swiftSettings),
+        .testTarget(name: "EntitlementsTests", dependencies: ["Entitlements", "Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "AccountServiceTests",
             dependencies: [

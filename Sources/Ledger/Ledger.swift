@@ -363,3 +363,38 @@ public struct Ledger: Sendable {
 
     static func newID() -> String { UUID().uuidString.lowercased() }
 }
+
+extension Ledger {
+    /// Takes back up to `amountTokens` from a bucket into the clawback account, never below zero. Returns what
+    /// was taken and the shortfall (already spent), so callers can record it.
+    public func clawback(_ tx: any SQLExecutor, userID: String, amountTokens: Int64, bucket: Bucket, reason: String) async throws
+        -> (clawedTokens: Int64, shortfallTokens: Int64)
+    {
+        try Self.check(amountTokens: amountTokens, reason: reason, metadata: nil)
+        let now = clock.now()
+        var state = try await prepare(tx, userID: userID, now: now)
+        let take = min(amountTokens, state.balances[bucket])
+        if take > 0 {
+            if bucket == .bonus {
+                // Bonus tokens live in lots: take from the latest-expiring lots first (the ones a user would spend last).
+                var left = take
+                let lots = try await tx.query(
+                    "SELECT id, remaining FROM ledger_lots WHERE user_id = ? AND remaining > 0 ORDER BY CASE WHEN expires_at_ms IS NULL THEN 0 ELSE 1 END, expires_at_ms DESC, id",
+                    [userID])
+                for lot in lots where left > 0 {
+                    let t = min(left, try lot.int("remaining"))
+                    try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [t, try lot.string("id")])
+                    left -= t
+                }
+            }
+            try await post(tx, &state, from: Self.accountID(userID, bucket), to: Self.clawback, amount: take, reason: reason,
+                           userDelta: (bucket, -take), operation: Self.newID(), metadata: nil, now: now)
+        }
+        return (take, amountTokens - take)
+    }
+
+    /// What a period grant gave, for clawbacks.
+    public func periodGrant(_ tx: any SQLExecutor, userID: String, periodKey: String) async throws -> Int64? {
+        try await tx.first("SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey])?.optionalInt("granted")
+    }
+}

@@ -1,0 +1,131 @@
+import Entitlements
+import Foundation
+import Ledger
+import Storage
+import TestSupport
+import Testing
+
+@Suite("Subscription state machine")
+struct SubscriptionMachineTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    struct World {
+        let db: any Database
+        let clock: ManualTimeSource
+        let ledger: Ledger
+        let store: SubscriptionStore
+        let machine: SubscriptionMachine
+        var t0: Date { clock.now() }
+
+        func apply(_ id: String, _ event: SubscriptionEvent, at: Date? = nil, user: String = "u") async throws -> EventOutcome {
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await machine.apply(tx, provider: .apple, eventID: id, userID: user, occurredAt: at ?? clock.now(), event: event)
+            }
+        }
+        func plan(_ user: String = "u") async throws -> String {
+            try await db.withConnection(logger: TestDatabase.logger) { tx in try await store.currentPlan(userID: user, now: clock.now(), tx).id }
+        }
+        func subscription(_ user: String = "u") async throws -> Subscription? {
+            try await db.withConnection(logger: TestDatabase.logger) { tx in try await store.subscription(userID: user, tx) }
+        }
+        func tokens(_ user: String = "u") async throws -> BucketBalances {
+            try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: user) }
+        }
+    }
+
+    static func world(_ db: any Database) async throws -> World {
+        _ = try await db.migrate(db.engine.migrations, logger: TestDatabase.logger)
+        try await db.transaction(logger: TestDatabase.logger) { tx in
+            try await tx.query(
+                "INSERT INTO users (id, email, name, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms) VALUES ('u', 'u@x.com', 'U', ?, 'user', ?, 0, 0)",
+                [true, true])
+        }
+        let clock = ManualTimeSource()
+        let ledger = Ledger(clock: clock)
+        let store = SubscriptionStore(catalog: try PlanCatalog.load(path: root.appendingPathComponent("plans.json").path))
+        return World(db: db, clock: clock, ledger: ledger, store: store, machine: SubscriptionMachine(store: store, ledger: ledger, clock: clock))
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func startTrialRenewWithDowngradeAndDuplicates(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            #expect(try await w.plan() == "free")
+            #expect(try await w.apply("e1", .start(planID: "basic_monthly", periodStart: w.t0, periodEnd: nil, trial: true, willRenew: true)) == .applied)
+            #expect(try await w.apply("e1", .start(planID: "basic_monthly", periodStart: w.t0, periodEnd: nil, trial: true, willRenew: true)) == .duplicate)
+            let trial = try #require(try await w.subscription())
+            #expect(trial.status == .trialing && trial.currentPeriodEnd.timeIntervalSince(w.t0) == 7 * 86400)
+            #expect(try await w.tokens().subscriptionTokens == 50)
+            // Upgrade now: Max from now, its tokens granted (rollover cap of the new plan applies first).
+            w.clock.advance(seconds: 86400)
+            #expect(try await w.apply("e2", .changePlanNow(planID: "max_monthly", periodEnd: nil)) == .applied)
+            #expect(try await w.plan() == "max_monthly")
+            #expect(try await w.tokens().subscriptionTokens == 450)
+            // Downgrade at renewal: nothing changes until the renewal, which then starts a Basic period.
+            #expect(try await w.apply("e3", .changePlanAtRenewal(planID: "basic_monthly")) == .applied)
+            #expect(try await w.plan() == "max_monthly")
+            #expect(try await w.subscription()?.pendingPlanID == "basic_monthly")
+            w.clock.advance(seconds: 30 * 86400)
+            let start = w.clock.now()
+            #expect(try await w.apply("e4", .renew(periodStart: start, periodEnd: start.addingTimeInterval(30 * 86400))) == .applied)
+            #expect(try await w.apply("e4", .renew(periodStart: start, periodEnd: start.addingTimeInterval(30 * 86400))) == .duplicate)
+            #expect(try await w.plan() == "basic_monthly")
+            #expect(try await w.subscription()?.pendingPlanID == nil)
+            // Rollover: 450 subscription tokens, Basic keeps 50, then grants 50.
+            #expect(try await w.tokens().subscriptionTokens == 100)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func cancelGracePastDueAndExpiry(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let t0 = w.t0
+            let end = t0.addingTimeInterval(30 * 86400)
+            _ = try await w.apply("a", .start(planID: "pro_monthly", periodStart: t0, periodEnd: end, trial: false, willRenew: true))
+            #expect(try await w.apply("b", .setWillRenew(false)) == .applied)
+            #expect(try await w.subscription()?.willRenew == false)
+            #expect(try await w.plan() == "pro_monthly")
+            w.clock.set(end.addingTimeInterval(1))
+            #expect(try await w.plan() == "free")  // canceled at period end: access ended with the period
+            #expect(try await w.apply("c", .grace(until: end.addingTimeInterval(16 * 86400))) == .applied)
+            #expect(try await w.plan() == "pro_monthly")
+            #expect(try await w.subscription()?.status == .grace)
+            #expect(try await w.apply("d", .pastDue) == .applied)
+            #expect(try await w.plan() == "free")
+            #expect(try await w.apply("e", .expire) == .applied)
+            #expect(try await w.subscription()?.status == .expired)
+            #expect(try await w.plan() == "free")
+            // An event older than the newest applied one is recorded but changes nothing.
+            #expect(try await w.apply("f", .setWillRenew(true), at: t0) == .stale)
+            #expect(try await w.subscription()?.willRenew == false)
+            #expect(try await w.apply("g", .renew(periodStart: w.clock.now(), periodEnd: w.clock.now()), user: "nobody") == .ignored)
+            let outcomes = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("SELECT event_id, outcome FROM subscription_events ORDER BY event_id").map { "\(try $0.string("event_id"))=\(try $0.string("outcome"))" }
+            }
+            #expect(outcomes == ["a=applied", "b=applied", "c=applied", "d=applied", "e=applied", "f=stale", "g=ignored"])
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func refundClawsBackWithoutGoingNegativeAndReversalRestores(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: w.t0, periodEnd: nil, trial: false, willRenew: true))
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await w.ledger.spend(tx, userID: "u", amountTokens: 100, reason: "generation") }
+            #expect(try await w.tokens().subscriptionTokens == 50)
+            #expect(try await w.apply("r", .refund) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 0)
+            #expect(try await w.plan() == "free")
+            let detail = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.first("SELECT detail FROM subscription_events WHERE event_id = 'r'")?.optionalString("detail")
+            }
+            #expect(detail == "clawed 50 shortfall 100")
+            #expect(try await w.apply("r", .refund) == .duplicate)
+            #expect(try await w.apply("rr", .reverseRefund) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 50)
+            #expect(try await w.plan() == "pro_monthly")
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
+        }
+    }
+}
