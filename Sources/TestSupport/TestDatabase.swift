@@ -15,6 +15,9 @@ public enum TestDatabase {
         return logger
     }()
 
+    /// Tests run many pools in parallel on a 2-core machine: wait longer for a connection than production's 3 s.
+    public static let leaseTimeoutSeconds: Double = 15
+
     /// The engines to run contract tests on: both in CI or when PostgreSQL is configured.
     public static var engines: [Engine] {
         let env = ProcessInfo.processInfo.environment
@@ -84,7 +87,7 @@ public enum TestDatabase {
                     return nil
                 }
                 do {
-                    let result = try await body(PostgresDatabase(client: client))
+                    let result = try await body(PostgresDatabase(client: client, leaseTimeoutSeconds: leaseTimeoutSeconds))
                     group.cancelAll()
                     return result
                 } catch {

@@ -90,6 +90,12 @@ struct EntitlementHTTPTests {
             #expect(try await client.send(.delete, "/api/admin/users/\(user)/subscription", token: admin).status == .noContent)
             state = try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs
             #expect(Dictionary(uniqueKeysWithValues: state.map { ($0.id, $0.isLocked) }) == ["free-faces": false, "holiday": false, "max-only": true])
+            // A comp that runs out (by the service's clock) locks plan-included packs again too.
+            let end = ISO8601DateFormatter().string(from: app.clock.now().addingTimeInterval(3600))
+            #expect(try await client.send(.post, "/api/admin/users/\(user)/subscription", token: admin, json: #"{"planId":"max_monthly","periodEnd":"\#(end)"}"#).status == .ok)
+            #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.allSatisfy { !$0.isLocked })
+            app.clock.advance(seconds: 3601)
+            #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.first { $0.id == "max-only" }?.isLocked == true)
             // Deactivated packs disappear from the list; their unlocks are kept.
             #expect(try await client.send(.delete, "/api/admin/stickers/packs/holiday", token: admin).status == .noContent)
             #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.map(\.id).sorted() == ["free-faces", "max-only"])

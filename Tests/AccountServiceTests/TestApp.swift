@@ -33,6 +33,7 @@ struct TestApp {
         config.serverSecret = "test-server-secret-0123456789abcdef0123456789"
         // Cheap hashes keep the suite fast; tests of the cost parameters set their own.
         config.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
+        config.databaseLeaseTimeoutSeconds = TestDatabase.leaseTimeoutSeconds
         configure(&config)
         let clock = ManualTimeSource(Date())
         let dependencies = try await Dependencies.make(config: config, clock: clock, logger: logger)

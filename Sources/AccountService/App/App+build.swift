@@ -50,7 +50,7 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     let entitlements = EntitlementService(subscriptions: dependencies.subscriptions, packs: packs, ledger: dependencies.ledger, clock: dependencies.clock)
     EntitlementRoutes(
         database: dependencies.database, entitlements: entitlements, ledger: dependencies.ledger, auth: dependencies.auth, writer: writer,
-        authenticator: authenticator
+        authenticator: authenticator, clock: dependencies.clock
     ).register(on: router)
     AdminPackRoutes(database: dependencies.database, packs: packs, clock: dependencies.clock, authenticator: authenticator).register(on: router)
     AdminRoutes(

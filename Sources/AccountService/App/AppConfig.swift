@@ -26,6 +26,8 @@ struct AppConfig: Sendable, CustomStringConvertible {
     var argon2QueueLimit = 64
     /// Seconds between background ledger sweeps (`SWEEP_INTERVAL_SECONDS`; 0 turns the sweeper off).
     var sweepIntervalSeconds: Double = 5
+    /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
+    var databaseLeaseTimeoutSeconds: Double = 3
 
     enum LogFormat: String, Sendable { case text, json }
 
@@ -73,6 +75,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
         if let n = number("ARGON2_THREADS", 1...256) { config.argon2Threads = n }
         if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
         if let n = number("SWEEP_INTERVAL_SECONDS", 0...86400) { config.sweepIntervalSeconds = Double(n) }
+        if let n = number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { config.databaseLeaseTimeoutSeconds = Double(n) }
         if case .postgres = config.database, config.serverSecret == nil {
             problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }

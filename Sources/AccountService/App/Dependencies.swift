@@ -38,7 +38,7 @@ struct Dependencies: Sendable {
         case .postgres(let url):
             let client = PostgresClient(configuration: try PostgresDatabase.configuration(url: url), backgroundLogger: logger)
             postgresClient = client
-            database = PostgresDatabase(client: client)
+            database = PostgresDatabase(client: client, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds)
         }
         let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)

@@ -46,6 +46,7 @@ struct EntitlementRoutes: Sendable {
     let auth: AuthService
     let writer: IdempotentWrite
     let authenticator: Authenticator
+    let clock: any TimeSource
 
     struct CheckRequest: Decodable { let feature: String?; let packId: String?; let tokens: Int64? }
     struct PacksResponse: Encodable, Sendable { let packs: [StickerPackJSON] }
@@ -92,7 +93,7 @@ struct EntitlementRoutes: Sendable {
             let profile = try await permissions(session, context)
             let userID = session.user.id
             let operation: @Sendable (any SQLExecutor) async throws -> UnlockResponse = { tx in
-                let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: Date(), tx)
+                let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
                 let spent = try await entitlements.packs.unlock(
                     tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: profile?.canMakePurchases ?? true)
                 return UnlockResponse(packId: packID, unlocked: true, tokensSpent: spent?.amount ?? 0, balances: spent.map { BalancesJSON($0.balances) })
@@ -119,7 +120,7 @@ struct EntitlementRoutes: Sendable {
 
     func packList(userID: String, logger: Logger) async throws -> PacksResponse {
         try await database.transaction(logger: logger) { tx in
-            let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: Date(), tx)
+            let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
             let bought = try await entitlements.packs.unlockedIDs(tx, userID: userID)
             return PacksResponse(
                 packs: try await entitlements.packs.all(tx, activeOnly: true).map {
