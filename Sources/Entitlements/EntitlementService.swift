@@ -87,9 +87,9 @@ public struct EntitlementService: Sendable {
     public func snapshot(_ tx: any SQLExecutor, userID: String, profile: ProfilePermissions?) async throws -> EntitlementSnapshot {
         let now = clock.now()
         let subscription = try await subscriptions.subscription(userID: userID, tx)
-        let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
         let entitled = subscription?.isEntitled(at: now) ?? false
-        let balances = try await ledger.balances(tx, userID: userID)
+        let plan = (entitled ? subscription.flatMap { subscriptions.catalog.plan(id: $0.planID) } : nil) ?? subscriptions.catalog.freePlan
+        let balances = try await ledger.peekBalances(tx, userID: userID)
         let bought = try await packs.unlockedIDs(tx, userID: userID)
         let unlocked = try await packs.all(tx, activeOnly: true).filter { $0.isPremium && !packs.isLocked($0, plan: plan, bought: bought) }.map(\.id)
         return EntitlementSnapshot(
@@ -130,7 +130,7 @@ public struct EntitlementService: Sendable {
         }
         if let tokens {
             guard tokens >= 1 else { throw EntitlementError.invalid(["tokens must be at least 1"]) }
-            if try await ledger.balances(tx, userID: userID).totalTokens < tokens { return CheckResult(allowed: false, reason: "insufficient_tokens") }
+            if try await ledger.peekBalances(tx, userID: userID).totalTokens < tokens { return CheckResult(allowed: false, reason: "insufficient_tokens") }
         }
         return CheckResult(allowed: true, reason: nil)
     }

@@ -398,3 +398,42 @@ extension Ledger {
         try await tx.first("SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey])?.optionalInt("granted")
     }
 }
+
+extension Ledger {
+    /// Spendable balances without locks or writes (for reads): stored balances, with expired holds counted as
+    /// returned and lapsed bonus lots as expired, exactly as the next write will settle them.
+    public func peekBalances(_ tx: any SQLExecutor, userID: String) async throws -> BucketBalances {
+        let now = clock.now()
+        var balances = BucketBalances.zero
+        for row in try await tx.query("SELECT bucket, balance FROM ledger_accounts WHERE user_id = ?", [userID]) {
+            if let bucket = Bucket(rawValue: try row.string("bucket")) { balances[bucket] = try row.int("balance") }
+        }
+        let pending = try await tx.query(
+            """
+            SELECT 'hold' AS kind, id, amount, expires_at_ms FROM ledger_holds WHERE user_id = ? AND status = 'pending'
+            UNION ALL
+            SELECT 'lot' AS kind, id, remaining AS amount, expires_at_ms FROM ledger_lots
+                WHERE user_id = ? AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?
+            """, [userID, userID, now])
+        for row in pending {
+            let amount = try row.int("amount")
+            if try row.string("kind") == "lot" {
+                balances.bonusTokens -= amount
+            } else if try row.date("expires_at_ms") <= now {
+                let parts = try await tx.query(
+                    """
+                    SELECT p.bucket, p.amount, l.expires_at_ms AS lot_expires_at_ms FROM ledger_hold_parts p
+                    LEFT JOIN ledger_lots l ON l.id = p.lot_id WHERE p.hold_id = ?
+                    """, [try row.string("id")])
+                for part in parts {
+                    guard let bucket = Bucket(rawValue: try part.string("bucket")) else { continue }
+                    if let lotExpiry = part.optionalDate("lot_expires_at_ms"), lotExpiry <= now { continue }  // returns into a lapsed lot: expires at once
+                    balances[bucket] += try part.int("amount")
+                }
+            } else {
+                balances.heldTokens += amount
+            }
+        }
+        return balances
+    }
+}

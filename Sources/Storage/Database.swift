@@ -59,6 +59,10 @@ public protocol Database: Sendable {
         logger: Logger,
         _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
     ) async throws -> T
+    /// Runs `body` in a transaction that sees one consistent snapshot: on PostgreSQL REPEATABLE READ READ ONLY
+    /// (never blocks writers); on SQLite the serialized writer transaction (measured faster than queueing every
+    /// read on the single reader connection).
+    func readTransaction<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T
     /// Runs `body` on one connection without opening a transaction (single reads).
     func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T
     /// Checks that the database answers, within `timeoutSeconds`.

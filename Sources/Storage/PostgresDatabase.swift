@@ -60,6 +60,17 @@ public final class PostgresDatabase: Database {
         }
     }
 
+    public func readTransaction<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
+        do {
+            return try await lease(logger: logger) { connection in
+                let executor = PostgresExecutor(connection: connection, logger: logger)
+                return try await executor.inTransaction(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") { try await body(executor) }
+            }
+        } catch let error as PSQLError {
+            throw Self.mapped(error)
+        }
+    }
+
     public func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
         do {
             return try await lease(logger: logger) { try await body(PostgresExecutor(connection: $0, logger: logger)) }

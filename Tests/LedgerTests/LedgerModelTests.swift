@@ -179,10 +179,12 @@ struct LedgerModelTests {
                     clock.advance(seconds: Double.random(in: 1...120, using: &rng))
                     continue
                 }
-                // After every step: the ledger's balances are the model's.
+                // After every step: the lock-free read, then the settling read, are the model's balances.
+                let peeked = try await db.readTransaction(logger: TestDatabase.logger) { tx in try await ledger.peekBalances(tx, userID: user) }
                 let actual = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: user) }
                 model.access(user, now: clock.now())
                 let expected = model.balances(user)
+                #expect(peeked == actual, "\(context): peek \(peeked) vs settled \(actual)")
                 #expect(actual.bonusTokens == expected.bonus && actual.subscriptionTokens == expected.subscription, "\(context): \(actual) vs \(expected)")
                 #expect(actual.purchasedTokens == expected.purchased && actual.heldTokens == expected.held, "\(context): \(actual) vs \(expected)")
             }

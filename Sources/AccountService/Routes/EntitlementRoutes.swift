@@ -60,7 +60,7 @@ struct EntitlementRoutes: Sendable {
         router.get("/api/entitlements") { request, context in
             let session = try await authenticator.session(request, context)
             let profile = try await permissions(session, context)
-            let snapshot = try await database.transaction(logger: context.logger) { try await entitlements.snapshot($0, userID: session.user.id, profile: profile) }
+            let snapshot = try await database.readTransaction(logger: context.logger) { try await entitlements.snapshot($0, userID: session.user.id, profile: profile) }
             return try Self.conditional(snapshot, request: request)
         }
         router.post("/api/entitlements/check") { request, context in
@@ -72,7 +72,7 @@ struct EntitlementRoutes: Sendable {
                 throw Problem.validation("Give at least one of feature, packId or tokens.")
             }
             return JSONResponse(
-                try await database.transaction(logger: context.logger) { tx in
+                try await database.readTransaction(logger: context.logger) { tx in
                     try await entitlements.check(tx, userID: session.user.id, profile: profile, feature: body.feature, packID: body.packId, tokens: body.tokens)
                 })
         }
@@ -80,7 +80,7 @@ struct EntitlementRoutes: Sendable {
             _ = try await authenticator.requireScope("entitlements:read", request, context)
             let userID = try context.parameters.require("id")
             _ = try await auth.findUser(id: userID, logger: context.logger)
-            let snapshot = try await database.transaction(logger: context.logger) { try await entitlements.snapshot($0, userID: userID, profile: nil) }
+            let snapshot = try await database.readTransaction(logger: context.logger) { try await entitlements.snapshot($0, userID: userID, profile: nil) }
             return try Self.conditional(snapshot, request: request)
         }
         router.get("/api/stickers/packs") { request, context in
@@ -119,7 +119,7 @@ struct EntitlementRoutes: Sendable {
     }
 
     func packList(userID: String, logger: Logger) async throws -> PacksResponse {
-        try await database.transaction(logger: logger) { tx in
+        try await database.readTransaction(logger: logger) { tx in
             let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
             let bought = try await entitlements.packs.unlockedIDs(tx, userID: userID)
             return PacksResponse(
