@@ -21,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
     ],
     targets: [
         .systemLibrary(
@@ -61,7 +63,12 @@ let package = Package(
         ),
         .target(
             name: "Entitlements",
-            dependencies: ["Storage", "Ledger", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "Storage", "Ledger", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                // Apple's signed transactions and notifications: the X.509 chain to the configured roots.
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -74,24 +81,38 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "X509", package: "swift-certificates"),
             ],
             swiftSettings: swiftSettings
         ),
         // Helpers shared by the test targets: a fresh database per test on either engine.
         .target(
             name: "TestSupport",
-            dependencies: ["Storage", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"), .product(name: "NIOPosix", package: "swift-nio")],
+            dependencies: [
+                "Storage", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "EntitlementsTests", dependencies: ["Entitlements", "Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "EntitlementsTests",
+            dependencies: [
+                "Entitlements", "Ledger", "Storage", "TestSupport",
+                .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "AccountServiceTests",
             dependencies: [
                 "AccountService", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),

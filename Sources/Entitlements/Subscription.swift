@@ -21,6 +21,8 @@ public struct Subscription: Sendable, Equatable {
     public let currentPeriodEnd: Date
     public let willRenew: Bool
     public let pendingPlanID: String?
+    /// The provider's id for the subscription (Apple originalTransactionId, Stripe subscription id).
+    public let providerSubscriptionID: String?
 
     /// Whether the plan's features apply at `now`: trialing, active, in grace, or canceled at period end,
     /// and the period has not ended. Past-due and expired subscriptions fall back to the free plan.
@@ -43,6 +45,7 @@ public struct Subscription: Sendable, Equatable {
         currentPeriodEnd = try row.date("current_period_end_ms")
         willRenew = try row.bool("will_renew")
         pendingPlanID = row.optionalString("pending_plan_id")
+        providerSubscriptionID = row.optionalString("provider_subscription_id")
     }
 }
 

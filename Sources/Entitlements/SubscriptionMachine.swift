@@ -6,10 +6,10 @@ import Storage
 public enum SubscriptionEvent: Sendable, Equatable {
     /// A new subscription (or a resubscribe). `trial` periods last the plan's `trialDays` unless `periodEnd` says otherwise.
     case start(planID: String, periodStart: Date, periodEnd: Date?, trial: Bool, willRenew: Bool)
-    /// A new billing period; a pending downgrade takes effect.
-    case renew(periodStart: Date, periodEnd: Date)
+    /// A new billing period; a pending downgrade takes effect, or `planID` when the provider names the plan.
+    case renew(periodStart: Date, periodEnd: Date, planID: String? = nil)
     /// An upgrade that applies at once: a new period on the new plan starts now.
-    case changePlanNow(planID: String, periodEnd: Date?)
+    case changePlanNow(planID: String, periodEnd: Date?, periodStart: Date? = nil)
     /// A downgrade (or crossgrade) at the next renewal.
     case changePlanAtRenewal(planID: String)
     /// Auto-renew turned off (access continues to the period end) or back on.
@@ -103,23 +103,25 @@ public struct SubscriptionMachine: Sendable {
                              willRenew: willRenew, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
             return (.applied, nil)
-        case .renew(let start, let end):
+        case .renew(let start, let end, let planID):
             guard let current else { return (.ignored, "no subscription to renew") }
-            let plan = try requirePlan(current.pendingPlanID ?? current.planID)
+            let plan = try requirePlan(planID ?? current.pendingPlanID ?? current.planID)
             try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end, willRenew: true, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
             return (.applied, nil)
-        case .changePlanNow(let planID, let end):
+        case .changePlanNow(let planID, let end, let start):
             guard let current else { return (.ignored, "no subscription to change") }
             let plan = try requirePlan(planID)
-            try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: at, end: end ?? current.currentPeriodEnd,
+            let start = start ?? at
+            try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end ?? current.currentPeriodEnd,
                              willRenew: current.willRenew, pending: nil)
-            try await startPeriod(tx, userID: userID, plan: plan, start: at)
+            try await startPeriod(tx, userID: userID, plan: plan, start: start)
             return (.applied, nil)
         case .changePlanAtRenewal(let planID):
-            guard current != nil else { return (.ignored, "no subscription to change") }
+            guard let current else { return (.ignored, "no subscription to change") }
             _ = try requirePlan(planID)
-            try await tx.query("UPDATE subscriptions SET pending_plan_id = ? WHERE user_id = ?", [planID, userID])
+            // Renewing into the current plan cancels a pending change.
+            try await tx.query("UPDATE subscriptions SET pending_plan_id = ? WHERE user_id = ?", [planID == current.planID ? nil : planID, userID])
             return (.applied, nil)
         case .setWillRenew(let renew):
             guard current != nil else { return (.ignored, "no subscription") }

@@ -52,6 +52,10 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
         database: dependencies.database, entitlements: entitlements, ledger: dependencies.ledger, auth: dependencies.auth, writer: writer,
         authenticator: authenticator, clock: dependencies.clock
     ).register(on: router)
+    BillingRoutes(
+        database: dependencies.database, billing: dependencies.billing, authenticator: authenticator, subscriptionRoutes: subscriptionRoutes,
+        tokenRoutes: tokenRoutes
+    ).register(on: router)
     AdminPackRoutes(database: dependencies.database, packs: packs, clock: dependencies.clock, authenticator: authenticator).register(on: router)
     AdminRoutes(
         auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator,

@@ -1,4 +1,5 @@
 import Auth
+import Entitlements
 import Foundation
 import NIOCore
 import Logging
@@ -28,6 +29,20 @@ struct AppConfig: Sendable, CustomStringConvertible {
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 3
+
+    /// Apple billing (`APPLE_ROOT_CERTIFICATES`, `APPLE_BUNDLE_ID`, `APPLE_APP_APPLE_ID`, `APPLE_ENVIRONMENT`,
+    /// `APPLE_ACCEPT_SANDBOX`); nil → the Apple endpoints answer 503.
+    var apple: AppleSettings?
+    /// Stripe webhook endpoint secrets (`STRIPE_WEBHOOK_SECRET`, comma-separated for rotation); empty → 503.
+    var stripeWebhookSecrets: [String] = []
+
+    struct AppleSettings: Sendable {
+        var rootCertificatePaths: [String]
+        var bundleID: String
+        var appAppleID: Int64?
+        var environment: AppleEnvironment
+        var acceptSandbox: Bool
+    }
 
     enum LogFormat: String, Sendable { case text, json }
 
@@ -76,11 +91,47 @@ struct AppConfig: Sendable, CustomStringConvertible {
         if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
         if let n = number("SWEEP_INTERVAL_SECONDS", 0...86400) { config.sweepIntervalSeconds = Double(n) }
         if let n = number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { config.databaseLeaseTimeoutSeconds = Double(n) }
+        config.apple = appleSettings(value, &problems)
+        if let secrets = value("STRIPE_WEBHOOK_SECRET") {
+            config.stripeWebhookSecrets = secrets.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            if config.stripeWebhookSecrets.contains(where: { $0.utf8.count < 16 }) {
+                problems.append("STRIPE_WEBHOOK_SECRET: each secret must be at least 16 characters (Stripe's are whsec_…)")
+            }
+        }
         if case .postgres = config.database, config.serverSecret == nil {
             problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }
         guard problems.isEmpty else { throw ConfigError(problems: problems) }
         return config
+    }
+
+    /// All of the Apple settings or none of them.
+    static func appleSettings(_ value: (String) -> String?, _ problems: inout [String]) -> AppleSettings? {
+        let keys = ["APPLE_ROOT_CERTIFICATES", "APPLE_BUNDLE_ID", "APPLE_APP_APPLE_ID", "APPLE_ENVIRONMENT", "APPLE_ACCEPT_SANDBOX"]
+        guard keys.contains(where: { value($0) != nil }) else { return nil }
+        let roots = value("APPLE_ROOT_CERTIFICATES")?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } ?? []
+        if roots.isEmpty { problems.append("APPLE_ROOT_CERTIFICATES is required for Apple billing (paths to PEM or DER, e.g. AppleRootCA-G3.cer)") }
+        let bundle = value("APPLE_BUNDLE_ID")
+        if bundle == nil { problems.append("APPLE_BUNDLE_ID is required for Apple billing") }
+        let environment = value("APPLE_ENVIRONMENT").flatMap(AppleEnvironment.init(rawValue:))
+        if environment == nil { problems.append("APPLE_ENVIRONMENT must be Production or Sandbox") }
+        var appID: Int64?
+        if let raw = value("APPLE_APP_APPLE_ID") {
+            if let n = Int64(raw), n > 0 { appID = n } else { problems.append("APPLE_APP_APPLE_ID must be the app's numeric Apple ID") }
+        } else if environment == .production {
+            problems.append("APPLE_APP_APPLE_ID is required with APPLE_ENVIRONMENT=Production")
+        }
+        var acceptSandbox = false
+        if let raw = value("APPLE_ACCEPT_SANDBOX") {
+            switch raw.lowercased() {
+            case "true", "1", "yes": acceptSandbox = true
+            case "false", "0", "no": acceptSandbox = false
+            default: problems.append("APPLE_ACCEPT_SANDBOX must be true or false")
+            }
+            if acceptSandbox && environment != .production { problems.append("APPLE_ACCEPT_SANDBOX only applies with APPLE_ENVIRONMENT=Production") }
+        }
+        guard let bundle, let environment, !roots.isEmpty else { return nil }
+        return AppleSettings(rootCertificatePaths: roots, bundleID: bundle, appAppleID: appID, environment: environment, acceptSandbox: acceptSandbox)
     }
 
     var description: String {
@@ -89,7 +140,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
             case .sqlite(let path): "sqlite:\(path)"
             case .postgres: "postgres (credentials hidden)"
             }
-        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env")"
+        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)")"
     }
 }
 

@@ -5,6 +5,7 @@ import Ledger
 import Logging
 import PostgresNIO
 import Storage
+import X509
 
 /// Everything the routes need, built once from the configuration (or by tests).
 struct Dependencies: Sendable {
@@ -23,6 +24,7 @@ struct Dependencies: Sendable {
     let subscriptions: SubscriptionStore
     let ledger: Ledger
     let idempotency: IdempotencyStore
+    let billing: BillingService
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
@@ -50,10 +52,24 @@ struct Dependencies: Sendable {
         let subscriptions = SubscriptionStore(catalog: catalog)
         let profiles = ProfileService(
             database: database, hasher: hasher, clock: clock, limits: CatalogProfileLimits(subscriptions: subscriptions))
+        var apple: AppleSignedDataVerifier?
+        if let settings = config.apple {
+            let roots: [Certificate]
+            do { roots = try AppleConfig.loadCertificates(paths: settings.rootCertificatePaths) } catch {
+                throw StartupError(message: "APPLE_ROOT_CERTIFICATES: \((error as? AppleVerificationError)?.detail ?? "not a PEM or DER certificate")")
+            }
+            apple = AppleSignedDataVerifier(
+                config: AppleConfig(
+                    rootCertificates: roots, bundleID: settings.bundleID, appAppleID: settings.appAppleID, environment: settings.environment,
+                    acceptSandbox: settings.acceptSandbox))
+        }
+        let billing = BillingService(
+            machine: SubscriptionMachine(store: subscriptions, ledger: ledger, clock: clock), apple: apple,
+            stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets), clock: clock)
         return Dependencies(
             config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
             auth: auth, apiKeys: APIKeyService(database: database, clock: clock), profiles: profiles, subscriptions: subscriptions, ledger: ledger,
-            idempotency: IdempotencyStore(clock: clock))
+            idempotency: IdempotencyStore(clock: clock), billing: billing)
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).

@@ -1,4 +1,5 @@
 import Auth
+import Entitlements
 import Foundation
 import Hummingbird
 
@@ -32,6 +33,16 @@ struct Authenticator: Sendable {
         }
         guard key.allows(scope) else { throw AuthError.forbidden("This API key lacks the scope '\(scope)'.") }
         return key
+    }
+
+    /// The session's selected profile (the default one when none is selected).
+    func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
+        var profile: FamilyProfile?
+        if let id = session.selectedProfileID { profile = try await auth.profile(id: id, userID: session.user.id, logger: context.logger) }
+        if profile == nil { profile = try await auth.defaultProfile(userID: session.user.id, logger: context.logger) }
+        return profile.map {
+            ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
+        }
     }
 
     static func bearerToken(_ request: Request) -> String? {

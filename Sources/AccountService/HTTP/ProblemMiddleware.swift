@@ -21,6 +21,8 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             throw error.problem
         } catch let error as EntitlementError {
             throw error.problem
+        } catch let error as BillingError {
+            throw error.problem
         } catch let error as StorageError {
             if case .unavailable(let why) = error {
                 context.logger.warning("database unavailable", metadata: ["reason": "\(why)"])

@@ -6,12 +6,7 @@ extension Request {
     /// Decodes a JSON body into `T`, answering bad input with clear 4xx problems: a wrong content type
     /// (415), a body over 1 MiB (413), malformed JSON, missing fields or wrong types (400).
     mutating func decodeJSON<T: Decodable>(_ type: T.Type, context: some RequestContext, emptyMeans: String? = nil) async throws -> T {
-        let buffer: ByteBuffer
-        do {
-            buffer = try await collectBody(upTo: context.maxUploadSize)
-        } catch is NIOTooManyBytesError {
-            throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
-        }
+        let buffer = try await rawBody(context: context)
         // Endpoints whose body is optional treat an empty one as `emptyMeans` (e.g. "{}").
         if buffer.readableBytes == 0, let emptyMeans { return try JSONDecoder().decode(T.self, from: Data(emptyMeans.utf8)) }
         let contentType = headers[.contentType]?.lowercased() ?? ""
@@ -25,6 +20,15 @@ extension Request {
             throw Problem.validation(Self.describe(error))
         } catch {
             throw Problem.validation("The request body is not valid JSON.")
+        }
+    }
+
+    /// The body's exact bytes (signatures are computed over them), at most 1 MiB (413 beyond).
+    mutating func rawBody(context: some RequestContext) async throws -> ByteBuffer {
+        do {
+            return try await collectBody(upTo: context.maxUploadSize)
+        } catch is NIOTooManyBytesError {
+            throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
         }
     }
 

@@ -59,13 +59,13 @@ struct EntitlementRoutes: Sendable {
         }
         router.get("/api/entitlements") { request, context in
             let session = try await authenticator.session(request, context)
-            let profile = try await permissions(session, context)
+            let profile = try await authenticator.permissions(session, context)
             let snapshot = try await database.readTransaction(logger: context.logger) { try await entitlements.snapshot($0, userID: session.user.id, profile: profile) }
             return try Self.conditional(snapshot, request: request)
         }
         router.post("/api/entitlements/check") { request, context in
             let session = try await authenticator.session(request, context)
-            let profile = try await permissions(session, context)
+            let profile = try await authenticator.permissions(session, context)
             var request = request
             let body = try await request.decodeJSON(CheckRequest.self, context: context)
             guard body.feature != nil || body.packId != nil || body.tokens != nil else {
@@ -90,7 +90,7 @@ struct EntitlementRoutes: Sendable {
         router.post("/api/stickers/packs/:id/unlock") { request, context in
             let session = try await authenticator.session(request, context)
             let packID = try context.parameters.require("id")
-            let profile = try await permissions(session, context)
+            let profile = try await authenticator.permissions(session, context)
             let userID = session.user.id
             let operation: @Sendable (any SQLExecutor) async throws -> UnlockResponse = { tx in
                 let plan = try await entitlements.subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
@@ -108,15 +108,6 @@ struct EntitlementRoutes: Sendable {
         }
     }
 
-    /// The session's selected profile (the default one when none is selected).
-    func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
-        var profile: FamilyProfile?
-        if let id = session.selectedProfileID { profile = try await auth.profile(id: id, userID: session.user.id, logger: context.logger) }
-        if profile == nil { profile = try await auth.defaultProfile(userID: session.user.id, logger: context.logger) }
-        return profile.map {
-            ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
-        }
-    }
 
     func packList(userID: String, logger: Logger) async throws -> PacksResponse {
         try await database.readTransaction(logger: logger) { tx in

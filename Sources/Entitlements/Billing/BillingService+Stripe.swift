@@ -1,0 +1,262 @@
+import Foundation
+import Ledger
+import Logging
+import Storage
+
+/// The parts of a Stripe event this service reads. Fields that Stripe may expand into objects (customer,
+/// subscription, invoice, price) are read as ids either way; both the pre- and post-2025-03-31 (basil) shapes
+/// of invoices and subscriptions are understood.
+struct StripeEvent: Decodable {
+    let id: String
+    let type: String
+    let created: Int64
+    let livemode: Bool?
+    let data: DataField
+    struct DataField: Decodable { let object: StripeObject }
+}
+
+struct StripeID: Decodable {
+    let value: String
+    init(from decoder: any Decoder) throws {
+        if let text = try? decoder.singleValueContainer().decode(String.self) { value = text; return }
+        struct Expanded: Decodable { let id: String }
+        value = try Expanded(from: decoder).id
+    }
+}
+
+struct StripeList<Item: Decodable>: Decodable { let data: [Item]? }
+struct StripePrice: Decodable { let id: String? }
+struct StripePeriod: Decodable { let start: Int64?; let end: Int64? }
+struct StripeLineItem: Decodable {
+    let price: StripeID?
+    let quantity: Int?
+    let period: StripePeriod?
+    let pricing: Pricing?
+    let current_period_start: Int64?
+    let current_period_end: Int64?
+    struct Pricing: Decodable { let price_details: Details?; struct Details: Decodable { let price: StripeID? } }
+    var priceID: String? { price?.value ?? pricing?.price_details?.price?.value }
+}
+
+struct StripeObject: Decodable {
+    let id: String?
+    let object: String?
+    // checkout.session
+    let mode: String?
+    let client_reference_id: String?
+    let customer: StripeID?
+    let subscription: StripeID?
+    let payment_intent: StripeID?
+    let payment_status: String?
+    let metadata: [String: String]?
+    let line_items: StripeList<StripeLineItem>?
+    let invoice: StripeID?
+    // invoice
+    let billing_reason: String?
+    let lines: StripeList<StripeLineItem>?
+    let parent: Parent?
+    // subscription
+    let status: String?
+    let cancel_at_period_end: Bool?
+    let items: StripeList<StripeLineItem>?
+    let current_period_start: Int64?
+    let current_period_end: Int64?
+    // charge
+    let amount: Int64?
+    let amount_refunded: Int64?
+
+    struct Parent: Decodable {
+        let subscription_details: Details?
+        struct Details: Decodable { let subscription: StripeID? }
+    }
+
+    var subscriptionID: String? { subscription?.value ?? parent?.subscription_details?.subscription?.value }
+    var firstPriceID: String? { metadata?["priceId"] ?? line_items?.data?.first?.priceID ?? lines?.data?.first?.priceID ?? items?.data?.first?.priceID }
+}
+
+extension BillingService {
+    public func requireStripe() throws(BillingError) -> StripeSignatureVerifier {
+        guard let stripe else { throw .notConfigured("Stripe billing is not configured (STRIPE_WEBHOOK_SECRET).") }
+        return stripe
+    }
+
+    /// Checks `Stripe-Signature` over the raw body bytes.
+    public func verifyStripe(rawBody: [UInt8], header: String?) throws(BillingError) {
+        let stripe = try requireStripe()
+        do { try stripe.verify(rawBody: rawBody, header: header, now: clock.now()) } catch { throw .stripe(error) }
+    }
+
+    /// `POST /api/webhooks/stripe` after the signature check: stored once per event id and applied in the same transaction.
+    public func handleStripeEvent(_ tx: any SQLExecutor, raw: String) async throws -> BillingVerdict {
+        let event: StripeEvent
+        do { event = try JSONDecoder().decode(StripeEvent.self, from: Data(raw.utf8)) } catch {
+            throw BillingError.malformed("The body is not a Stripe event (id, type, created, data.object).")
+        }
+        let object = event.data.object
+        let originalID = object.subscriptionID ?? object.payment_intent?.value ?? object.invoice?.value ?? object.customer?.value
+        guard let eventID = try await claim(
+            tx, provider: "stripe", source: "webhook", dedupeKey: "stripe:\(event.id)", externalID: event.id, eventType: event.type,
+            originalID: originalID, environment: event.livemode == false ? "test" : "live", signedAt: Date(timeIntervalSince1970: Double(event.created)),
+            raw: raw)
+        else { return BillingVerdict(verdict: "duplicate", detail: "already received; no effect", userID: nil) }
+        let verdict = try await applyStripe(tx, event)
+        try await settle(tx, eventID: eventID, verdict)
+        return verdict
+    }
+
+    func applyStripe(_ tx: any SQLExecutor, _ event: StripeEvent) async throws -> BillingVerdict {
+        let object = event.data.object
+        let at = Date(timeIntervalSince1970: Double(event.created))
+        let machineID = "event:\(event.id)"
+        switch event.type {
+        case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+            return try await completeCheckout(tx, event)
+        case "invoice.paid":
+            guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
+            guard let invoiceID = object.id else { return BillingVerdict(verdict: "ignored", detail: "invoice without id", userID: userID) }
+            if object.billing_reason == "subscription_create" || object.billing_reason == "subscription_update" {
+                return .acknowledged("\(object.billing_reason!) invoice: the checkout or plan change already started the period", user: userID)
+            }
+            guard let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
+                return BillingVerdict(verdict: "ignored", detail: "no plan for the invoice's price", userID: userID)
+            }
+            let line = object.lines?.data?.first
+            let start = Date(timeIntervalSince1970: Double(line?.period?.start ?? event.created))
+            let end = line?.period?.end.map { Date(timeIntervalSince1970: Double($0)) }
+            let event = try await periodEvent(
+                tx, userID: userID, plan: plan, provider: .stripe, providerSubscriptionID: object.subscriptionID ?? "", start: start, end: end, trial: false)
+            let verdict = try await applyMachine(
+                tx, provider: .stripe, eventID: "invoice:\(invoiceID)", userID: userID, at: at, event, providerSubscriptionID: object.subscriptionID)
+            if verdict.verdict == "applied" {
+                try await recordPeriod(tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
+            }
+            return verdict
+        case "customer.subscription.updated":
+            guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
+            switch object.status {
+            case "active", "trialing":
+                let current = try await machine.store.subscription(userID: userID, tx)
+                if let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }), let current,
+                    plan.id != current.planID
+                {
+                    let item = object.items?.data?.first
+                    let end = (item?.current_period_end ?? object.current_period_end).map { Date(timeIntervalSince1970: Double($0)) }
+                    let changed = try await applyMachine(
+                        tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .changePlanNow(planID: plan.id, periodEnd: end))
+                    _ = try await applyMachine(
+                        tx, provider: .stripe, eventID: machineID + ":renew", userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
+                    return changed
+                }
+                return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
+            case "past_due", "unpaid":
+                return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .pastDue)
+            case "canceled", "incomplete_expired":
+                return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .expire)
+            default:
+                return .acknowledged("subscription status \(object.status ?? "missing"): no change", user: userID)
+            }
+        case "customer.subscription.deleted":
+            guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
+            return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .expire)
+        case "charge.refunded":
+            return try await refundCharge(tx, object, machineID: machineID, at: at)
+        default:
+            return .acknowledged("\(event.type) is stored, no effect")
+        }
+    }
+
+    static let unmatched = BillingVerdict(
+        verdict: "unmatched", detail: "no account for this subscription or customer yet; applied when its checkout completes", userID: nil)
+
+    func stripeOwner(_ tx: any SQLExecutor, _ object: StripeObject) async throws -> String? {
+        if let sub = object.object == "subscription" ? object.id : object.subscriptionID,
+            let user = try await boundUser(tx, provider: "stripe", externalID: "sub:\(sub)")
+        {
+            return user
+        }
+        if let customer = object.customer?.value { return try await boundUser(tx, provider: "stripe", externalID: "cus:\(customer)") }
+        return nil
+    }
+
+    /// A completed checkout: binds the customer and subscription to `client_reference_id`, then grants the token
+    /// pack (payment mode, once per session) or starts the plan (subscription mode), then applies events for
+    /// this purchase that arrived before it.
+    func completeCheckout(_ tx: any SQLExecutor, _ event: StripeEvent) async throws -> BillingVerdict {
+        let session = event.data.object
+        guard let sessionID = session.id else { throw BillingError.malformed("The checkout session has no id.") }
+        guard let userID = try await existingUser(tx, session.client_reference_id) else {
+            return BillingVerdict(verdict: "ignored", detail: "client_reference_id is not a known account", userID: nil)
+        }
+        guard session.payment_status == "paid" || session.payment_status == "no_payment_required" else {
+            return BillingVerdict(verdict: "ignored", detail: "payment_status \(session.payment_status ?? "missing"): not paid yet", userID: userID)
+        }
+        do {
+            if let customer = session.customer?.value { _ = try await bind(tx, provider: "stripe", externalID: "cus:\(customer)", userID: userID, environment: nil) }
+            if let sub = session.subscriptionID { _ = try await bind(tx, provider: "stripe", externalID: "sub:\(sub)", userID: userID, environment: nil) }
+        } catch BillingError.boundToAnotherAccount {
+            return BillingVerdict(verdict: "conflict", detail: "the Stripe customer or subscription belongs to another account", userID: nil)
+        }
+        let verdict: BillingVerdict
+        let priceID = session.firstPriceID
+        if session.mode == "subscription" {
+            guard let priceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
+                return BillingVerdict(verdict: "ignored", detail: "no plan for price \(priceID ?? "missing")", userID: userID)
+            }
+            let start = Date(timeIntervalSince1970: Double(event.created))
+            verdict = try await applyMachine(
+                tx, provider: .stripe, eventID: "checkout:\(sessionID)", userID: userID, at: start,
+                .start(planID: plan.id, periodStart: start, periodEnd: nil, trial: false, willRenew: true),
+                providerSubscriptionID: session.subscriptionID, providerCustomerID: session.customer?.value)
+            if verdict.verdict == "applied" {
+                try await recordPeriod(
+                    tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, planID: plan.id, paymentRef: session.invoice?.value, start: start)
+            }
+        } else {
+            guard let priceID, let pack = catalog.tokenPacks.first(where: { $0.stripePriceId == priceID }) else {
+                return BillingVerdict(verdict: "ignored", detail: "no token pack for price \(priceID ?? "missing")", userID: userID)
+            }
+            verdict = try await grantPack(
+                tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, pack: pack,
+                quantity: session.line_items?.data?.first?.quantity ?? 1, paymentRef: session.payment_intent?.value)
+        }
+        try await replayUnmatchedStripe(tx, keys: [session.subscriptionID, session.payment_intent?.value, session.invoice?.value, session.customer?.value])
+        return verdict
+    }
+
+    /// A refund takes back, pro rata and cumulatively, what the refunded payment granted: a token pack's tokens,
+    /// or (fully refunded) a subscription period through the state machine.
+    func refundCharge(_ tx: any SQLExecutor, _ charge: StripeObject, machineID: String, at: Date) async throws -> BillingVerdict {
+        let refs = [charge.payment_intent?.value, charge.invoice?.value].compactMap { $0 }
+        guard !refs.isEmpty, let amount = charge.amount, amount > 0 else { return .acknowledged("charge without payment reference or amount") }
+        for ref in refs {
+            guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else { continue }
+            let refunded = min(charge.amount_refunded ?? amount, amount)
+            let sourceID = try grant.string("source_id")
+            let userID = try grant.string("user_id")
+            if try grant.string("kind") == "tokens" {
+                return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: refunded * 100_000 / amount)
+                    ?? BillingVerdict(verdict: "ignored", detail: "no grant", userID: userID)
+            }
+            guard refunded == amount else {
+                return .acknowledged("partial refund of a subscription payment: access and tokens unchanged", user: userID)
+            }
+            return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund)
+        }
+        return BillingVerdict(verdict: "unmatched", detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
+    }
+
+    /// Stripe events stored as unmatched for these ids, applied now (oldest first).
+    func replayUnmatchedStripe(_ tx: any SQLExecutor, keys: [String?]) async throws {
+        for key in keys.compactMap({ $0 }) {
+            let rows = try await tx.query(
+                "SELECT id, raw FROM billing_events WHERE provider = 'stripe' AND original_id = ? AND verdict = 'unmatched' ORDER BY signed_at_ms, received_at_ms",
+                [key])
+            for row in rows {
+                guard let event = try? JSONDecoder().decode(StripeEvent.self, from: Data(try row.string("raw").utf8)) else { continue }
+                let verdict = try await applyStripe(tx, event)
+                guard verdict.verdict != "unmatched" else { continue }
+                try await settle(tx, eventID: try row.string("id"), BillingVerdict(verdict: verdict.verdict, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
+            }
+        }
+    }
+}

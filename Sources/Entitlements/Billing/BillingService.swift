@@ -1,0 +1,264 @@
+import Crypto
+import Foundation
+import Ledger
+import Logging
+import Storage
+
+/// Billing failures the caller can act on; verification failures are the sender's (400), configuration gaps 503.
+public enum BillingError: Error, Equatable, Sendable {
+    case notConfigured(String)
+    case apple(AppleVerificationError)
+    case stripe(StripeSignatureError)
+    case malformed(String)
+    case accountTokenMismatch
+    case boundToAnotherAccount
+    case unknownProduct(String)
+    case transactionRevoked
+}
+
+/// What happened to one received event (stored as the event's verdict).
+public struct BillingVerdict: Sendable, Equatable {
+    public let verdict: String
+    public let detail: String?
+    public let userID: String?
+
+    static func acknowledged(_ detail: String, user: String? = nil) -> BillingVerdict { BillingVerdict(verdict: "acknowledged", detail: detail, userID: user) }
+}
+
+/// One stored billing event, for operators.
+public struct BillingEvent: Sendable {
+    public let id: String
+    public let provider: String
+    public let source: String
+    public let externalID: String?
+    public let eventType: String?
+    public let userID: String?
+    public let originalID: String?
+    public let environment: String?
+    public let verdict: String
+    public let detail: String?
+    public let signedAt: Date?
+    public let receivedAt: Date
+    public let appliedAt: Date?
+    public let raw: String
+    public let rawSHA256: String
+}
+
+/// A position in the event list (newest first): `<received ms>.<id>`.
+public struct BillingCursor: Sendable, CustomStringConvertible {
+    public let receivedAt: Date
+    public let id: String
+    public init(receivedAt: Date, id: String) {
+        self.receivedAt = receivedAt
+        self.id = id
+    }
+    public init?(_ text: String) {
+        let parts = text.split(separator: ".", maxSplits: 1)
+        guard parts.count == 2, let ms = Int64(parts[0]), parts[1].utf8.count <= 64 else { return nil }
+        self.init(receivedAt: Date(epochMilliseconds: ms), id: String(parts[1]))
+    }
+    public var description: String { "\(receivedAt.epochMilliseconds).\(id)" }
+}
+
+/// Turns verified Apple and Stripe events into subscription changes and token grants, each exactly once: every
+/// event is stored with its verdict (deduplicated by the provider's event id), every purchase is bound to one
+/// account, and every grant or clawback is keyed by the provider's transaction / session / invoice id.
+public struct BillingService: Sendable {
+    public let machine: SubscriptionMachine
+    public let apple: AppleSignedDataVerifier?
+    public let stripe: StripeSignatureVerifier?
+    let clock: any TimeSource
+
+    /// Raw bodies of rejected (unverified) events are kept only up to this size: enough for audit, not a free store.
+    public static let rejectedRawBytesMax = 16 * 1024
+
+    public init(machine: SubscriptionMachine, apple: AppleSignedDataVerifier?, stripe: StripeSignatureVerifier?, clock: any TimeSource) {
+        self.machine = machine
+        self.apple = apple
+        self.stripe = stripe
+        self.clock = clock
+    }
+
+    var catalog: PlanCatalog { machine.store.catalog }
+    var ledger: Ledger { machine.ledger }
+
+    // MARK: - Event log
+
+    /// Stores an event. With a `dedupeKey` already taken, the event is stored as a duplicate and nil is returned.
+    func claim(
+        _ tx: any SQLExecutor, provider: String, source: String, dedupeKey: String?, externalID: String?, eventType: String?, originalID: String?,
+        environment: String?, signedAt: Date?, raw: String
+    ) async throws -> String? {
+        let id = UUID().uuidString.lowercased()
+        let digest = SHA256.hash(data: Data(raw.utf8)).map { String(format: "%02x", $0) }.joined()
+        let rows = try await tx.query(
+            """
+            INSERT INTO billing_events (id, provider, source, dedupe_key, external_id, event_type, original_id, environment, verdict, signed_at_ms, raw, raw_sha256, received_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'processing', ?, ?, ?, ?) ON CONFLICT (dedupe_key) DO NOTHING RETURNING id
+            """, [id, provider, source, dedupeKey, externalID, eventType, originalID, environment, signedAt, raw, digest, clock.now()])
+        if !rows.isEmpty { return id }
+        try await tx.query(
+            """
+            INSERT INTO billing_events (id, provider, source, external_id, event_type, original_id, environment, verdict, detail, signed_at_ms, raw, raw_sha256, received_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, 'duplicate', 'already received; no effect', ?, ?, ?, ?)
+            """, [id, provider, source, externalID, eventType, originalID, environment, signedAt, raw, digest, clock.now()])
+        return nil
+    }
+
+    func settle(_ tx: any SQLExecutor, eventID: String, _ verdict: BillingVerdict) async throws {
+        try await tx.query(
+            "UPDATE billing_events SET verdict = ?, detail = ?, user_id = COALESCE(?, user_id), applied_at_ms = ? WHERE id = ?",
+            [verdict.verdict, verdict.detail, verdict.userID, clock.now(), eventID])
+    }
+
+    /// Records an event that failed verification (its own transaction: the request itself fails).
+    public func recordRejected(_ database: any Database, provider: String, source: String, raw: String, detail: String, logger: Logger) async throws {
+        let kept = raw.utf8.count > Self.rejectedRawBytesMax ? String(decoding: Array(raw.utf8.prefix(Self.rejectedRawBytesMax)), as: UTF8.self) : raw
+        let digest = SHA256.hash(data: Data(raw.utf8)).map { String(format: "%02x", $0) }.joined()
+        try await database.transaction(logger: logger) { tx in
+            try await tx.query(
+                """
+                INSERT INTO billing_events (id, provider, source, verdict, detail, raw, raw_sha256, received_at_ms) VALUES (?, ?, ?, 'rejected', ?, ?, ?, ?)
+                """, [UUID().uuidString.lowercased(), provider, source, detail, kept, digest, clock.now()])
+        }
+    }
+
+    public func events(_ tx: any SQLExecutor, userID: String?, provider: String?, limit: Int, before: BillingCursor?) async throws -> [BillingEvent] {
+        var sql = "SELECT * FROM billing_events WHERE 1 = 1"
+        var binds: [any SQLBindable] = []
+        if let userID { sql += " AND user_id = ?"; binds.append(userID) }
+        if let provider { sql += " AND provider = ?"; binds.append(provider) }
+        if let before {
+            sql += " AND (received_at_ms < ? OR (received_at_ms = ? AND id < ?))"
+            binds += [before.receivedAt, before.receivedAt, before.id]
+        }
+        sql += " ORDER BY received_at_ms DESC, id DESC LIMIT ?"
+        binds.append(limit)
+        return try await tx.query(sql, binds).map { row in
+            BillingEvent(
+                id: try row.string("id"), provider: try row.string("provider"), source: try row.string("source"), externalID: row.optionalString("external_id"),
+                eventType: row.optionalString("event_type"), userID: row.optionalString("user_id"), originalID: row.optionalString("original_id"),
+                environment: row.optionalString("environment"), verdict: try row.string("verdict"), detail: row.optionalString("detail"),
+                signedAt: row.optionalDate("signed_at_ms"), receivedAt: try row.date("received_at_ms"), appliedAt: row.optionalDate("applied_at_ms"),
+                raw: try row.string("raw"), rawSHA256: try row.string("raw_sha256"))
+        }
+    }
+
+    // MARK: - Accounts and grants shared by both providers
+
+    /// Binds a provider purchase to an account. Already bound to another account → `boundToAnotherAccount`.
+    /// Returns true when the binding is new.
+    func bind(_ tx: any SQLExecutor, provider: String, externalID: String, userID: String, environment: String?) async throws -> Bool {
+        let inserted = try await tx.query(
+            """
+            INSERT INTO billing_accounts (provider, external_id, user_id, environment, created_at_ms) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (provider, external_id) DO NOTHING RETURNING user_id
+            """, [provider, externalID, userID, environment, clock.now()])
+        if !inserted.isEmpty { return true }
+        guard try await boundUser(tx, provider: provider, externalID: externalID) == userID else { throw BillingError.boundToAnotherAccount }
+        return false
+    }
+
+    func boundUser(_ tx: any SQLExecutor, provider: String, externalID: String) async throws -> String? {
+        try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?.optionalString("user_id")
+    }
+
+    func existingUser(_ tx: any SQLExecutor, _ id: String?) async throws -> String? {
+        guard let id = id?.lowercased(), !id.isEmpty, id.utf8.count <= 64 else { return nil }
+        return try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL", [id])?.optionalString("id")
+    }
+
+    /// Grants a token pack once per provider purchase (purchased tokens never expire).
+    func grantPack(
+        _ tx: any SQLExecutor, provider: String, sourceID: String, userID: String, pack: TokenPack, quantity: Int, paymentRef: String?
+    ) async throws -> BillingVerdict {
+        let tokens = Int64(pack.tokens) * Int64(max(1, min(quantity, 100)))
+        let now = clock.now()
+        let inserted = try await tx.query(
+            """
+            INSERT INTO billing_grants (provider, source_id, user_id, kind, product_id, payment_ref, tokens, created_at_ms, updated_at_ms)
+            VALUES (?, ?, ?, 'tokens', ?, ?, ?, ?, ?) ON CONFLICT (provider, source_id) DO NOTHING RETURNING source_id
+            """, [provider, sourceID, userID, pack.id, paymentRef, tokens, now, now])
+        guard !inserted.isEmpty else { return BillingVerdict(verdict: "duplicate", detail: "\(pack.id) already granted for \(sourceID)", userID: userID) }
+        _ = try await ledger.grant(tx, userID: userID, amountTokens: tokens, bucket: .purchased, reason: "purchase:\(provider):\(pack.id)")
+        return BillingVerdict(verdict: "applied", detail: "granted \(tokens) purchased tokens (\(pack.id))", userID: userID)
+    }
+
+    /// Records what a subscription period granted, so a refund of that payment can find it.
+    func recordPeriod(_ tx: any SQLExecutor, provider: String, sourceID: String, userID: String, planID: String, paymentRef: String?, start: Date)
+        async throws
+    {
+        let key = SubscriptionMachine.periodKey(start)
+        let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: key) ?? 0
+        let now = clock.now()
+        try await tx.query(
+            """
+            INSERT INTO billing_grants (provider, source_id, user_id, kind, product_id, payment_ref, tokens, period_key, created_at_ms, updated_at_ms)
+            VALUES (?, ?, ?, 'period', ?, ?, ?, ?, ?, ?) ON CONFLICT (provider, source_id) DO NOTHING
+            """, [provider, sourceID, userID, planID, paymentRef, granted, key, now, now])
+    }
+
+    /// Claws back a share (thousandths of a percent, 100000 = all) of what a token purchase granted, cumulatively:
+    /// a second partial refund takes only the difference; never below zero, the shortfall is recorded.
+    func clawPack(_ tx: any SQLExecutor, provider: String, sourceID: String, share: Int64) async throws -> BillingVerdict? {
+        guard let grant = try await tx.first(
+            "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
+        else { return nil }
+        let userID = try grant.string("user_id")
+        let tokens = try grant.int("tokens")
+        let done = try grant.int("clawed_tokens") + grant.int("shortfall_tokens")
+        let target = tokens * min(max(share, 0), 100_000) / 100_000
+        guard target > done else { return BillingVerdict(verdict: "duplicate", detail: "already clawed back \(done) of \(tokens)", userID: userID) }
+        let (clawed, shortfall) = try await ledger.clawback(tx, userID: userID, amountTokens: target - done, bucket: .purchased, reason: "refund_clawback")
+        try await tx.query(
+            "UPDATE billing_grants SET clawed_tokens = clawed_tokens + ?, shortfall_tokens = shortfall_tokens + ?, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
+            [clawed, shortfall, clock.now(), provider, sourceID])
+        return BillingVerdict(verdict: "applied", detail: "clawed \(clawed) shortfall \(shortfall) of \(tokens)", userID: userID)
+    }
+
+    /// A reversed refund gives back what the refund took.
+    func restorePack(_ tx: any SQLExecutor, provider: String, sourceID: String) async throws -> BillingVerdict? {
+        guard let grant = try await tx.first(
+            "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
+        else { return nil }
+        let userID = try grant.string("user_id")
+        let clawed = try grant.int("clawed_tokens")
+        if clawed > 0 { _ = try await ledger.grant(tx, userID: userID, amountTokens: clawed, bucket: .purchased, reason: "refund_reversed") }
+        try await tx.query(
+            "UPDATE billing_grants SET clawed_tokens = 0, shortfall_tokens = 0, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
+            [clock.now(), provider, sourceID])
+        return BillingVerdict(verdict: "applied", detail: "restored \(clawed)", userID: userID)
+    }
+
+    /// Applies one subscription event through the state machine and maps its outcome to a verdict.
+    func applyMachine(
+        _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, at: Date, _ event: SubscriptionEvent,
+        providerSubscriptionID: String? = nil, providerCustomerID: String? = nil
+    ) async throws -> BillingVerdict {
+        let outcome = try await machine.apply(tx, provider: provider, eventID: eventID, userID: userID, occurredAt: at, event: event)
+        if outcome == .applied, providerSubscriptionID != nil || providerCustomerID != nil {
+            try await tx.query(
+                """
+                UPDATE subscriptions SET provider_subscription_id = COALESCE(?, provider_subscription_id), provider_customer_id = COALESCE(?, provider_customer_id)
+                WHERE user_id = ?
+                """, [providerSubscriptionID, providerCustomerID, userID])
+        }
+        let detail = try await tx.first("SELECT detail FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])?
+            .optionalString("detail")
+        return BillingVerdict(verdict: outcome.rawValue, detail: detail ?? "\(event.kind) \(outcome.rawValue)", userID: userID)
+    }
+
+    /// The event for a paid subscription period: a renewal of the same provider subscription, else a new start.
+    func periodEvent(_ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, provider: SubscriptionProvider, providerSubscriptionID: String,
+                     start: Date, end: Date?, trial: Bool) async throws -> SubscriptionEvent {
+        if let current = try await machine.store.subscription(userID: userID, tx), current.provider == provider,
+            current.providerSubscriptionID == providerSubscriptionID, current.status != .expired
+        {
+            if plan.id == current.planID || plan.id == current.pendingPlanID {
+                return .renew(periodStart: start, periodEnd: end ?? SubscriptionMachine.defaultEnd(start: start, plan: plan, trial: false), planID: plan.id)
+            }
+            return .changePlanNow(planID: plan.id, periodEnd: end, periodStart: start)
+        }
+        return .start(planID: plan.id, periodStart: start, periodEnd: end, trial: trial, willRenew: true)
+    }
+}
