@@ -81,6 +81,14 @@ public struct SubscriptionMachine: Sendable {
         var detail: String?
         if let lastEvent, occurredAt < lastEvent {
             outcome = .stale
+            // A paid period is a fact even when it arrives after a newer event: its tokens are granted (once, by
+            // period key), but the newer state (plan flags, status) is kept.
+            if case .renew(let start, _, let planID) = event, let current, start > current.currentPeriodStart,
+                let plan = store.catalog.plan(id: planID ?? current.pendingPlanID ?? current.planID), !plan.isFreeTier
+            {
+                try await startPeriod(tx, userID: userID, plan: plan, start: start)
+                detail = "late period: tokens granted, newer state kept"
+            }
         } else {
             (outcome, detail) = try await transition(tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt)
             if outcome == .applied {

@@ -63,8 +63,10 @@ struct BillingRoutes: Sendable {
                 try await billing.verifyAppleTransaction(body.signedTransaction)
             }
             let userID = session.user.id
-            let verdict = try await database.transaction(logger: context.logger) { tx in
-                try await billing.applyVerifiedPurchase(tx, userID: userID, transaction: transaction, environment: environment, raw: raw)
+            let verdict = try await verifiedOrRecorded(provider: "apple", source: "verify", raw: raw, context: context) {
+                try await database.transaction(logger: context.logger) { tx in
+                    try await billing.applyVerifiedPurchase(tx, userID: userID, transaction: transaction, environment: environment, raw: raw)
+                }
             }
             context.logger.info("apple purchase verified", metadata: ["outcome": "\(verdict.verdict)", "environment": "\(environment.rawValue)"])
             return JSONResponse(
@@ -99,12 +101,8 @@ struct BillingRoutes: Sendable {
             try await verifiedOrRecorded(provider: "stripe", source: "webhook", raw: raw, context: context) {
                 try billing.verifyStripe(rawBody: bytes, header: request.headers[HTTPField.Name("Stripe-Signature")!])
             }
-            let verdict: BillingVerdict
-            do {
-                verdict = try await database.transaction(logger: context.logger) { tx in try await billing.handleStripeEvent(tx, raw: raw) }
-            } catch let error as BillingError {
-                try await billing.recordRejected(database, provider: "stripe", source: "webhook", raw: raw, detail: "\(error.problem.detail)", logger: context.logger)
-                throw error
+            let verdict = try await verifiedOrRecorded(provider: "stripe", source: "webhook", raw: raw, context: context) {
+                try await database.transaction(logger: context.logger) { tx in try await billing.handleStripeEvent(tx, raw: raw) }
             }
             context.logger.info("stripe event", metadata: ["outcome": "\(verdict.verdict)"])
             return JSONResponse(ReceivedResponse(received: true, outcome: verdict.verdict))
@@ -138,7 +136,8 @@ struct BillingRoutes: Sendable {
         }
     }
 
-    /// Runs a verification; a failure is stored (raw, with the reason) in its own transaction and answered 400.
+    /// Runs a verification (or an application that can refuse the event); a refusal is stored (raw, with the
+    /// reason) in its own transaction and answered with its 4xx problem.
     func verifiedOrRecorded<T>(
         provider: String, source: String, raw: String, context: AppRequestContext, _ verify: () async throws -> T
     ) async throws -> T {

@@ -155,7 +155,7 @@ extension BillingService {
         let verdict = try await applyMachine(
             tx, provider: .apple, eventID: "txn:\(transaction.transactionId)", userID: userID, at: at, event,
             providerSubscriptionID: transaction.originalTransactionId)
-        if verdict.verdict == "applied" {
+        if verdict.verdict == "applied" || verdict.verdict == "stale" {
             try await recordPeriod(
                 tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, planID: plan.id, paymentRef: nil, start: start)
         }

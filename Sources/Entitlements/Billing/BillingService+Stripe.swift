@@ -127,7 +127,7 @@ extension BillingService {
                 tx, userID: userID, plan: plan, provider: .stripe, providerSubscriptionID: object.subscriptionID ?? "", start: start, end: end, trial: false)
             let verdict = try await applyMachine(
                 tx, provider: .stripe, eventID: "invoice:\(invoiceID)", userID: userID, at: at, event, providerSubscriptionID: object.subscriptionID)
-            if verdict.verdict == "applied" {
+            if verdict.verdict == "applied" || verdict.verdict == "stale" {
                 try await recordPeriod(tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
             }
             return verdict
@@ -207,7 +207,7 @@ extension BillingService {
                 tx, provider: .stripe, eventID: "checkout:\(sessionID)", userID: userID, at: start,
                 .start(planID: plan.id, periodStart: start, periodEnd: nil, trial: false, willRenew: true),
                 providerSubscriptionID: session.subscriptionID, providerCustomerID: session.customer?.value)
-            if verdict.verdict == "applied" {
+            if verdict.verdict == "applied" || verdict.verdict == "stale" {
                 try await recordPeriod(
                     tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, planID: plan.id, paymentRef: session.invoice?.value, start: start)
             }

@@ -180,7 +180,7 @@ public struct BillingService: Sendable {
             VALUES (?, ?, ?, 'tokens', ?, ?, ?, ?, ?) ON CONFLICT (provider, source_id) DO NOTHING RETURNING source_id
             """, [provider, sourceID, userID, pack.id, paymentRef, tokens, now, now])
         guard !inserted.isEmpty else { return BillingVerdict(verdict: "duplicate", detail: "\(pack.id) already granted for \(sourceID)", userID: userID) }
-        _ = try await ledger.grant(tx, userID: userID, amountTokens: tokens, bucket: .purchased, reason: "purchase:\(provider):\(pack.id)")
+        _ = try await ledger.grant(tx, userID: userID, amountTokens: tokens, bucket: .purchased, reason: "purchase.\(provider).\(pack.id)")
         return BillingVerdict(verdict: "applied", detail: "granted \(tokens) purchased tokens (\(pack.id))", userID: userID)
     }
 
@@ -189,7 +189,7 @@ public struct BillingService: Sendable {
         async throws
     {
         let key = SubscriptionMachine.periodKey(start)
-        let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: key) ?? 0
+        guard let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: key) else { return }
         let now = clock.now()
         try await tx.query(
             """
