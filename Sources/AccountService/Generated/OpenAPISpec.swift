@@ -22,6 +22,7 @@ tags:
   - name: ledger
   - name: entitlements
   - name: stickers
+  - name: billing
 paths:
   /health:
     get:
@@ -1147,6 +1148,152 @@ paths:
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
+  /api/iap/apple/verify:
+    post:
+      tags: [billing]
+      operationId: verifyApplePurchase
+      summary: Apply a StoreKit 2 purchase at once (the device's signed transaction).
+      description: >-
+        Verifies the JWS like Apple's library (ES256 only, three x5c certificates, chain to the configured roots with
+        Apple's marker OIDs, valid at `signedDate`, bundle id and environment), then maps `productId` through plans.json:
+        a plan's `appleProductId` starts, renews or changes the subscription, a token pack's grants purchased tokens.
+        Idempotent per `transactionId` (a repeat answers `outcome: duplicate`). The purchase is bound to this account by
+        its `originalTransactionId`; notifications for it that arrived earlier apply now. The selected profile must be
+        allowed to purchase. Without Apple configuration → 503.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [signedTransaction]
+              properties:
+                signedTransaction: { type: string, description: "StoreKit 2 `Transaction.jwsRepresentation`." }
+      responses:
+        "200":
+          description: Applied (or already applied).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [transactionId, productId, environment, outcome, subscription, tokenBalance]
+                properties:
+                  transactionId: { type: string }
+                  productId: { type: string }
+                  environment: { type: string, enum: [Production, Sandbox] }
+                  outcome: { type: string, description: "applied, duplicate, stale or ignored." }
+                  subscription: { $ref: "#/components/schemas/SubscriptionState" }
+                  tokenBalance: { $ref: "#/components/schemas/TokenBalance" }
+        "400": { $ref: "#/components/responses/BillingRejected" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`purchase_not_allowed` (the profile cannot purchase) or `account_mismatch` (appAccountToken names another account)."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "409":
+          description: "`purchase_bound_elsewhere` (the originalTransactionId belongs to another account) or `transaction_revoked`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/webhooks/apple:
+    post:
+      tags: [billing]
+      operationId: appleNotification
+      summary: App Store Server Notifications V2 endpoint.
+      description: >-
+        Verifies `signedPayload` and the nested `signedTransactionInfo` / `signedRenewalInfo`, stores the notification
+        once per `notificationUUID` and applies it in the same transaction: SUBSCRIBED, DID_RENEW, OFFER_REDEEMED,
+        DID_CHANGE_RENEWAL_PREF (UPGRADE now, DOWNGRADE at renewal), DID_CHANGE_RENEWAL_STATUS, DID_FAIL_TO_RENEW (GRACE_PERIOD
+        keeps access until `gracePeriodExpiresDate`), GRACE_PERIOD_EXPIRED, EXPIRED, REFUND / REVOKE (claw back, never below
+        zero), REFUND_REVERSED, ONE_TIME_CHARGE, TEST; other types are stored and acknowledged. 200 only after the effect is
+        committed; an older notification never overwrites newer state (`outcome: stale`); an unknown account is stored
+        (`unmatched`) and applied when the purchase is verified. Verification failure → 400; database down → 503 so Apple retries.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [signedPayload]
+              properties:
+                signedPayload: { type: string }
+      responses:
+        "200": { $ref: "#/components/responses/BillingReceived" }
+        "400": { $ref: "#/components/responses/BillingRejected" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/webhooks/stripe:
+    post:
+      tags: [billing]
+      operationId: stripeWebhook
+      summary: Stripe webhook endpoint.
+      description: >-
+        `Stripe-Signature` is checked over the raw body: HMAC-SHA256 of `"{t}." + body` with any configured secret
+        (`STRIPE_WEBHOOK_SECRET`, comma-separated for rotation), any `v1` may match (constant time), `t` within 300 s
+        either way. Events are stored once per `event.id` and applied in the same transaction:
+        `checkout.session.completed` / `checkout.session.async_payment_succeeded` (`client_reference_id` = user id; payment
+        → token pack by `metadata.priceId` or line item price; subscription → start the plan), `invoice.paid` (a new
+        period: rollover and grant), `customer.subscription.updated` / `deleted`, `charge.refunded` (pro-rata, cumulative
+        clawback). Events for a customer, subscription or payment not yet known are stored (`unmatched`) and applied when
+        its checkout completes.
+      parameters:
+        - { name: Stripe-Signature, in: header, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { type: object, required: [id, type, created, data] }
+      responses:
+        "200": { $ref: "#/components/responses/BillingReceived" }
+        "400": { $ref: "#/components/responses/BillingRejected" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/admin/billing/events:
+    get:
+      tags: [operators, billing]
+      operationId: adminBillingEvents
+      summary: Every received billing event (raw, verified or not, with what it did), newest first.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: query, required: false, schema: { type: string } }
+        - { name: provider, in: query, required: false, schema: { type: string, enum: [apple, stripe] } }
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 200, default: 50 } }
+        - { name: cursor, in: query, required: false, schema: { type: string }, description: "`nextCursor` of the previous page." }
+      responses:
+        "200":
+          description: A page of events.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [events]
+                properties:
+                  nextCursor: { type: [string, "null"] }
+                  events:
+                    type: array
+                    items:
+                      type: object
+                      required: [id, provider, source, outcome, receivedAt, rawSha256, raw]
+                      properties:
+                        id: { type: string }
+                        provider: { type: string, enum: [apple, stripe] }
+                        source: { type: string, description: "verify, notification or webhook." }
+                        externalId: { type: [string, "null"], description: "notificationUUID, Stripe event id or transaction id." }
+                        eventType: { type: [string, "null"] }
+                        userId: { type: [string, "null"] }
+                        originalId: { type: [string, "null"], description: "originalTransactionId, Stripe subscription or payment intent." }
+                        environment: { type: [string, "null"] }
+                        outcome: { type: string, description: "applied, duplicate, stale, ignored, acknowledged, unmatched, conflict or rejected." }
+                        detail: { type: [string, "null"] }
+                        signedAt: { type: [string, "null"], format: date-time }
+                        receivedAt: { type: string, format: date-time }
+                        appliedAt: { type: [string, "null"], format: date-time }
+                        rawSha256: { type: string }
+                        raw: { type: string, description: "The body as received (rejected bodies: the first 16 KiB)." }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
 components:
   securitySchemes:
     session:
@@ -1158,6 +1305,21 @@ components:
       scheme: bearer
       description: "A service API key (`ask_…`) from `account-service api-key create`; operator endpoints need scope `admin`."
   responses:
+    BillingReceived:
+      description: Stored and applied (or recognised as a duplicate, stale, unmatched or informational event).
+      content:
+        application/json:
+          schema:
+            type: object
+            required: [received, outcome]
+            properties:
+              received: { type: boolean }
+              outcome: { type: string, description: "applied, duplicate, stale, ignored, acknowledged, unmatched or conflict." }
+    BillingRejected:
+      description: "`invalid_signed_payload` (Apple JWS, chain, OIDs, bundle or environment), `invalid_signature` (Stripe), or `validation_failed`; stored as rejected, nothing applied."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
     BadRequest:
       description: Malformed JSON, a missing field, a wrong type or an invalid value (`validation_failed`).
       content:
