@@ -134,6 +134,15 @@ struct BillingHTTPTests {
             let periodTokens = subscribed.tokenBalance.subscriptionTokens
             #expect(try await client.appleVerify(token, sub).json(VerifyBody.self).tokenBalance.subscriptionTokens == periodTokens)
 
+            // A profile that may not purchase can't verify purchases either.
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(kid.status == .created)
+            let kidID = try kid.json(ProfileBody.self).id
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidID)"}"#).status == .ok)
+            let blocked = try await client.appleVerify(token, try fx.transaction(id: "1002", product: "com.yourapp.tokens.25", purchase: now, token: user))
+            #expect(try blocked.status == .forbidden && blocked.problem().code == "purchase_not_allowed")
+            #expect(try await client.balance(token).purchasedTokens == 25)
+
             // Another account can't take the purchase over, with or without an appAccountToken.
             let other = try await client.signUpAndVerify(app, email: "other@example.com")
             let otherUser = try await app.userID(token: other)
@@ -352,6 +361,40 @@ struct BillingHTTPTests {
             let admin = try await app.apiKey(["admin"])
             let verify = try await client.get("/api/admin/ledger/verify", token: admin)
             #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func concurrentDeliveriesOfOnePurchaseGrantOnce(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "race@example.com")
+            let user = try await app.userID(token: token)
+            let now = app.clock.now()
+            let txn = try fx.transaction(id: "6000", product: "com.yourapp.tokens.25", purchase: now, token: user)
+            let notification = try fx.notification("ONE_TIME_CHARGE", uuid: "race-1", signed: now, transaction: txn)
+            let other = try fx.notification("ONE_TIME_CHARGE", uuid: "race-2", signed: now, transaction: txn)  // Apple resends under a new UUID
+            let checkout = stripeEvent("evt_race", "checkout.session.completed", created: now,
+                #"{"id":"cs_race","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(user)","payment_intent":"pi_race","metadata":{"priceId":"price_tokens_100"}}"#)
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for i in 0..<12 {
+                    group.addTask {
+                        switch i % 4 {
+                        case 0: try await client.appleNotify(notification).status
+                        case 1: try await client.appleNotify(other).status
+                        case 2: try await client.appleVerify(token, txn).status
+                        default: try await client.stripe(checkout, at: now).status
+                        }
+                    }
+                }
+                return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
+            }
+            #expect(statuses.allSatisfy { $0 == .ok }, "\(statuses)")
+            #expect(try await client.balance(token).purchasedTokens == 125)
+            let grants = try await app.rows("SELECT COUNT(*) AS n FROM billing_grants")
+            #expect(try grants[0].int("n") == 2)
+            let applied = try await app.rows("SELECT COUNT(*) AS n FROM billing_events WHERE verdict = 'applied'")
+            #expect(try applied[0].int("n") == 2)
         }
     }
 

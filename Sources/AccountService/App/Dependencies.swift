@@ -32,6 +32,18 @@ struct Dependencies: Sendable {
     {
         let catalog: PlanCatalog
         do { catalog = try PlanCatalog.load(path: config.plansFile) } catch { throw StartupError(message: error.description) }
+        // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
+        var apple: AppleSignedDataVerifier?
+        if let settings = config.apple {
+            let roots: [Certificate]
+            do { roots = try AppleConfig.loadCertificates(paths: settings.rootCertificatePaths) } catch {
+                throw StartupError(message: "APPLE_ROOT_CERTIFICATES: \((error as? AppleVerificationError)?.detail ?? "not a PEM or DER certificate")")
+            }
+            apple = AppleSignedDataVerifier(
+                config: AppleConfig(
+                    rootCertificates: roots, bundleID: settings.bundleID, appAppleID: settings.appAppleID, environment: settings.environment,
+                    acceptSandbox: settings.acceptSandbox))
+        }
         let database: any Database
         var postgresClient: PostgresClient?
         switch config.database {
@@ -52,17 +64,6 @@ struct Dependencies: Sendable {
         let subscriptions = SubscriptionStore(catalog: catalog)
         let profiles = ProfileService(
             database: database, hasher: hasher, clock: clock, limits: CatalogProfileLimits(subscriptions: subscriptions))
-        var apple: AppleSignedDataVerifier?
-        if let settings = config.apple {
-            let roots: [Certificate]
-            do { roots = try AppleConfig.loadCertificates(paths: settings.rootCertificatePaths) } catch {
-                throw StartupError(message: "APPLE_ROOT_CERTIFICATES: \((error as? AppleVerificationError)?.detail ?? "not a PEM or DER certificate")")
-            }
-            apple = AppleSignedDataVerifier(
-                config: AppleConfig(
-                    rootCertificates: roots, bundleID: settings.bundleID, appAppleID: settings.appAppleID, environment: settings.environment,
-                    acceptSandbox: settings.acceptSandbox))
-        }
         let billing = BillingService(
             machine: SubscriptionMachine(store: subscriptions, ledger: ledger, clock: clock), apple: apple,
             stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets), clock: clock)
