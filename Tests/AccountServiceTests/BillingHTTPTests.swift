@@ -395,6 +395,15 @@ struct BillingHTTPTests {
             #expect(try grants[0].int("n") == 2)
             let applied = try await app.rows("SELECT COUNT(*) AS n FROM billing_events WHERE verdict = 'applied'")
             #expect(try applied[0].int("n") == 2)
+            // Family Sharing withdrawn (REVOKE) takes the pack back, once.
+            let revoke = try fx.notification("REVOKE", signed: now.addingTimeInterval(5), transaction: txn)
+            #expect(try await client.appleNotify(revoke).json(ReceivedBody.self).outcome == "applied")
+            #expect(try await client.balance(token).purchasedTokens == 100)
+            // OFFER_REDEEMED for a subscription applies its transaction like SUBSCRIBED.
+            let offer = try fx.transaction(id: "6100", product: "com.yourapp.basic.monthly", purchase: now, expires: now.addingTimeInterval(30 * 86400), token: user)
+            #expect(try await client.appleNotify(try fx.notification("OFFER_REDEEMED", signed: now.addingTimeInterval(6), transaction: offer))
+                .json(ReceivedBody.self).outcome == "applied")
+            #expect(try await client.subscription(token).planId == "basic_monthly")
         }
     }
 
