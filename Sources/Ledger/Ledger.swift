@@ -1,5 +1,8 @@
 import Foundation
+import Synchronization
 import Logging
+import CoreMetrics
+import Metrics
 import Storage
 
 /// The double-entry token ledger. Every operation runs inside the caller's transaction (so it composes with
@@ -293,6 +296,7 @@ public struct Ledger: Sendable {
         userDelta: (Bucket, Int64)?, userID: String? = nil, operation: String, metadata: String?, now: Date, holdID: String? = nil
     ) async throws {
         precondition(amount > 0, "transfers move a positive amount")
+        LedgerMetrics.transfer(reason: reason)
         if let (bucket, delta) = userDelta {
             state.balances[bucket] += delta
             precondition(state.balances[bucket] >= 0, "a user bucket never goes below zero")
@@ -435,5 +439,22 @@ extension Ledger {
             }
         }
         return balances
+    }
+}
+
+/// `ledger_transfers{reason}`. Reasons come from callers, so at most `distinctReasonsMax` distinct values are
+/// labelled; later ones count as `other` (bounded series, whatever callers send).
+enum LedgerMetrics {
+    static let distinctReasonsMax = 64
+    static let seen = Mutex<Set<String>>([])
+
+    static func transfer(reason: String) {
+        let label = seen.withLock { known -> String in
+            if known.contains(reason) { return reason }
+            guard known.count < distinctReasonsMax else { return "other" }
+            known.insert(reason)
+            return reason
+        }
+        Counter(label: "ledger_transfers", dimensions: [("reason", label)]).increment()
     }
 }

@@ -92,7 +92,7 @@ public final class PostgresDatabase: Database {
             group.addTask {
                 try await client.withConnection { connection in
                     leased.set()
-                    return try await body(connection)
+                    return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
                 }
             }
             group.addTask {

@@ -74,9 +74,11 @@ public final class SQLiteDatabase: Database {
             attempt += 1
             do {
                 return try await gate.withLock {
-                    let executor = SQLiteExecutor(connection: connection)
-                    // IMMEDIATE takes the write lock up front, so two processes never deadlock on upgrade.
-                    return try await executor.inTransaction(begin: "BEGIN IMMEDIATE") { try await body(executor) }
+                    try await StorageMetrics.using(StorageMetrics.sqliteInUse) {
+                        let executor = SQLiteExecutor(connection: connection)
+                        // IMMEDIATE takes the write lock up front, so two processes never deadlock on upgrade.
+                        return try await executor.inTransaction(begin: "BEGIN IMMEDIATE") { try await body(executor) }
+                    }
                 }
             } catch let error as SQLiteError where Self.isBusy(error) && attempt < transactionAttemptsMax {
                 logger.debug("retrying busy SQLite transaction", metadata: ["attempt": "\(attempt)"])
@@ -94,7 +96,9 @@ public final class SQLiteDatabase: Database {
     /// Reads go to the reader connection (a consistent snapshot per statement; never blocked by the writer).
     public func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
         guard let reader else { return try await gate.withLock { try await body(SQLiteExecutor(connection: connection)) } }
-        return try await readerGate.withLock { try await body(SQLiteExecutor(connection: reader)) }
+        return try await readerGate.withLock {
+            try await StorageMetrics.using(StorageMetrics.sqliteInUse) { try await body(SQLiteExecutor(connection: reader)) }
+        }
     }
 
     public func ping(timeoutSeconds: Double, logger: Logger) async throws {

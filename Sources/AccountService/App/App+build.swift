@@ -29,9 +29,13 @@ func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some Appl
 
 /// All routes, with the problem and access-log middleware around them.
 func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
+    AppMetrics.bootstrap
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: AccessLogMiddleware())
+    // Requests by route (the pattern, never the raw path) and status, with latency histograms.
+    router.add(middleware: MetricsMiddleware())
     router.add(middleware: ProblemMiddleware())
+    MetricsRoutes(database: dependencies.database).register(on: router)
     SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
     let authenticator = Authenticator(auth: dependencies.auth, apiKeys: dependencies.apiKeys)
     AuthRoutes(auth: dependencies.auth, authenticator: authenticator).register(on: router)

@@ -56,6 +56,21 @@ paths:
                   status: { type: string, enum: [ready] }
                   database: { type: string, enum: [sqlite, postgres] }
         "503": { $ref: "#/components/responses/Unavailable" }
+  /metrics:
+    get:
+      tags: [system]
+      operationId: getMetrics
+      summary: Prometheus metrics (text format 0.0.4).
+      description: >-
+        `hb_requests` / `http_server_request_duration` (by route pattern, method and status), `argon2_queue_depth`,
+        `argon2_wait`, `argon2_rejected`, `ledger_transfers` (by reason), `ledger_holds_pending`, `db_connections_in_use`
+        (by engine), `billing_events` (by provider and outcome). Expose it to your scraper only.
+      responses:
+        "200":
+          description: The metrics.
+          content:
+            text/plain:
+              schema: { type: string }
   /openapi.yaml:
     get:
       tags: [system]

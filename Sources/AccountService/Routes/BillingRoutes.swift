@@ -68,6 +68,7 @@ struct BillingRoutes: Sendable {
                     try await billing.applyVerifiedPurchase(tx, userID: userID, transaction: transaction, environment: environment, raw: raw)
                 }
             }
+            AppMetrics.billingEvent(provider: "apple", outcome: verdict.verdict)
             context.logger.info("apple purchase verified", metadata: ["outcome": "\(verdict.verdict)", "environment": "\(environment.rawValue)"])
             return JSONResponse(
                 VerifyResponse(
@@ -88,6 +89,7 @@ struct BillingRoutes: Sendable {
             let verdict = try await database.transaction(logger: context.logger) { tx in
                 try await billing.handleAppleNotification(tx, notification, raw: raw)
             }
+            AppMetrics.billingEvent(provider: "apple", outcome: verdict.verdict)
             context.logger.info(
                 "apple notification", metadata: ["type": "\(notification.notificationType)", "outcome": "\(verdict.verdict)"])
             return JSONResponse(ReceivedResponse(received: true, outcome: verdict.verdict))
@@ -104,6 +106,7 @@ struct BillingRoutes: Sendable {
             let verdict = try await verifiedOrRecorded(provider: "stripe", source: "webhook", raw: raw, context: context) {
                 try await database.transaction(logger: context.logger) { tx in try await billing.handleStripeEvent(tx, raw: raw) }
             }
+            AppMetrics.billingEvent(provider: "stripe", outcome: verdict.verdict)
             context.logger.info("stripe event", metadata: ["outcome": "\(verdict.verdict)"])
             return JSONResponse(ReceivedResponse(received: true, outcome: verdict.verdict))
         }
@@ -146,6 +149,7 @@ struct BillingRoutes: Sendable {
         } catch let error as BillingError {
             if case .notConfigured = error { throw error }
             try await billing.recordRejected(database, provider: provider, source: source, raw: raw, detail: error.problem.detail, logger: context.logger)
+            AppMetrics.billingEvent(provider: provider, outcome: "rejected")
             context.logger.notice("billing payload rejected", metadata: ["provider": "\(provider)", "reason": "\(error.problem.detail)"])
             throw error
         }

@@ -1,4 +1,6 @@
 import Foundation
+import CoreMetrics
+import Metrics
 import Logging
 import NIOCore
 import NIOPosix
@@ -31,6 +33,16 @@ public final class PasswordHasher: Service {
         try await pool.shutdownGracefully()
     }
 
+    /// `argon2_queue_depth` (queued or running), `argon2_wait` (time queued before a thread took the hash),
+    /// `argon2_rejected` (overloaded answers).
+    static let depthGauge = Meter(label: "argon2_queue_depth")
+    static let wait = Metrics.Timer(label: "argon2_wait")
+    static let rejected = Counter(label: "argon2_rejected")
+
+    static func nanoseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+    }
+
     /// Hashes and verifications currently queued or running.
     public var depth: Int { inFlight.withLock { $0 } }
 
@@ -52,9 +64,20 @@ public final class PasswordHasher: Service {
             count += 1
             return true
         }
-        guard admitted else { throw PasswordHasherError.overloaded }
-        defer { inFlight.withLock { $0 -= 1 } }
-        return try await pool.runIfActive(work)
+        guard admitted else {
+            Self.rejected.increment()
+            throw PasswordHasherError.overloaded
+        }
+        Self.depthGauge.increment()
+        defer {
+            inFlight.withLock { $0 -= 1 }
+            Self.depthGauge.decrement()
+        }
+        let queued = ContinuousClock.now
+        return try await pool.runIfActive {
+            Self.wait.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - queued))
+            return try work()
+        }
     }
 }
 

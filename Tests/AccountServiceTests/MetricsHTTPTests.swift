@@ -1,0 +1,41 @@
+import Foundation
+import Storage
+import HTTPTypes
+import HummingbirdTesting
+import TestSupport
+import Testing
+
+@testable import AccountService
+
+@Suite("Metrics")
+struct MetricsHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func metricsExposeRequestsLedgerArgon2DatabaseAndBilling(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "metrics@example.com")
+            #expect(try await client.get("/api/user/token-balance", token: token).status == .ok)
+            #expect(try await client.get("/api/nope", token: nil).status == .notFound)
+            #expect(try await client.appleNotify(#"{"signedPayload":"x.y.z"}"#).status == .badRequest)
+            let key = try await app.apiKey(["ledger:write"])
+            let user = try await app.userID(token: token)
+            #expect(try await client.ledger("/api/ledger/holds", key: key, idempotencyKey: "m1", json: #"{"userId":"\#(user)","amount":1,"reason":"job"}"#).status == .created)
+            let response = try await client.get("/metrics", token: nil)
+            #expect(response.status == .ok && response.headers[.contentType]?.hasPrefix("text/plain") == true)
+            let text = response.text
+            for needle in [
+                #"hb_requests{http_route="/api/user/token-balance",http_request_method="GET",http_response_status_code="200"}"#,
+                #"http_response_status_code="404""#, "http_server_request_duration_bucket{", #"ledger_transfers{reason="welcome"}"#,
+                #"ledger_transfers{reason="hold"}"#, "ledger_holds_pending ", "argon2_queue_depth", "argon2_wait_bucket", "db_connections_in_use{engine=",
+                #"billing_events{provider="apple",outcome="rejected"}"#,
+            ] {
+                #expect(text.contains(needle), "missing \(needle)")
+            }
+            // The raw path of unknown routes never becomes a label (bounded series).
+            #expect(!text.contains("/api/nope"))
+            // Every sample line parses as `name{labels} value`.
+            let samples = text.split(separator: "\n").filter { !$0.hasPrefix("#") && !$0.isEmpty }
+            #expect(!samples.isEmpty && samples.allSatisfy { $0.range(of: #"^[a-zA-Z_][a-zA-Z0-9_]*(\{.*\})? [-+0-9.eE]+(Inf)?$"#, options: .regularExpression) != nil })
+        }
+    }
+}
