@@ -28,7 +28,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
     /// Seconds between background ledger sweeps (`SWEEP_INTERVAL_SECONDS`; 0 turns the sweeper off).
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
-    var databaseLeaseTimeoutSeconds: Double = 3
+    var databaseLeaseTimeoutSeconds: Double = 2
 
     /// Apple billing (`APPLE_ROOT_CERTIFICATES`, `APPLE_BUNDLE_ID`, `APPLE_APP_APPLE_ID`, `APPLE_ENVIRONMENT`,
     /// `APPLE_ACCEPT_SANDBOX`); nil → the Apple endpoints answer 503.
