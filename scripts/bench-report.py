@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Writes BENCHMARKS.md from the raw outputs scripts/bench saved in DIR."""
+import datetime, os, platform, re, subprocess, sys
+out, secs = sys.argv[1], sys.argv[2]
+read = lambda name: open(os.path.join(out, name)).read()
+def num(text, pattern):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
+clean = lambda text: "\n".join(l for l in text.splitlines() if "warning: 'swift-distributed-tracing'" not in l and "CMakeLists.txt" not in l and "NOTICE:" not in l)
+signin, ent, ledger, idle = (clean(read(n)) for n in ("signin.txt", "entitlements.txt", "ledger.txt", "idle.txt"))
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+mem = next((int(l.split()[1]) // 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
+swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+def to_ms(text):
+    """wrk latency ("850.00us", "1.69ms", "1.20s") in milliseconds."""
+    value = float(re.sub(r"[^0-9.]", "", text))
+    return value / 1000 if text.endswith("us") else value if text.endswith("ms") else value * 1000
+rows = []
+def row(name, value, goal, ok, raw):
+    rows.append(f"| {name} | {raw} | {goal} | {'met' if ok else '**not met**'} |")
+r = num(signin, r"ratio=([0-9.]+)"); p99 = num(signin, r"health_p99_ms=([0-9.]+)")
+row("sign-in vs Argon2 limit", r, "≥ 0.9", r is not None and r >= 0.9,
+    f"{r} ({num(signin, r'signin_per_s=([0-9.]+)')}/s vs {num(signin, r'argon2_limit_per_s=([0-9.]+)')}/s)")
+row("/health p99 during the sign-in flood", p99, "< 20 ms", p99 is not None and p99 < 20, f"{p99} ms")
+for engine in ("sqlite", "postgres"):
+    er = num(ent, engine + r": ratio_entitlements_vs_health=([0-9.]+)")
+    ep = re.search(engine + r": low_load\([^)]*\) entitlements_rps=(\S+) p99=(\S+)", ent)
+    ent_rps = num(ent, engine + r": health_rps=\S+ health_p99=\S+ entitlements_rps=([0-9.]+)")
+    health_rps = num(ent, engine + r": health_rps=([0-9.]+)")
+    row(f"entitlements vs /health ({engine})", er, "≥ 0.5", er is not None and er >= 0.5, f"{er} ({ent_rps} vs {health_rps} req/s)")
+    if ep:
+        ms = to_ms(ep.group(2))
+        row(f"entitlements p99 at low load ({engine})", ms, "< 5 ms", ms < 5, ep.group(2))
+lr = num(ledger, r"ratio_postgres_many_users_vs_pgbench=([0-9.]+)")
+many = num(ledger, r"ledger_postgres_many\S*_spends_per_s=([0-9.]+)")
+pgb = num(ledger, r"pgbench_tpcb_like_tps=([0-9.]+)")
+row("ledger spends vs pgbench (PostgreSQL, many users)", lr, "≥ 0.5", lr is not None and lr >= 0.5, f"{lr} ({many}/s vs {pgb} tps)")
+hot = num(ledger, r"postgres_hot_user_spends_per_s=([0-9.]+)")
+row("ledger spends, one hot user (PostgreSQL)", hot, "≥ 1,000/s", hot is not None and hot >= 1000, f"{hot}/s")
+s1, s2 = num(ledger, r"sqlite_many_users_spends_per_s=([0-9.]+)"), num(ledger, r"sqlite_hot_user_spends_per_s=([0-9.]+)")
+row("ledger spends (SQLite, many users / hot user)", s1, "≥ 2,000/s", s1 is not None and s1 >= 2000 and (s2 or 0) >= 2000, f"{s1}/s / {s2}/s")
+irss = num(idle, r"idle_rss_mib=([0-9.]+)")
+row("idle RSS (release, SQLite)", irss, "< 50 MiB", irss is not None and irss < 50, f"{irss} MiB")
+verify_ok = ledger.count("ledger verify: OK")
+with open("BENCHMARKS.md", "w") as f:
+    f.write(f"""# Benchmarks
+
+Written by `scripts/bench {secs}` on {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}. Every ratio compares two
+figures measured in the same run on the same machine; release build; load from `wrk` on loopback.
+
+Machine: {os.cpu_count()} cores ({cpu}), {mem} MiB RAM, {platform.system()} {platform.release()}; {swift}.
+
+| benchmark | measured | target | |
+|---|---|---|---|
+""" + "\n".join(rows) + f"""
+
+`ledger verify` after the ledger runs: {verify_ok} × OK.
+
+## Raw output
+
+### Sign-in (`scripts/bench-signin {secs}`)
+```
+{signin.strip()}
+```
+
+### Entitlements (`scripts/bench-entitlements {secs}`)
+```
+{ent.strip()}
+```
+
+### Ledger (`scripts/bench-ledger {secs}`)
+```
+{ledger.strip()}
+```
+
+### Idle RSS
+```
+{idle.strip()}
+```
+""")
+print("wrote BENCHMARKS.md")
+print("\n".join(rows))
