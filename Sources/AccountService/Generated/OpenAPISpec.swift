@@ -81,7 +81,7 @@ paths:
           description: The OpenAPI document.
           content:
             application/yaml:
-              schema: { type: string }
+              schema: {}
   /api/subscription-plans:
     get:
       tags: [plans]
@@ -117,6 +117,8 @@ paths:
                 password: { type: string, minLength: 10, maxLength: 128, description: Any characters; common passwords are refused. }
                 name: { type: string, minLength: 1, maxLength: 100 }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Accepted (same body whether or not the address was new).
           content:
@@ -141,6 +143,8 @@ paths:
                 email: { type: string }
                 code: { type: string, pattern: "^[0-9]{6}$" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Verified and signed in.
           content:
@@ -169,6 +173,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/EmailRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Accepted (same body for every address).
           content:
@@ -199,6 +205,8 @@ paths:
                 email: { type: string }
                 password: { type: string }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Signed in.
           content:
@@ -308,6 +316,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/EmailRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Accepted.
           content:
@@ -331,6 +341,8 @@ paths:
                 code: { type: string, pattern: "^[0-9]{6}$" }
                 newPassword: { type: string, minLength: 10, maxLength: 128 }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Changed.
           content:
@@ -359,6 +371,8 @@ paths:
                 currentPassword: { type: string }
                 newPassword: { type: string, minLength: 10, maxLength: 128 }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Changed.
           content:
@@ -394,6 +408,8 @@ paths:
                 name: { type: string, minLength: 1, maxLength: 100 }
                 promptEnhancementEnabled: { type: boolean }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: The updated user.
           content:
@@ -417,6 +433,8 @@ paths:
               properties:
                 password: { type: string }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "204": { description: Erased. }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/InvalidCredentials" }
@@ -456,6 +474,8 @@ paths:
                 profileId: { type: string }
                 pin: { type: [string, "null"] }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Selected.
           content:
@@ -491,6 +511,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/ProfileRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "201":
           description: Created.
           content:
@@ -513,6 +535,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/ProfileRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Updated.
           content:
@@ -620,6 +644,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/ProfileRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "201":
           description: Created.
           content:
@@ -644,6 +670,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/ProfileRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Updated.
           content:
@@ -704,6 +732,8 @@ paths:
                 planId: { type: string }
                 periodEnd: { type: string, format: date-time }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: The subscription now.
           content:
@@ -740,6 +770,9 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/GrantRequest" }
       responses:
+        "409": { $ref: "#/components/responses/Conflict" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "201":
           description: Done (or replayed, with Idempotent-Replayed true).
           content:
@@ -763,6 +796,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/SpendRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Done (or replayed, with Idempotent-Replayed true).
           content:
@@ -789,6 +824,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/HoldRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "201":
           description: Done (or replayed, with Idempotent-Replayed true).
           content:
@@ -815,6 +852,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/CaptureRequest" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Done (or replayed, with Idempotent-Replayed true).
           content:
@@ -835,6 +874,7 @@ paths:
         - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
         - { name: id, in: path, required: true, schema: { type: string } }
       responses:
+        "400": { $ref: "#/components/responses/BadRequest" }
         "200":
           description: Done (or replayed, with Idempotent-Replayed true).
           content:
@@ -889,6 +929,9 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/AdminGrantRequest" }
       responses:
+        "409": { $ref: "#/components/responses/Conflict" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "201":
           description: Done (or replayed, with Idempotent-Replayed true).
           content:
@@ -1005,6 +1048,8 @@ paths:
                 packId: { type: string }
                 tokens: { type: integer, minimum: 1 }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: The answer.
           content:
@@ -1070,6 +1115,7 @@ paths:
         - { name: id, in: path, required: true, schema: { type: string } }
         - { name: Idempotency-Key, in: header, required: false, schema: { type: string, maxLength: 255 } }
       responses:
+        "400": { $ref: "#/components/responses/BadRequest" }
         "200":
           description: Unlocked.
           content:
@@ -1119,6 +1165,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/StickerPack" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "201":
           description: Created.
           content:
@@ -1142,6 +1190,8 @@ paths:
           application/json:
             schema: { $ref: "#/components/schemas/StickerPack" }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Updated.
           content:
@@ -1186,6 +1236,8 @@ paths:
               properties:
                 signedTransaction: { type: string, description: "StoreKit 2 `Transaction.jwsRepresentation`." }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
           description: Applied (or already applied).
           content:
@@ -1236,6 +1288,8 @@ paths:
               properties:
                 signedPayload: { type: string }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200": { $ref: "#/components/responses/BillingReceived" }
         "400": { $ref: "#/components/responses/BillingRejected" }
         "503": { $ref: "#/components/responses/Unavailable" }
@@ -1261,6 +1315,8 @@ paths:
           application/json:
             schema: { type: object, required: [id, type, created, data] }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200": { $ref: "#/components/responses/BillingReceived" }
         "400": { $ref: "#/components/responses/BillingRejected" }
         "503": { $ref: "#/components/responses/Unavailable" }
@@ -1320,6 +1376,16 @@ components:
       scheme: bearer
       description: "A service API key (`ask_…`) from `account-service api-key create`; operator endpoints need scope `admin`."
   responses:
+    TooLarge:
+      description: "`validation_failed`: the body is larger than 1 MiB."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    UnsupportedMediaType:
+      description: "`validation_failed`: the body must be `application/json`."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
     BillingReceived:
       description: Stored and applied (or recognised as a duplicate, stale, unmatched or informational event).
       content:
@@ -1400,7 +1466,7 @@ components:
           type: string
           enum: [invalid_credentials, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
-            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked]
+            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked]
       additionalProperties: true
     EmailRequest:
       type: object
