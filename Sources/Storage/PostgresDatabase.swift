@@ -174,7 +174,9 @@ struct PostgresExecutor: SQLExecutor {
             case .null: bindings.appendNull()
             case .int(let v): bindings.append(v)
             case .double(let v): bindings.append(v)
-            case .text(let v): bindings.append(v)
+            case .text(let v):
+                guard !v.utf8.contains(0) else { throw StorageError.nulCharacter }
+                bindings.append(v)
             case .bool(let v): bindings.append(v)
             case .bytes(let v): bindings.append(ByteBuffer(bytes: v))
             }

@@ -137,12 +137,14 @@ struct SQLiteExecutor: SQLExecutor {
 
     @discardableResult
     func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow] {
-        let data: [SQLiteData] = binds.map {
+        let data: [SQLiteData] = try binds.map {
             switch $0.sqlValue {
             case .null: .null
             case .int(let v): .integer(numericCast(v))
             case .double(let v): .float(v)
-            case .text(let v): .text(v)
+            case .text(let v):
+                // The same rule as PostgreSQL (which cannot store NUL), so both engines accept the same input.
+                if v.utf8.contains(0) { throw StorageError.nulCharacter } else { .text(v) }
             case .bool(let v): .integer(v ? 1 : 0)
             case .bytes(let v): .blob(ByteBuffer(bytes: v))
             }

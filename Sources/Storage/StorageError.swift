@@ -12,6 +12,8 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
     case migrationFailed(file: String, underlying: String)
     /// A uniqueness constraint was violated (SQLSTATE 23505 / SQLITE_CONSTRAINT_UNIQUE).
     case uniqueViolation(String)
+    /// A text value held U+0000, which PostgreSQL cannot store; refused on both engines alike (client input → 400).
+    case nulCharacter
 
     public var description: String {
         switch self {
@@ -22,6 +24,7 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
             "migration \(f) was edited after it was applied (checksum differs); migrations are forward-only: add a new file instead"
         case .migrationFailed(let f, let u): "migration \(f) failed: \(u)"
         case .uniqueViolation(let m): "unique constraint violated: \(m)"
+        case .nulCharacter: "text must not contain NUL (U+0000) characters"
         }
     }
 }

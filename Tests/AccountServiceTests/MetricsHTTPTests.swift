@@ -39,3 +39,24 @@ struct MetricsHTTPTests {
         }
     }
 }
+
+@Suite("Input hardening")
+struct InputHardeningTests {
+    /// Found by probing after schemathesis: PostgreSQL cannot store U+0000, which used to surface as a 500.
+    @Test(arguments: TestDatabase.engines)
+    func nulCharactersAreA400OnBothEngines(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let key = try await app.apiKey(["admin", "ledger:write"])
+            let signIn = try await client.post("/api/auth/sign-in", json: #"{"email":"a\u0000@example.com","password":"long enough password"}"#)
+            #expect(try signIn.status == .badRequest && signIn.problem().detail.contains("NUL"))
+            let grant = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "nul-1", json: #"{"userId":"x\u0000","amount":1,"bucket":"bonus","reason":"r"}"#)
+            #expect(grant.status == .badRequest)
+            let pack = try await client.send(
+                .post, "/api/admin/stickers/packs", token: key,
+                json: #"{"id":"p1","name":"a\u0000b","description":"d","iconUrl":"https://cdn.example.com/a.png","category":"seasonal","isPremium":true,"tokenPrice":1,"includedInPlans":[],"isActive":true,"sortOrder":1,"stickerCount":1,"previewStickers":[]}"#)
+            #expect(pack.status == .badRequest)
+            #expect(try await app.rows("SELECT id FROM sticker_packs").isEmpty)
+        }
+    }
+}

@@ -24,6 +24,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as BillingError {
             throw error.problem
         } catch let error as StorageError {
+            if case .nulCharacter = error { throw Problem.validation("Text fields must not contain NUL (U+0000) characters.") }
             if case .unavailable(let why) = error {
                 context.logger.warning("database unavailable", metadata: ["reason": "\(why)"])
                 throw Problem.unavailable("The database is unavailable; try again shortly.")

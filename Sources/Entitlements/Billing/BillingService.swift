@@ -95,14 +95,19 @@ public struct BillingService: Sendable {
             """
             INSERT INTO billing_events (id, provider, source, dedupe_key, external_id, event_type, original_id, environment, verdict, signed_at_ms, raw, raw_sha256, received_at_ms)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'processing', ?, ?, ?, ?) ON CONFLICT (dedupe_key) DO NOTHING RETURNING id
-            """, [id, provider, source, dedupeKey, externalID, eventType, originalID, environment, signedAt, raw, digest, clock.now()])
+            """, [id, provider, source, dedupeKey, externalID, eventType, originalID, environment, signedAt, Self.storable(raw), digest, clock.now()])
         if !rows.isEmpty { return id }
         try await tx.query(
             """
             INSERT INTO billing_events (id, provider, source, external_id, event_type, original_id, environment, verdict, detail, signed_at_ms, raw, raw_sha256, received_at_ms)
             VALUES (?, ?, ?, ?, ?, ?, ?, 'duplicate', 'already received; no effect', ?, ?, ?, ?)
-            """, [id, provider, source, externalID, eventType, originalID, environment, signedAt, raw, digest, clock.now()])
+            """, [id, provider, source, externalID, eventType, originalID, environment, signedAt, Self.storable(raw), digest, clock.now()])
         return nil
+    }
+
+    /// Text both engines store: NUL (which PostgreSQL TEXT refuses) becomes U+FFFD; `raw_sha256` keeps the original's hash.
+    static func storable(_ raw: String) -> String {
+        raw.contains("\u{0}") ? raw.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}") : raw
     }
 
     func settle(_ tx: any SQLExecutor, eventID: String, _ verdict: BillingVerdict) async throws {
@@ -113,7 +118,8 @@ public struct BillingService: Sendable {
 
     /// Records an event that failed verification (its own transaction: the request itself fails).
     public func recordRejected(_ database: any Database, provider: String, source: String, raw: String, detail: String, logger: Logger) async throws {
-        let kept = raw.utf8.count > Self.rejectedRawBytesMax ? String(decoding: Array(raw.utf8.prefix(Self.rejectedRawBytesMax)), as: UTF8.self) : raw
+        let kept = Self.storable(
+            raw.utf8.count > Self.rejectedRawBytesMax ? String(decoding: Array(raw.utf8.prefix(Self.rejectedRawBytesMax)), as: UTF8.self) : raw)
         let digest = SHA256.hash(data: Data(raw.utf8)).map { String(format: "%02x", $0) }.joined()
         try await database.transaction(logger: logger) { tx in
             try await tx.query(
