@@ -360,6 +360,19 @@ def scenario_nodes():
     after = balance(b, key, other)
     check(held["heldTokens"] == 20 and after["heldTokens"] == 0 and after["totalTokens"] == before + 50,
           f"nodes: 20 expired holds released exactly once by the sweepers (held {held['heldTokens']} → {after['heldTokens']}, total {after['totalTokens']})")
+    # Monthly drip with rollover once: a yearly plan whose period began 95 days ago is due its month-3 tokens;
+    # both nodes sweep every second, and the period is started exactly once.
+    s, _, _ = request("POST", a.url(f"/api/admin/users/{user}/subscription"), {"planId": "basic_yearly"}, auth)
+    check(s == 200, f"nodes: comp a yearly plan ({s})")
+    before_drip = balance(a, key, user)["subscriptionTokens"]
+    subprocess.run(["psql", url, "-q", "-c", f"UPDATE subscriptions SET current_period_start_ms = current_period_start_ms - {95 * 86400000} WHERE user_id = '{user}'"],
+                   check=True, stdout=subprocess.DEVNULL)
+    time.sleep(4)
+    rows = subprocess.run(["psql", url, "-At", "-c", f"SELECT COUNT(*) FROM ledger_period_grants WHERE user_id = '{user}' AND period_key LIKE '%:month:3'"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    after_drip = balance(b, key, user)["subscriptionTokens"]
+    check(rows == "1" and after_drip == min(before_drip, 50) + 50,
+          f"nodes: the yearly plan's month-3 drip ran once with rollover ({rows} period row(s); subscription tokens {before_drip} → {after_drip})")
     verify = subprocess.run([BIN, "ledger", "verify"], env=a.env(), capture_output=True, text=True)
     check(verify.returncode == 0, f"nodes: ledger verify passes ({verify.stdout.strip()})")
     a.stop()

@@ -29,7 +29,7 @@ enum AppMetrics {
         String(text.unicodeScalars.map { $0.properties.isAlphabetic && $0.isASCII || ("0"..."9").contains($0) ? Character($0) : "_" })
     }
 
-    static let holdsPending = Gauge(label: "ledger_holds_pending")
+    static var holdsPending: CoreMetrics.Gauge { CoreMetrics.Gauge(label: "ledger_holds_pending") }
 
     /// Billing events by provider and outcome (`billing_events{provider,outcome}`).
     static func billingEvent(provider: String, outcome: String) {

@@ -35,9 +35,10 @@ public final class PasswordHasher: Service {
 
     /// `argon2_queue_depth` (queued or running), `argon2_wait` (time queued before a thread took the hash),
     /// `argon2_rejected` (overloaded answers).
-    static let depthGauge = Meter(label: "argon2_queue_depth")
-    static let wait = Metrics.Timer(label: "argon2_wait")
-    static let rejected = Counter(label: "argon2_rejected")
+    /// Computed: a handle made before the metrics backend is bootstrapped would stay a no-op.
+    static var depthGauge: Meter { Meter(label: "argon2_queue_depth") }
+    static var wait: Metrics.Timer { Metrics.Timer(label: "argon2_wait") }
+    static var rejected: Counter { Counter(label: "argon2_rejected") }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {
         duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
