@@ -125,7 +125,6 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/SignUpResponse" }
         "400": { $ref: "#/components/responses/BadRequest" }
-        "415": { $ref: "#/components/responses/BadRequest" }
         "503": { $ref: "#/components/responses/Unavailable" }
   /api/verify-otp:
     post:
