@@ -1,69 +1,67 @@
 import Foundation
 import Logging
-import NIOCore
-import SQLiteNIO
 
 /// The embedded engine: one SQLite file in WAL mode. One connection serves the process and an
 /// in-process FIFO lock serializes its transactions (SQLite allows one writer at a time anyway);
-/// `busy_timeout` plus bounded retries cover other processes on the same file.
+/// `busy_timeout` plus bounded retries cover other processes on the same file. Each connection has its own
+/// thread (``SQLiteThread``): a transaction runs there from BEGIN to COMMIT without a thread switch.
 public final class SQLiteDatabase: Database {
     public let engine = Engine.sqlite
     let connection: SQLiteConnection
+    let writerThread = SQLiteThread(name: "sqlite-writer")
     let gate = AsyncMutex()
     /// A second connection for reads outside transactions: in WAL mode readers never wait for the writer.
     let reader: SQLiteConnection?
+    let readerThread: SQLiteThread?
     let readerGate = AsyncMutex()
 
     init(connection: SQLiteConnection, reader: SQLiteConnection?) {
         self.connection = connection
         self.reader = reader
+        self.readerThread = reader == nil ? nil : SQLiteThread(name: "sqlite-reader")
+    }
+
+    deinit {
+        writerThread.stop()
+        readerThread?.stop()
     }
 
     /// Opens (creating the file and its directory) `path`, or an in-memory database for ":memory:".
     public static func open(path: String, logger: Logger) async throws -> SQLiteDatabase {
-        let storage: SQLiteConnection.Storage
-        if path == ":memory:" {
-            storage = .memory
-        } else {
+        if path != ":memory:" {
             let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            storage = .file(path: path)
         }
-        let connection = try await SQLiteConnection.open(storage: storage, logger: logger)
-        _ = try await connection.query("PRAGMA busy_timeout = 5000")
-        if path != ":memory:" { _ = try await connection.query("PRAGMA journal_mode = WAL") }
-        _ = try await connection.query("PRAGMA synchronous = NORMAL")
-        _ = try await connection.query("PRAGMA foreign_keys = ON")
+        let connection = try SQLiteConnection(path: path)
+        _ = try connection.query("PRAGMA busy_timeout = 5000", [])
+        if path != ":memory:" { _ = try connection.query("PRAGMA journal_mode = WAL", []) }
+        _ = try connection.query("PRAGMA synchronous = NORMAL", [])
+        _ = try connection.query("PRAGMA foreign_keys = ON", [])
         var reader: SQLiteConnection?
         if path != ":memory:" {
-            let readOnly = try await SQLiteConnection.open(storage: storage, logger: logger)
-            _ = try await readOnly.query("PRAGMA busy_timeout = 5000")
-            _ = try await readOnly.query("PRAGMA query_only = ON")
+            let readOnly = try SQLiteConnection(path: path)
+            _ = try readOnly.query("PRAGMA busy_timeout = 5000", [])
+            _ = try readOnly.query("PRAGMA query_only = ON", [])
             reader = readOnly
         }
         return SQLiteDatabase(connection: connection, reader: reader)
     }
 
-    private let closed = ManagedAtomicBool()
-
-    /// Closes the connection once; later calls do nothing. Runs in its own task so that a cancelled
-    /// caller (a service group torn down without a graceful shutdown) still closes the file.
+    /// Closes both connections; later calls do nothing, and later queries answer `unavailable`.
     public func close() async throws {
-        let connection = self.connection
-        let reader = self.reader
-        let closed = self.closed
-        let gate = self.gate
-        let readerGate = self.readerGate
-        try await Task {
-            try await gate.withLock {
-                try await readerGate.withLock {
-                    guard !closed.load() else { return }
-                    try await reader?.close()
-                    try await connection.close()
-                    closed.store(true)
-                }
+        try await onWriter {
+            try await self.readerGate.withLock {
+                self.reader?.close()
+                self.connection.close()
             }
-        }.value
+        }
+    }
+
+    /// Holds the writer lock on the writer's thread: everything `body` runs, statement after statement, stays there.
+    private func onWriter<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(writerThread) {
+            try await gate.withLock { try await StorageMetrics.using(StorageMetrics.sqliteInUse) { try await body() } }
+        }
     }
 
     public func transaction<T: Sendable>(
@@ -73,14 +71,12 @@ public final class SQLiteDatabase: Database {
         while true {
             attempt += 1
             do {
-                return try await gate.withLock {
-                    try await StorageMetrics.using(StorageMetrics.sqliteInUse) {
-                        let executor = SQLiteExecutor(connection: connection)
-                        // IMMEDIATE takes the write lock up front, so two processes never deadlock on upgrade.
-                        return try await executor.inTransaction(begin: "BEGIN IMMEDIATE") { try await body(executor) }
-                    }
+                return try await onWriter {
+                    let executor = SQLiteExecutor(connection: connection)
+                    // IMMEDIATE takes the write lock up front, so two processes never deadlock on upgrade.
+                    return try await executor.inTransaction(begin: "BEGIN IMMEDIATE") { try await body(executor) }
                 }
-            } catch let error as SQLiteError where Self.isBusy(error) && attempt < transactionAttemptsMax {
+            } catch let error as SQLiteFailure where error.isBusy && attempt < transactionAttemptsMax {
                 logger.debug("retrying busy SQLite transaction", metadata: ["attempt": "\(attempt)"])
                 try await Task.sleep(for: .milliseconds(Int.random(in: 5...(10 << min(attempt, 5)))))
             }
@@ -95,9 +91,11 @@ public final class SQLiteDatabase: Database {
 
     /// Reads go to the reader connection (a consistent snapshot per statement; never blocked by the writer).
     public func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
-        guard let reader else { return try await gate.withLock { try await body(SQLiteExecutor(connection: connection)) } }
-        return try await readerGate.withLock {
-            try await StorageMetrics.using(StorageMetrics.sqliteInUse) { try await body(SQLiteExecutor(connection: reader)) }
+        guard let reader, let readerThread else { return try await onWriter { try await body(SQLiteExecutor(connection: connection)) } }
+        return try await withTaskExecutorPreference(readerThread) {
+            try await readerGate.withLock {
+                try await StorageMetrics.using(StorageMetrics.sqliteInUse) { try await body(SQLiteExecutor(connection: reader)) }
+            }
         }
     }
 
@@ -110,23 +108,16 @@ public final class SQLiteDatabase: Database {
         while true {
             attempt += 1
             do {
-                return try await gate.withLock {
+                return try await onWriter {
                     let executor = SQLiteExecutor(connection: connection)
                     // EXCLUSIVE: a second process starting at once waits (busy_timeout), then sees them applied.
                     return try await executor.inTransaction(begin: "BEGIN EXCLUSIVE") {
                         try await MigrationRunner.apply(migrations, executor: executor, logger: logger, inTransaction: true)
                     }
                 }
-            } catch let error as SQLiteError where Self.isBusy(error) && attempt < transactionAttemptsMax {
+            } catch let error as SQLiteFailure where error.isBusy && attempt < transactionAttemptsMax {
                 try await Task.sleep(for: .milliseconds(100 * attempt))
             }
-        }
-    }
-
-    static func isBusy(_ error: SQLiteError) -> Bool {
-        switch error.reason {
-        case .busy, .locked, .busyTimeout, .busyInRecovery, .busyInSnapshot, .lockedBySharedCache: true
-        default: false
         }
     }
 }
@@ -137,42 +128,7 @@ struct SQLiteExecutor: SQLExecutor {
 
     @discardableResult
     func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow] {
-        let data: [SQLiteData] = try binds.map {
-            switch $0.sqlValue {
-            case .null: .null
-            case .int(let v): .integer(numericCast(v))
-            case .double(let v): .float(v)
-            case .text(let v):
-                // The same rule as PostgreSQL (which cannot store NUL), so both engines accept the same input.
-                if v.utf8.contains(0) { throw StorageError.nulCharacter } else { .text(v) }
-            case .bool(let v): .integer(v ? 1 : 0)
-            case .bytes(let v): .blob(ByteBuffer(bytes: v))
-            }
-        }
-        do {
-            let rows = try await connection.query(sql, data)
-            return rows.map { row in
-                var values: [String: SQLValue] = [:]
-                for column in row.columns {
-                    values[column.name] =
-                        switch column.data {
-                        case .null: .null
-                        case .integer(let v): .int(Int64(v))
-                        case .float(let v): .double(v)
-                        case .text(let v): .text(v)
-                        case .blob(let b): .bytes(Array(buffer: b))
-                        }
-                }
-                return SQLRow(values)
-            }
-        } catch let error as SQLiteError {
-            if case .constraint = error.reason, error.message.contains("UNIQUE") {
-                throw StorageError.uniqueViolation(error.message)
-            }
-            if case .constraintUniqueFailed = error.reason { throw StorageError.uniqueViolation(error.message) }
-            if case .constraintPrimaryKeyFailed = error.reason { throw StorageError.uniqueViolation(error.message) }
-            throw error
-        }
+        try connection.query(sql, binds.map(\.sqlValue))
     }
 }
 
