@@ -435,9 +435,14 @@ public struct AuthService: Sendable {
         try await database.withConnection(logger: logger) { tx in try await loadUser(tx, id: id) }
     }
 
-    public func defaultProfile(userID: String, logger: Logger) async throws -> FamilyProfile? {
+    /// The selected profile, or the default one when none is selected (or the selected one is gone): one query.
+    public func activeProfile(selectedID: String?, userID: String, logger: Logger) async throws -> FamilyProfile? {
         try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND is_default", [userID]).map(FamilyProfile.init)
+            try await tx.first(
+                """
+                SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND (is_default OR id = ?)
+                ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1
+                """, [userID, selectedID ?? "", selectedID ?? ""]).map(FamilyProfile.init)
         }
     }
 

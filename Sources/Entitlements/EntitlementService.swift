@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Ledger
+import Logging
 import Storage
 
 /// The selected profile's permissions, as the app layer knows them.
@@ -87,11 +88,57 @@ public struct EntitlementService: Sendable {
     public func snapshot(_ tx: any SQLExecutor, userID: String, profile: ProfilePermissions?) async throws -> EntitlementSnapshot {
         let now = clock.now()
         let subscription = try await subscriptions.subscription(userID: userID, tx)
-        let entitled = subscription?.isEntitled(at: now) ?? false
-        let plan = (entitled ? subscription.flatMap { subscriptions.catalog.plan(id: $0.planID) } : nil) ?? subscriptions.catalog.freePlan
         let balances = try await ledger.peekBalances(tx, userID: userID)
         let bought = try await packs.unlockedIDs(tx, userID: userID)
-        let unlocked = try await packs.all(tx, activeOnly: true).filter { $0.isPremium && !packs.isLocked($0, plan: plan, bought: bought) }.map(\.id)
+        let premium = try await packs.all(tx, activeOnly: true).filter(\.isPremium).map { StickerPack.Premium(id: $0.id, includedInPlans: $0.includedInPlans) }
+        return assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile)
+    }
+
+    /// The same snapshot as ``snapshot(_:userID:profile:)`` from one statement (no transaction; one statement reads
+    /// one consistent snapshot on both engines): the subscription, stored balances, held and lapsed amounts, the
+    /// bought packs and the active premium catalog. A user with an expired hold not yet released (its parts may
+    /// return into lapsed lots) takes the full path, like every other rare case.
+    public func snapshot(reading database: any Database, userID: String, profile: ProfilePermissions?, logger: Logger) async throws -> EntitlementSnapshot {
+        let now = clock.now()
+        let row = try await database.withConnection(logger: logger) { tx in
+            try await tx.first(
+                """
+                SELECT s.*,
+                  (SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.uid AND bucket = 'bonus') AS bonus_balance,
+                  (SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.uid AND bucket = 'subscription') AS subscription_balance,
+                  (SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.uid AND bucket = 'purchased') AS purchased_balance,
+                  (SELECT COALESCE(SUM(amount), 0) FROM ledger_holds WHERE user_id = x.uid AND status = 'pending' AND expires_at_ms > ?) AS held,
+                  (SELECT COUNT(*) FROM ledger_holds WHERE user_id = x.uid AND status = 'pending' AND expires_at_ms <= ?) AS expired_holds,
+                  (SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
+                     WHERE user_id = x.uid AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?) AS lapsed,
+                  (SELECT \(tx.dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.uid) AS bought,
+                  (SELECT \(tx.dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium
+                FROM (SELECT CAST(? AS TEXT) AS uid) x LEFT JOIN subscriptions s ON s.user_id = x.uid
+                """, [now, now, now, userID])
+        }
+        guard let row, try row.int("expired_holds") == 0 else {
+            return try await database.readTransaction(logger: logger) { try await snapshot($0, userID: userID, profile: profile) }
+        }
+        let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
+        let balances = BucketBalances(
+            bonusTokens: try row.int("bonus_balance") - row.int("lapsed"), subscriptionTokens: try row.int("subscription_balance"),
+            purchasedTokens: try row.int("purchased_balance"), heldTokens: try row.int("held"))
+        let bought = Set((row.optionalString("bought") ?? "").split(separator: "|").map(String.init))
+        let premium = try (row.optionalString("premium") ?? "").split(separator: "|").map { entry -> StickerPack.Premium in
+            let parts = entry.split(separator: " ", maxSplits: 1)
+            let plans = parts.count == 2 ? try JSONDecoder().decode([String].self, from: Data(parts[1].utf8)) : []
+            return StickerPack.Premium(id: String(parts[0]), includedInPlans: plans)
+        }
+        return assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile)
+    }
+
+    func assemble(
+        userID: String, subscription: Subscription?, now: Date, balances: BucketBalances, premium: [StickerPack.Premium], bought: Set<String>,
+        profile: ProfilePermissions?
+    ) -> EntitlementSnapshot {
+        let entitled = subscription?.isEntitled(at: now) ?? false
+        let plan = (entitled ? subscription.flatMap { subscriptions.catalog.plan(id: $0.planID) } : nil) ?? subscriptions.catalog.freePlan
+        let unlocked = premium.filter { !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought) }.map(\.id)
         return EntitlementSnapshot(
             userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
             periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil, features: Self.features(of: plan),
@@ -104,7 +151,7 @@ public struct EntitlementService: Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let digest = SHA256.hash(data: try encoder.encode(snapshot))
-        return "\"" + digest.prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
+        return "\"" + hexString(digest.prefix(16)) + "\""
     }
 
     /// Checks a feature, a pack and/or a token amount; the first refusal wins.

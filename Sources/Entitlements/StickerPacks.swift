@@ -19,6 +19,9 @@ public struct StickerPack: Codable, Sendable, Equatable {
 
     public static let categories: Set<String> = ["emoji", "custom", "seasonal", "branded"]
 
+    /// What locking needs of an active premium pack.
+    struct Premium: Sendable { let id: String; let includedInPlans: [String] }
+
     init(row: SQLRow) throws {
         id = try row.string("id")
         name = try row.string("name")
@@ -128,8 +131,12 @@ public struct StickerPackStore: Sendable {
     /// Whether `pack` is locked for a user on `plan` who bought `bought`: free packs never are; premium packs are
     /// open when bought or included in the current plan.
     public func isLocked(_ pack: StickerPack, plan: SubscriptionPlan, bought: Set<String>) -> Bool {
-        guard pack.isPremium else { return false }
-        return !bought.contains(pack.id) && !pack.includedInPlans.contains(plan.id) && !(plan.includedStickerPacks ?? []).contains(pack.id)
+        isLocked(id: pack.id, isPremium: pack.isPremium, includedInPlans: pack.includedInPlans, plan: plan, bought: bought)
+    }
+
+    func isLocked(id: String, isPremium: Bool, includedInPlans: [String], plan: SubscriptionPlan, bought: Set<String>) -> Bool {
+        guard isPremium else { return false }
+        return !bought.contains(id) && !includedInPlans.contains(plan.id) && !(plan.includedStickerPacks ?? []).contains(id)
     }
 
     /// Buys a pack: records the unlock and spends its price in the same transaction. The unlock row is written

@@ -21,6 +21,13 @@ public struct BucketBalances: Sendable, Equatable, Codable {
     public var subscriptionTokens: Int64
     public var purchasedTokens: Int64
     public var heldTokens: Int64
+
+    public init(bonusTokens: Int64, subscriptionTokens: Int64, purchasedTokens: Int64, heldTokens: Int64) {
+        self.bonusTokens = bonusTokens
+        self.subscriptionTokens = subscriptionTokens
+        self.purchasedTokens = purchasedTokens
+        self.heldTokens = heldTokens
+    }
     /// Spendable now (holds already excluded).
     public var totalTokens: Int64 { bonusTokens + subscriptionTokens + purchasedTokens }
 

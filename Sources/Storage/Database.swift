@@ -88,6 +88,10 @@ public struct SQLDialect: Sendable {
     /// Appended to a SELECT that must lock the rows it reads until commit (PostgreSQL). SQLite's
     /// `BEGIN IMMEDIATE` already holds the only write lock, so it needs nothing.
     public var forUpdate: String { engine == .postgres ? " FOR UPDATE" : "" }
+    /// An aggregate joining `expression` over the group with `|` (NULL for no rows).
+    public func joined(_ expression: String) -> String {
+        engine == .postgres ? "string_agg(\(expression), '|')" : "group_concat(\(expression), '|')"
+    }
 
     /// Rewrites `?` placeholders to `$n` for PostgreSQL, leaving quoted strings and comments alone.
     public static func numberedPlaceholders(_ sql: String) -> String {

@@ -18,7 +18,7 @@ public struct Migration: Sendable, Equatable {
 
     /// SHA-256 of the file's text, recorded when applied; a later difference refuses start-up.
     public var checksum: String {
-        SHA256.hash(data: Data(sql.utf8)).map { String(format: "%02x", $0) }.joined()
+        hexString(SHA256.hash(data: Data(sql.utf8)))
     }
 
     /// The file split into single statements (drivers prepare one statement at a time). Knows about

@@ -84,3 +84,15 @@ public struct SQLRow: Sendable {
     public func date(_ column: String) throws -> Date { Date(epochMilliseconds: try int(column)) }
     public func optionalDate(_ column: String) -> Date? { optionalInt(column).map(Date.init(epochMilliseconds:)) }
 }
+
+/// Lowercase hex of bytes (digests, ETags, signatures) without `String(format:)`, which showed in request profiles.
+public func hexString<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
+    let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    var out: [UInt8] = []
+    out.reserveCapacity(bytes.underestimatedCount * 2)
+    for byte in bytes {
+        out.append(digits[Int(byte >> 4)])
+        out.append(digits[Int(byte & 0x0f)])
+    }
+    return String(decoding: out, as: UTF8.self)
+}

@@ -76,7 +76,7 @@ struct AuthServiceTests {
             let auth = try Self.service(db)
             let admin = try await auth.createAdmin(email: "Root@Example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
             #expect(admin.role == "admin" && admin.emailVerified && admin.email == "root@example.com")
-            #expect(try await auth.defaultProfile(userID: admin.id, logger: TestDatabase.logger)?.isDefault == true)
+            #expect(try await auth.activeProfile(selectedID: nil, userID: admin.id, logger: TestDatabase.logger)?.isDefault == true)
             await #expect(throws: AuthError.conflict("An account with this email already exists.")) {
                 _ = try await auth.createAdmin(email: "root@example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
             }

@@ -128,4 +128,54 @@ struct SubscriptionMachineTests {
             #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
         }
     }
+
+    @Test("the one-statement entitlement snapshot equals the transactional one: no subscription, a plan, holds, lapsed and expired lots and holds, bought and plan-included packs", arguments: TestDatabase.engines)
+    func oneStatementSnapshotMatchesTheFullOne(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let service = EntitlementService(subscriptions: w.store, packs: StickerPackStore(catalog: w.store.catalog, clock: w.clock), ledger: w.ledger, clock: w.clock)
+            let profile = ProfilePermissions(id: "p", name: "Kid", canMakePurchases: false, canUseCustomContentTypes: true)
+            func compare(_ label: String) async throws -> EntitlementSnapshot {
+                let fast = try await service.snapshot(reading: db, userID: "u", profile: profile, logger: TestDatabase.logger)
+                let full = try await db.readTransaction(logger: TestDatabase.logger) { try await service.snapshot($0, userID: "u", profile: profile) }
+                #expect(fast == full, "\(label)")
+                return fast
+            }
+            #expect(try await compare("new user").planId == "free")
+            for (id, premium, plans, active) in [("free-pack", false, "[]", true), ("bought", true, "[]", true), ("in-pro", true, #"["pro_monthly"]"#, true), ("locked", true, "[]", true), ("retired", true, "[]", false)] {
+                try await db.transaction(logger: TestDatabase.logger) { tx in
+                    try await tx.query(
+                        """
+                        INSERT INTO sticker_packs (id, name, description, category, is_premium, token_price, included_in_plans, is_active, sort_order,
+                                                   sticker_count, preview_stickers, created_at_ms, updated_at_ms)
+                        VALUES (?, ?, '', 'emoji', ?, 10, ?, ?, 0, 1, '[]', 0, 0)
+                        """, [id, id, premium, plans, active])
+                }
+            }
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await tx.query("INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES ('u', 'bought', 10, 0)")
+                try await tx.query("INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES ('u', 'retired', 10, 0)")
+            }
+            #expect(try await compare("bought packs").unlockedStickerPacks == ["bought"])
+            #expect(try await w.apply("e1", .start(planID: "pro_monthly", periodStart: w.t0, periodEnd: nil, trial: false, willRenew: true)) == .applied)
+            let pro = try await compare("on pro")
+            #expect(pro.planId == "pro_monthly" && pro.unlockedStickerPacks == ["bought", "in-pro"])
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                _ = try await w.ledger.grant(tx, userID: "u", amountTokens: 30, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(3600))
+                _ = try await w.ledger.grant(tx, userID: "u", amountTokens: 5, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(7200))
+                _ = try await w.ledger.hold(tx, userID: "u", amountTokens: 20, ttlSeconds: 600, reason: "job")
+                _ = try await w.ledger.hold(tx, userID: "u", amountTokens: 3, ttlSeconds: 86400, reason: "job")
+            }
+            let held = try await compare("pending holds")
+            #expect(held.tokens.held == 23)
+            w.clock.advance(seconds: 900)  // the 20-token hold expired (not yet released): the full path answers
+            #expect(try await compare("expired hold").tokens.held == 3)
+            try await db.transaction(logger: TestDatabase.logger) { tx in _ = try await w.ledger.balances(tx, userID: "u") }  // released
+            w.clock.advance(seconds: 3600)  // the 30-token lot lapsed, not yet expired by a write
+            let lapsed = try await compare("lapsed lot")
+            #expect(lapsed.tokens.held == 3)
+            w.clock.advance(seconds: 40 * 86400)  // the period ended: free again, bought packs stay
+            #expect(try await compare("period over").unlockedStickerPacks == ["bought"])
+        }
+    }
 }

@@ -37,10 +37,7 @@ struct Authenticator: Sendable {
 
     /// The session's selected profile (the default one when none is selected).
     func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
-        var profile: FamilyProfile?
-        if let id = session.selectedProfileID { profile = try await auth.profile(id: id, userID: session.user.id, logger: context.logger) }
-        if profile == nil { profile = try await auth.defaultProfile(userID: session.user.id, logger: context.logger) }
-        return profile.map {
+        try await auth.activeProfile(selectedID: session.selectedProfileID, userID: session.user.id, logger: context.logger).map {
             ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
         }
     }

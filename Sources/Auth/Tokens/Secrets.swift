@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Storage
 
 /// Session tokens, one-time codes and the keyed hashes that stand in for them in the database.
 public struct SecretHasher: Sendable {
@@ -41,7 +42,7 @@ public struct SecretHasher: Sendable {
         return difference == 0
     }
 
-    static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 { digest.map { String(format: "%02x", $0) }.joined() }
+    static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 { hexString(digest) }
 
     public static func base64url(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")

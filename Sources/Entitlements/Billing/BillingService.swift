@@ -90,7 +90,7 @@ public struct BillingService: Sendable {
         environment: String?, signedAt: Date?, raw: String
     ) async throws -> String? {
         let id = UUID().uuidString.lowercased()
-        let digest = SHA256.hash(data: Data(raw.utf8)).map { String(format: "%02x", $0) }.joined()
+        let digest = hexString(SHA256.hash(data: Data(raw.utf8)))
         let rows = try await tx.query(
             """
             INSERT INTO billing_events (id, provider, source, dedupe_key, external_id, event_type, original_id, environment, verdict, signed_at_ms, raw, raw_sha256, received_at_ms)
@@ -120,7 +120,7 @@ public struct BillingService: Sendable {
     public func recordRejected(_ database: any Database, provider: String, source: String, raw: String, detail: String, logger: Logger) async throws {
         let kept = Self.storable(
             raw.utf8.count > Self.rejectedRawBytesMax ? String(decoding: Array(raw.utf8.prefix(Self.rejectedRawBytesMax)), as: UTF8.self) : raw)
-        let digest = SHA256.hash(data: Data(raw.utf8)).map { String(format: "%02x", $0) }.joined()
+        let digest = hexString(SHA256.hash(data: Data(raw.utf8)))
         try await database.transaction(logger: logger) { tx in
             try await tx.query(
                 """

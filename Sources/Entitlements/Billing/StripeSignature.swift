@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Storage
 
 /// Why a Stripe webhook was refused (400, nothing applied).
 public enum StripeSignatureError: Error, Equatable, Sendable {
@@ -59,7 +60,7 @@ public struct StripeSignatureVerifier: Sendable {
         var message = Array("\(timestamp).".utf8)
         message.append(contentsOf: rawBody)
         let mac = HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: Array(secret.utf8)))
-        return "t=\(timestamp),v1=\(mac.map { String(format: "%02x", $0) }.joined())"
+        return "t=\(timestamp),v1=\(hexString(mac))"
     }
 
     static func hexBytes(_ text: String) -> [UInt8]? {
