@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import PostgresNIO
+import Synchronization
 
 /// PostgreSQL through postgres-nio's `PostgresClient` pool. The client is a `Service`: the app runs it.
 public final class PostgresDatabase: Database {
@@ -181,19 +182,31 @@ struct PostgresExecutor: SQLExecutor {
             case .bytes(let v): bindings.append(ByteBuffer(bytes: v))
             }
         }
-        let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
         do {
-            let sequence = try await connection.query(query, logger: logger)
-            var rows: [SQLRow] = []
-            for try await row in sequence {
-                var values: [String: SQLValue] = [:]
-                for cell in row { values[cell.columnName] = try Self.value(of: cell) }
-                rows.append(SQLRow(values))
+            if let slot = PreparedStatements.shared.slot(for: sql) {
+                return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
             }
+            let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
+            var rows: [SQLRow] = []
+            for try await row in try await connection.query(query, logger: logger) { rows.append(try Self.row(row)) }
             return rows
         } catch let error as PSQLError {
             throw PostgresDatabase.isRetryable(error) ? error : PostgresDatabase.mapped(error)
         }
+    }
+
+    static func execute<Slot: PreparedSlot>(
+        _ slot: Slot.Type, _ bindings: PostgresBindings, _ connection: PostgresConnection, _ logger: Logger
+    ) async throws -> [SQLRow] {
+        var rows: [SQLRow] = []
+        for try await row in try await connection.execute(SlotStatement<Slot>(bindings: bindings), logger: logger) { rows.append(try Self.row(row)) }
+        return rows
+    }
+
+    static func row(_ row: PostgresRow) throws -> SQLRow {
+        var values: [String: SQLValue] = [:]
+        for cell in row { values[cell.columnName] = try Self.value(of: cell) }
+        return SQLRow(values)
     }
 
     static func value(of cell: PostgresCell) throws -> SQLValue {
@@ -207,4 +220,56 @@ struct PostgresExecutor: SQLExecutor {
         default: return .text(try cell.decode(String.self))
         }
     }
+}
+
+/// Server-side prepared statements for the SQL that runs often. A statement is parsed and planned once per
+/// connection instead of on every call (the entitlement snapshot's planning cost more than its execution).
+/// postgres-nio names a prepared statement by a Swift type, so a SQL text that has run `threshold` times is given
+/// one of a fixed set of slot types (``PreparedSlots``) for the life of the process; rarely run SQL (migrations,
+/// admin searches) never takes a slot. Only SELECT / INSERT / UPDATE / DELETE / WITH statements are prepared.
+final class PreparedStatements: Sendable {
+    static let shared = PreparedStatements()
+    static let threshold = 3
+    static let countedMax = 20_000
+
+    private struct State {
+        var counts: [String: Int] = [:]
+        var slots: [String: Int] = [:]
+        var sql: [String] = []
+    }
+    private let state = Mutex(State())
+
+    func slot(for sql: String) -> Int? {
+        state.withLock { state -> Int? in
+            if let slot = state.slots[sql] { return slot }
+            guard state.sql.count < PreparedSlots.all.count, Self.preparable(sql) else { return nil }
+            let count = (state.counts[sql] ?? 0) + 1
+            guard count >= Self.threshold else {
+                if state.counts.count < Self.countedMax || state.counts[sql] != nil { state.counts[sql] = count }
+                return nil
+            }
+            state.counts[sql] = nil
+            state.slots[sql] = state.sql.count
+            state.sql.append(SQLDialect.numberedPlaceholders(sql))
+            return state.sql.count - 1
+        }
+    }
+
+    func sql(slot: Int) -> String { state.withLock { $0.sql[slot] } }
+
+    static func preparable(_ sql: String) -> Bool {
+        let head = sql.drop(while: { $0.isWhitespace }).prefix(6).uppercased()
+        return head.hasPrefix("SELECT") || head.hasPrefix("INSERT") || head.hasPrefix("UPDATE") || head.hasPrefix("DELETE") || head.hasPrefix("WITH")
+    }
+}
+
+protocol PreparedSlot { static var index: Int { get } }
+
+struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
+    typealias Row = PostgresRow
+    static var name: String { "as_prepared_\(Slot.index)" }
+    static var sql: String { PreparedStatements.shared.sql(slot: Slot.index) }
+    let bindings: PostgresBindings
+    func makeBindings() throws -> PostgresBindings { bindings }
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }
