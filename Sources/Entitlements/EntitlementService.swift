@@ -98,7 +98,11 @@ public struct EntitlementService: Sendable {
     /// one consistent snapshot on both engines): the subscription, stored balances, held and lapsed amounts, the
     /// bought packs and the active premium catalog. A user with an expired hold not yet released (its parts may
     /// return into lapsed lots) takes the full path, like every other rare case.
-    public func snapshot(reading database: any Database, userID: String, profile: ProfilePermissions?, logger: Logger) async throws -> EntitlementSnapshot {
+    /// With `withProfile`, the snapshot's profile is the session's selected one (`selectedProfileID`), or the default one
+    /// when none is selected or it is gone, read in the same statement.
+    public func snapshot(
+        reading database: any Database, userID: String, withProfile: Bool, selectedProfileID: String?, logger: Logger
+    ) async throws -> EntitlementSnapshot {
         let now = clock.now()
         let row = try await database.withConnection(logger: logger) { tx in
             try await tx.first(
@@ -112,11 +116,21 @@ public struct EntitlementService: Sendable {
                   (SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
                      WHERE user_id = x.uid AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?) AS lapsed,
                   (SELECT \(tx.dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.uid) AS bought,
-                  (SELECT \(tx.dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium
+                  (SELECT \(tx.dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
+                  p.id AS profile_id, p.name AS profile_name, p.can_make_purchases AS profile_can_make_purchases,
+                  p.can_use_custom_content_types AS profile_can_use_custom_content_types
                 FROM (SELECT CAST(? AS TEXT) AS uid) x LEFT JOIN subscriptions s ON s.user_id = x.uid
-                """, [now, now, now, userID])
+                LEFT JOIN family_profiles p ON ? AND p.id = (
+                  SELECT id FROM family_profiles WHERE user_id = x.uid AND (is_default OR id = ?) ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1)
+                """, [now, now, now, userID, withProfile, selectedProfileID ?? "", selectedProfileID ?? ""])
         }
-        guard let row, try row.int("expired_holds") == 0 else {
+        guard let row else { throw StorageError.decoding(column: "uid") }
+        let profile = try row.optionalString("profile_id").map {
+            ProfilePermissions(
+                id: $0, name: try row.string("profile_name"), canMakePurchases: try row.bool("profile_can_make_purchases"),
+                canUseCustomContentTypes: try row.bool("profile_can_use_custom_content_types"))
+        }
+        guard try row.int("expired_holds") == 0 else {
             return try await database.readTransaction(logger: logger) { try await snapshot($0, userID: userID, profile: profile) }
         }
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)

@@ -297,19 +297,28 @@ public struct Ledger: Sendable {
     ) async throws {
         precondition(amount > 0, "transfers move a positive amount")
         LedgerMetrics.transfer(reason: reason)
-        if let (bucket, delta) = userDelta {
-            state.balances[bucket] += delta
-            precondition(state.balances[bucket] >= 0, "a user bucket never goes below zero")
-            try await tx.query("UPDATE ledger_accounts SET balance = balance + ? WHERE id = ?", [delta, Self.accountID(state.userID, bucket)])
-        }
-        try await tx.query(
-            """
+        let insert = """
             INSERT INTO ledger_transfers (id, operation_id, debit_account_id, credit_account_id, amount, reason, user_id, user_amount, user_bucket,
                                           user_balance_after, hold_id, metadata, created_at_ms)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            [Self.newID(), operation, debit, credit, amount, reason, userID ?? state.userID, userDelta?.1 ?? 0, userDelta?.0.rawValue,
-             userDelta == nil ? nil : state.total, holdID, metadata, now])
+            """
+        var update: (sql: String, binds: [any SQLBindable])?
+        if let (bucket, delta) = userDelta {
+            state.balances[bucket] += delta
+            precondition(state.balances[bucket] >= 0, "a user bucket never goes below zero")
+            update = ("UPDATE ledger_accounts SET balance = balance + ? WHERE id = ?", [delta, Self.accountID(state.userID, bucket)])
+        }
+        let transfer: [any SQLBindable] = [
+            Self.newID(), operation, debit, credit, amount, reason, userID ?? state.userID, userDelta?.1 ?? 0, userDelta?.0.rawValue,
+            userDelta == nil ? nil : state.total, holdID, metadata, now,
+        ]
+        if let update, tx.engine == .postgres {
+            // One round trip on PostgreSQL (a data-modifying CTE), made while the user's account rows are locked.
+            try await tx.query("WITH balance AS (\(update.sql)) " + insert, update.binds + transfer)
+        } else {
+            if let update { try await tx.query(update.sql, update.binds) }
+            try await tx.query(insert, transfer)
+        }
     }
 
     /// Reads a hold, locks its user's accounts first (fixed lock order), then checks it is still pending.

@@ -134,9 +134,24 @@ struct SubscriptionMachineTests {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
             let service = EntitlementService(subscriptions: w.store, packs: StickerPackStore(catalog: w.store.catalog, clock: w.clock), ledger: w.ledger, clock: w.clock)
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                for (id, isDefault, purchases) in [("d", true, true), ("p", false, false)] {
+                    try await tx.query(
+                        """
+                        INSERT INTO family_profiles (id, user_id, name, is_default, can_make_purchases, can_use_custom_content_types, created_at_ms, updated_at_ms)
+                        VALUES (?, 'u', ?, ?, ?, ?, 0, 0)
+                        """, [id, id == "p" ? "Kid" : "Parent", isDefault, purchases, true])
+                }
+            }
             let profile = ProfilePermissions(id: "p", name: "Kid", canMakePurchases: false, canUseCustomContentTypes: true)
+            let parent = ProfilePermissions(id: "d", name: "Parent", canMakePurchases: true, canUseCustomContentTypes: true)
+            // The selected profile, the default one when none is selected or the selected one is gone, none for services.
+            for (selected, expected) in [("p", Optional(profile)), (nil, parent), ("gone", parent)] as [(String?, ProfilePermissions?)] {
+                #expect(try await service.snapshot(reading: db, userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger).profile == expected)
+            }
+            #expect(try await service.snapshot(reading: db, userID: "u", withProfile: false, selectedProfileID: "p", logger: TestDatabase.logger).profile == nil)
             func compare(_ label: String) async throws -> EntitlementSnapshot {
-                let fast = try await service.snapshot(reading: db, userID: "u", profile: profile, logger: TestDatabase.logger)
+                let fast = try await service.snapshot(reading: db, userID: "u", withProfile: true, selectedProfileID: "p", logger: TestDatabase.logger)
                 let full = try await db.readTransaction(logger: TestDatabase.logger) { try await service.snapshot($0, userID: "u", profile: profile) }
                 #expect(fast == full, "\(label)")
                 return fast

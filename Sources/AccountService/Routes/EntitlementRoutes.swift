@@ -59,8 +59,8 @@ struct EntitlementRoutes: Sendable {
         }
         router.get("/api/entitlements") { request, context in
             let session = try await authenticator.session(request, context)
-            let profile = try await authenticator.permissions(session, context)
-            let snapshot = try await entitlements.snapshot(reading: database, userID: session.user.id, profile: profile, logger: context.logger)
+            let snapshot = try await entitlements.snapshot(
+                reading: database, userID: session.user.id, withProfile: true, selectedProfileID: session.selectedProfileID, logger: context.logger)
             return try Self.conditional(snapshot, request: request)
         }
         router.post("/api/entitlements/check") { request, context in
@@ -80,7 +80,7 @@ struct EntitlementRoutes: Sendable {
             _ = try await authenticator.requireScope("entitlements:read", request, context)
             let userID = try context.parameters.require("id")
             _ = try await auth.findUser(id: userID, logger: context.logger)
-            let snapshot = try await entitlements.snapshot(reading: database, userID: userID, profile: nil, logger: context.logger)
+            let snapshot = try await entitlements.snapshot(reading: database, userID: userID, withProfile: false, selectedProfileID: nil, logger: context.logger)
             return try Self.conditional(snapshot, request: request)
         }
         router.get("/api/stickers/packs") { request, context in
