@@ -74,19 +74,29 @@ public struct IdempotencyStore: Sendable {
                 "SELECT request_json, status, response_json FROM idempotency_records WHERE caller = ? AND idempotency_key = ?" + tx.dialect.forUpdate,
                 [caller, key])
         else { return nil }
-        let stored = (try? JSONDecoder().decode([String: String].self, from: Data(try row.string("request_json").utf8))) ?? [:]
+        return Self.outcome(storedRequestJSON: try row.string("request_json"), status: Int(try row.int("status")),
+                            body: try row.string("response_json"), request: request)
+    }
+
+    /// A stored record met again: the same request → replay; another one → a conflict naming the fields.
+    public static func outcome(storedRequestJSON: String, status: Int, body: String, request: [String: String]) -> IdempotencyOutcome {
+        let stored = (try? JSONDecoder().decode([String: String].self, from: Data(storedRequestJSON.utf8))) ?? [:]
         let differing = Set(stored.keys).union(request.keys).filter { stored[$0] != request[$0] }.sorted()
         if !differing.isEmpty { return .conflict(fields: differing) }
-        return .replay(status: Int(try row.int("status")), body: try row.string("response_json"))
+        return .replay(status: status, body: body)
+    }
+
+    /// The request's fields as stored (sorted keys).
+    public static func requestJSON(_ request: [String: String]) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return String(decoding: try encoder.encode(request), as: UTF8.self)
     }
 
     public func save(_ tx: any SQLExecutor, caller: String, key: String, request: [String: String], status: Int, body: String) async throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let requestJSON = String(decoding: try encoder.encode(request), as: UTF8.self)
         try await tx.query(
             "INSERT INTO idempotency_records (caller, idempotency_key, request_json, status, response_json, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
-            [caller, key, requestJSON, status, body, clock.now()])
+            [caller, key, try Self.requestJSON(request), status, body, clock.now()])
     }
 
     /// Deletes records older than the retention period; returns how many.

@@ -54,6 +54,7 @@ public struct Ledger: Sendable {
                            userDelta: (part.bucket, -part.amount), operation: operation, metadata: metadata, now: now)
             if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [part.amount, lot]) }
         }
+        LedgerMetrics.spend(path: "transactional")
         return LedgerResult(operationId: operation, userId: userID, amount: amountTokens, balances: try await balances(tx, state: state, now: now))
     }
 
@@ -465,5 +466,10 @@ enum LedgerMetrics {
             return reason
         }
         Counter(label: "ledger_transfers", dimensions: [("reason", label)]).increment()
+    }
+
+    /// `ledger_spends{path}`: one-shot spends made by PostgreSQL's single statement or by the transactional path.
+    static func spend(path: String) {
+        Counter(label: "ledger_spends", dimensions: [("path", path)]).increment()
     }
 }

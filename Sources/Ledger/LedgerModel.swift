@@ -78,6 +78,13 @@ public struct LedgerResult: Sendable, Equatable, Codable {
     public let userId: String
     public let amount: Int64
     public let balances: BucketBalances
+
+    public init(operationId: String, userId: String, amount: Int64, balances: BucketBalances) {
+        self.operationId = operationId
+        self.userId = userId
+        self.amount = amount
+        self.balances = balances
+    }
 }
 
 /// One row of a user's token history (newest first).

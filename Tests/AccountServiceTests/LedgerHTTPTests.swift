@@ -1,8 +1,11 @@
+import Auth
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import Ledger
 import Logging
 import NIOCore
+import Synchronization
 import Storage
 import TestSupport
 import Testing
@@ -12,6 +15,15 @@ import Testing
 extension TestClientProtocol {
     func ledger(_ path: String, key: String?, idempotencyKey: String?, json: String?) async throws -> TestResponse {
         try await send(.post, path, token: key, json: json, headers: idempotencyKey.map { [.idempotencyKey: $0] } ?? [:])
+    }
+}
+
+extension TestClientProtocol {
+    /// `ledger_spends{path="one_statement"}` from /metrics (0 before the first).
+    func oneStatementSpends() async throws -> Int {
+        let text = try await get("/metrics", token: nil).text
+        let line = text.split(separator: "\n").first { $0.hasPrefix(#"ledger_spends{path="one_statement"} "#) }
+        return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
     }
 }
 
@@ -74,6 +86,69 @@ struct LedgerHTTPTests {
             #expect(retried.status.code == 402 && retried.text == refused.text)
             #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 138)
         }
+    }
+
+    /// PostgreSQL answers common spends with one statement (`ledger_spend_once`); the same requests with it turned
+    /// off must give the same statuses and bodies (ids aside), replays and conflicts included, also when it declines
+    /// (a lapsed bonus lot to settle, too few tokens). On SQLite both runs take the transactional path.
+    @Test(arguments: TestDatabase.engines)
+    func oneStatementSpendsAnswerLikeTheTransactionalPath(engine: Engine) async throws {
+        let runs = Mutex<[Bool: [String]]>([:])
+        for oneStatement in [true, false] {
+            try await TestApp.run(engine, configure: { $0.oneStatementSpends = oneStatement }) { client, app in
+                let token = try await client.signUpAndVerify(app, email: "one@example.com")
+                let user = try await app.userID(token: token)
+                let key = try await app.apiKey(["ledger:write"])
+                var answers: [String] = []
+                func send(_ path: String, _ idempotencyKey: String, _ json: String) async throws {
+                    let response = try await client.ledger(path, key: key, idempotencyKey: idempotencyKey, json: json)
+                    let body = response.text.replacingOccurrences(
+                        of: #""(operationId|id|userId|expiresAt|holdId)":"[^"]*""#, with: #""$1":"_""#, options: .regularExpression)
+                    answers.append("\(response.status.code) \(response.headers[.idempotentReplayed] ?? "-") \(body)")
+                }
+                let spendsBefore = try await client.oneStatementSpends()
+                let soon = AuthRoutes.iso(app.clock.now().addingTimeInterval(60))
+                try await send("/api/ledger/grants", "g1", #"{"userId":"\#(user)","amount":10,"bucket":"bonus","expiresAt":"\#(soon)"}"#)
+                try await send("/api/ledger/grants", "g2", #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
+                try await send("/api/ledger/grants", "g3", #"{"userId":"\#(user)","amount":7,"bucket":"subscription"}"#)
+                let spend = { (amount: Int) in #"{"userId":"\#(user)","amount":\#(amount),"reason":"generation","metadata":{"job":"j-\#(amount)"}}"# }
+                try await send("/api/ledger/spend", "s1", spend(4))
+                try await send("/api/ledger/spend", "s2", spend(12))
+                try await send("/api/ledger/spend", "s2", spend(12))  // replay
+                try await send("/api/ledger/spend", "s2", spend(13))  // conflict
+                try await send("/api/ledger/holds", "h1", #"{"userId":"\#(user)","amount":2,"reason":"job"}"#)
+                try await send("/api/ledger/spend", "s3", spend(1))
+                try await send("/api/ledger/grants", "g4", #"{"userId":"\#(user)","amount":5,"bucket":"bonus","expiresAt":"\#(soon)"}"#)
+                app.clock.advance(seconds: 120)  // the bonus lot lapses: the next spend settles it first
+                try await send("/api/ledger/spend", "s4", spend(1))
+                try await send("/api/ledger/spend", "s5", spend(1000))  // too few tokens: 402, remembered
+                try await send("/api/ledger/spend", "s5", spend(1000))
+                try await send("/api/ledger/spend", "s6", spend(2))
+                let report = try await app.dependencies.database.withConnection(logger: TestDatabase.logger) {
+                    try await app.dependencies.ledger.verify($0)
+                }
+                #expect(report.ok, "\(report.differences)")
+                if engine == .postgres && oneStatement {
+                    // s1, s2, s3 and s6 took the one statement (other tests may add to the process-wide counter).
+                    #expect(try await client.oneStatementSpends() - spendsBefore >= 4)
+                }
+                // The key's use was recorded; once revoked it spends nothing, on either path.
+                let keys = try await app.dependencies.apiKeys.list(logger: TestDatabase.logger)
+                #expect(keys.count == 1 && keys[0].lastUsedAt != nil)
+                #expect(try await app.dependencies.apiKeys.revoke(id: keys[0].id, logger: TestDatabase.logger))
+                let revoked = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s7", json: spend(1))
+                #expect(revoked.status == .unauthorized)
+                let replayAfterRevoke = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s6", json: spend(2))
+                #expect(replayAfterRevoke.status == .unauthorized)
+                runs.withLock { $0[oneStatement] = answers }
+            }
+        }
+        let (with, without) = runs.withLock { ($0[true] ?? [], $0[false] ?? []) }
+        #expect(with.count == 14 && with == without, "\(with)\n\(without)")
+        // 3 welcome + 10 + 20 + 7 + 5 granted; 4 + 12 + 1 + 1 + 2 spent, 2 held, 5 lapsed.
+        let last = #"{"bonusTokens":0,"heldTokens":2,"purchasedTokens":18,"subscriptionTokens":0,"totalTokens":18}"#
+        #expect(with.last?.contains(last) == true, "\(with.last ?? "")")
+        #expect(with.filter { $0.hasPrefix("402 ") }.count == 2 && with.filter { $0.hasPrefix("409 ") }.count == 1)
     }
 
     @Test(arguments: TestDatabase.engines)

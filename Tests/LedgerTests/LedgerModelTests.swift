@@ -95,6 +95,14 @@ struct LedgerModel {
 
 @Suite("Token ledger")
 struct LedgerModelTests {
+    /// A response body as the service writes it, minus the operation id (the database fills in the balances).
+    @Sendable static func encodeResult(_ result: LedgerResult) -> String {
+        let b = result.balances
+        return #"{"amount":\#(result.amount),"balances":{"bonusTokens":\#(b.bonusTokens),"heldTokens":\#(b.heldTokens),"#
+            + #""purchasedTokens":\#(b.purchasedTokens),"subscriptionTokens":\#(b.subscriptionTokens),"totalTokens":\#(b.totalTokens)},"#
+            + #""userId":"\#(result.userId)"}"#
+    }
+
     static func migrated(_ db: any Database) async throws {
         _ = try await db.migrate(db.engine.migrations, logger: TestDatabase.logger)
     }
@@ -110,6 +118,7 @@ struct LedgerModelTests {
             let ledger = Ledger(clock: clock)
             var rng = SeededGenerator(state: seed)
             var model = LedgerModel()
+            var oneStatementSpends = 0
             let users = ["u1", "u2", "u3"]
             for step in 0..<300 {
                 let user = users.randomElement(using: &rng)!
@@ -130,6 +139,26 @@ struct LedgerModelTests {
                     let amount = Int64.random(in: 1...60, using: &rng)
                     let expected = model.take(user, amount)
                     do {
+                        // Half the spends try PostgreSQL's one-statement path first (SQLite always declines it).
+                        if Bool.random(using: &rng) {
+                            let outcome = try await db.withConnection(logger: TestDatabase.logger) { connection in
+                                try await ledger.spendInOneStatement(
+                                    connection, caller: .known("test"), key: "step-\(step)", requestJSON: "{}", status: 200, userID: user, amountTokens: amount,
+                                    reason: "spend", metadata: nil, encode: Self.encodeResult
+                                ).outcome
+                            }
+                            if case .spent(let body, let balances) = outcome {
+                                oneStatementSpends += 1
+                                #expect(expected != nil, "one-statement spend succeeded but the model had too little: \(context)")
+                                let b = model.balances(user)
+                                #expect(
+                                    balances == BucketBalances(bonusTokens: b.bonus, subscriptionTokens: b.subscription, purchasedTokens: b.purchased, heldTokens: b.held),
+                                    "\(context)")
+                                #expect(body == Self.encodeResult(LedgerResult(operationId: "", userId: user, amount: amount, balances: balances)), "\(context)")
+                                break
+                            }
+                            #expect(outcome == .fallback, "\(context)")
+                        }
                         _ = try await db.transaction(logger: TestDatabase.logger) { tx in
                             try await ledger.spend(tx, userID: user, amountTokens: amount, reason: "spend")
                         }
@@ -191,6 +220,7 @@ struct LedgerModelTests {
             let report = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
             #expect(report.ok, "seed \(seed): \(report.differences)")
             #expect(report.transfersChecked > 100)
+            #expect(engine == .postgres ? oneStatementSpends > 5 : oneStatementSpends == 0, "seed \(seed): \(oneStatementSpends) one-statement spends")
         }
     }
 

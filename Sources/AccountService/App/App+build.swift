@@ -44,7 +44,8 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
         database: dependencies.database, subscriptions: dependencies.subscriptions, clock: dependencies.clock, authenticator: authenticator)
     subscriptionRoutes.register(on: router)
     let writer = IdempotentWrite(database: dependencies.database, store: dependencies.idempotency)
-    let ledgerRoutes = LedgerRoutes(ledger: dependencies.ledger, writer: writer, authenticator: authenticator)
+    let ledgerRoutes = LedgerRoutes(
+        ledger: dependencies.ledger, writer: writer, authenticator: authenticator, oneStatementSpends: dependencies.config.oneStatementSpends)
     ledgerRoutes.register(on: router)
     let tokenRoutes = TokenRoutes(
         database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, clock: dependencies.clock,

@@ -29,6 +29,8 @@ struct AppConfig: Sendable, CustomStringConvertible {
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 2
+    /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
+    var oneStatementSpends = true
 
     /// Apple billing (`APPLE_ROOT_CERTIFICATES`, `APPLE_BUNDLE_ID`, `APPLE_APP_APPLE_ID`, `APPLE_ENVIRONMENT`,
     /// `APPLE_ACCEPT_SANDBOX`); nil → the Apple endpoints answer 503.
@@ -91,6 +93,11 @@ struct AppConfig: Sendable, CustomStringConvertible {
         if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
         if let n = number("SWEEP_INTERVAL_SECONDS", 0...86400) { config.sweepIntervalSeconds = Double(n) }
         if let n = number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { config.databaseLeaseTimeoutSeconds = Double(n) }
+        switch value("LEDGER_ONE_STATEMENT_SPEND") {
+        case nil, "true": break
+        case "false": config.oneStatementSpends = false
+        default: problems.append("LEDGER_ONE_STATEMENT_SPEND must be true or false")
+        }
         config.apple = appleSettings(value, &problems)
         if let secrets = value("STRIPE_WEBHOOK_SECRET") {
             config.stripeWebhookSecrets = secrets.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }

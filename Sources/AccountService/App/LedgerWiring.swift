@@ -46,13 +46,14 @@ struct LedgerSweeper: Service {
             try? await gracefulShutdown()
             return
         }
-        // A graceful shutdown cancels the loop (and its sleep) at once.
+        // A graceful shutdown cancels the loop (and its sleep) at once. The first sweep waits one interval, so it
+        // never races the start-up migrations (expired holds are settled on access meanwhile).
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
+                try await Task.sleep(for: .seconds(intervalSeconds))
                 do { _ = try await sweepOnce() } catch is CancellationError { return } catch {
                     logger.warning("ledger sweep failed", metadata: ["error": "\(error)"])
                 }
-                try await Task.sleep(for: .seconds(intervalSeconds))
             }
         }
     }

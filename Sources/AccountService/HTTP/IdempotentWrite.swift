@@ -25,9 +25,7 @@ struct IdempotentWrite: Sendable {
                 let (code, body, replayed) = try await database.transaction(logger: logger) { tx -> (Int, String, Bool) in
                     switch try await store.lookup(tx, caller: caller, key: key, request: fields) {
                     case .replay(let code, let body): return (code, body, true)
-                    case .conflict(let differing):
-                        throw Problem(.conflict, code: "idempotency_conflict", detail: "This Idempotency-Key was used with a different request (\(differing.joined(separator: ", ")) differ).")
-                            .with("fields", .strings(differing))
+                    case .conflict(let differing): throw Self.conflict(differing)
                     case nil: break
                     }
                     try await tx.query("SAVEPOINT idempotent_operation")
@@ -46,14 +44,36 @@ struct IdempotentWrite: Sendable {
                     try await store.save(tx, caller: caller, key: key, request: fields, status: code, body: body)
                     return (code, body, false)
                 }
-                let isProblem = code >= 400
-                var headers: HTTPFields = [.contentType: isProblem ? "application/problem+json" : "application/json; charset=utf-8"]
-                if replayed { headers[.idempotentReplayed] = "true" }
-                return Response(status: HTTPResponse.Status(code: code), headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+                return Self.response(code: code, body: body, replayed: replayed)
             } catch StorageError.uniqueViolation where attempt < 3 {
                 continue  // the same key raced in from another request: the next attempt replays it
             }
         }
+    }
+
+    /// The answer to a write done in one statement elsewhere (`Ledger.spendInOneStatement`); nil → run it here.
+    static func response(_ outcome: OneStatementSpend, status: HTTPResponse.Status, fields: [String: String]) throws -> Response? {
+        switch outcome {
+        case .spent(let body, _): return response(code: status.code, body: body, replayed: false)
+        case .stored(let code, let body, let storedRequest):
+            if case .conflict(let differing) = IdempotencyStore.outcome(storedRequestJSON: storedRequest, status: code, body: body, request: fields) {
+                throw conflict(differing)
+            }
+            return response(code: code, body: body, replayed: true)
+        case .fallback: return nil
+        }
+    }
+
+    static func conflict(_ differing: [String]) -> Problem {
+        Problem(.conflict, code: "idempotency_conflict", detail: "This Idempotency-Key was used with a different request (\(differing.joined(separator: ", ")) differ).")
+            .with("fields", .strings(differing))
+    }
+
+    static func response(code: Int, body: String, replayed: Bool) -> Response {
+        let isProblem = code >= 400
+        var headers: HTTPFields = [.contentType: isProblem ? "application/problem+json" : "application/json; charset=utf-8"]
+        if replayed { headers[.idempotentReplayed] = "true" }
+        return Response(status: HTTPResponse.Status(code: code), headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
     static func key(_ request: Request) throws -> String {

@@ -59,6 +59,8 @@ struct LedgerRoutes: Sendable {
     let ledger: Ledger
     let writer: IdempotentWrite
     let authenticator: Authenticator
+    /// Spends through PostgreSQL's `ledger_spend_once` when possible (`LEDGER_ONE_STATEMENT_SPEND=false` turns it off).
+    var oneStatementSpends = true
 
     struct GrantRequest: Codable { let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue? }
     struct SpendRequest: Codable { let userId: String; let amount: Int64; let reason: String; let metadata: JSONValue? }
@@ -72,7 +74,7 @@ struct LedgerRoutes: Sendable {
             let body = try await request.decodeJSON(GrantRequest.self, context: context)
             return try await grant(body, caller: caller, request: request, context: context, endpoint: "grants")
         }
-        userWrite(router, "/api/ledger/spend", SpendRequest.self, endpoint: "spend", status: .ok, userID: \.userId) { tx, body in
+        userWrite(router, "/api/ledger/spend", SpendRequest.self, endpoint: "spend", status: .ok, userID: \.userId, first: oneStatementSpend) { tx, body in
             LedgerResultJSON(
                 try await ledger.spend(tx, userID: body.userId, amountTokens: body.amount, reason: body.reason, metadata: body.metadata?.canonicalText))
         }
@@ -104,11 +106,14 @@ struct LedgerRoutes: Sendable {
     /// Registers an idempotent write on one user's tokens: scope check, body decoding, unknown-user 404.
     func userWrite<Body: Codable & Sendable, Result: Encodable & Sendable>(
         _ router: Router<AppRequestContext>, _ path: RouterPath, _ type: Body.Type, endpoint: String, status: HTTPResponse.Status,
-        userID: any KeyPath<Body, String> & Sendable, _ operation: @escaping @Sendable (any SQLExecutor, Body) async throws -> Result
+        userID: any KeyPath<Body, String> & Sendable,
+        first: (@Sendable (inout Request, AppRequestContext) async throws -> Response?)? = nil,
+        _ operation: @escaping @Sendable (any SQLExecutor, Body) async throws -> Result
     ) {
         router.post(path) { request, context in
-            let caller = try await caller(request, context)
             var request = request
+            if let first, let response = try await first(&request, context) { return response }
+            let caller = try await caller(request, context)
             let body = try await request.decodeJSON(Body.self, context: context)
             return try await writer.run(
                 caller: caller, request: request, fields: canonicalFields(body, extra: ["endpoint": endpoint]), status: status, logger: context.logger
@@ -123,6 +128,34 @@ struct LedgerRoutes: Sendable {
                 }
             }
         }
+    }
+
+    /// PostgreSQL: a well-formed spend with a live `ledger:write` key is answered by one statement (the key check,
+    /// the idempotency lookup, the spend and its stored response). Nil → the ordinary path answers, which it does for
+    /// everything else: any input error, an unknown key (401 / 403 first, as always), and every case the statement
+    /// declines without writing (too few tokens, holds or lots to settle, accounts not created yet).
+    @Sendable func oneStatementSpend(_ request: inout Request, _ context: AppRequestContext) async throws -> Response? {
+        guard oneStatementSpends, writer.database.engine == .postgres, let secret = Authenticator.bearerToken(request),
+            let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:"),
+            let key = try? IdempotentWrite.key(request), let body = try? await request.decodeJSON(SpendRequest.self, context: context)
+        else { return nil }
+        let fields = canonicalFields(body, extra: ["endpoint": "spend"])
+        let requestJSON = try IdempotencyStore.requestJSON(fields)
+        let answer: OneStatementAnswer
+        do {
+            answer = try await writer.database.withConnection(logger: context.logger) { connection in
+                try await ledger.spendInOneStatement(
+                    connection, caller: .query(sql: keyQuery.sql, binds: keyQuery.binds), key: key, requestJSON: requestJSON,
+                    status: Int(HTTPResponse.Status.ok.code), userID: body.userId, amountTokens: body.amount, reason: body.reason,
+                    metadata: body.metadata?.canonicalText
+                ) { try IdempotentWrite.encode(LedgerResultJSON($0)) }
+            }
+        } catch StorageError.uniqueViolation {
+            return nil  // the same key raced in from another request: the ordinary path replays it
+        }
+        guard answer.callerFound else { return nil }
+        if let id = answer.callerID { try await authenticator.apiKeys.touch(id: id, lastUsedAt: answer.callerSeenAt, logger: context.logger) }
+        return try IdempotentWrite.response(answer.outcome, status: .ok, fields: fields)
     }
 
     func caller(_ request: Request, _ context: AppRequestContext) async throws -> String {

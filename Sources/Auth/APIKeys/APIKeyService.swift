@@ -77,17 +77,38 @@ public struct APIKeyService: Sendable {
 
     /// The live key for a bearer secret, or nil. `last_used_at` is written at most once a minute.
     public func authenticate(secret: String, logger: Logger) async throws -> APIKey? {
-        guard secret.hasPrefix(Self.prefix), secret.utf8.count <= 256 else { return nil }
-        let hash = SecretHasher.tokenHash(secret)
+        guard let hash = Self.hash(secret: secret) else { return nil }
         guard let key = try await database.withConnection(logger: logger, { tx in
             try await tx.first("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash]).map(APIKey.init)
         }) else { return nil }
-        let now = clock.now()
-        if key.lastUsedAt.map({ now.timeIntervalSince($0) >= 60 }) ?? true {
-            try await database.transaction(logger: logger) { tx in
-                try await tx.query("UPDATE api_keys SET last_used_at_ms = ? WHERE id = ?", [now, key.id])
-            }
-        }
+        try await touch(id: key.id, lastUsedAt: key.lastUsedAt, logger: logger)
         return key
+    }
+
+    /// Records a use of the key, at most once a minute.
+    public func touch(id: String, lastUsedAt: Date?, logger: Logger) async throws {
+        let now = clock.now()
+        guard lastUsedAt.map({ now.timeIntervalSince($0) >= 60 }) ?? true else { return }
+        try await database.transaction(logger: logger) { tx in
+            try await tx.query("UPDATE api_keys SET last_used_at_ms = ? WHERE id = ?", [now, id])
+        }
+    }
+
+    /// A query that finds the live key for `secret` holding `scope`, for a caller to run inside its own statement:
+    /// one row (`caller` = `callerPrefix` + id, `caller_id`, `caller_seen_at_ms`) or none. Nil when the secret
+    /// cannot be a key. The caller then calls `touch`.
+    public static func scopedKeyQuery(secret: String, scope: String, callerPrefix: String) -> (sql: String, binds: [String])? {
+        guard let hash = hash(secret: secret) else { return nil }
+        return (
+            """
+            SELECT ? || id AS caller, id AS caller_id, last_used_at_ms AS caller_seen_at_ms FROM api_keys
+            WHERE key_hash = ? AND revoked_at_ms IS NULL AND position(',' || ? || ',' IN ',' || scopes || ',') > 0
+            """, [callerPrefix, hash, scope]
+        )
+    }
+
+    static func hash(secret: String) -> String? {
+        guard secret.hasPrefix(prefix), secret.utf8.count <= 256 else { return nil }
+        return SecretHasher.tokenHash(secret)
     }
 }

@@ -1,0 +1,91 @@
+import Foundation
+import Storage
+
+/// What `Ledger.spendInOneStatement` did.
+public enum OneStatementSpend: Sendable, Equatable {
+    /// Spent and stored under the key; `body` is the response (already stored for replays).
+    case spent(body: String, balances: BucketBalances)
+    /// The key was used before by this caller: its stored response and request (replay or conflict).
+    case stored(status: Int, body: String, requestJSON: String)
+    /// Nothing written: a case the one-statement path leaves to the transactional one (accounts not created
+    /// yet, an expired hold or lapsed lot to settle, too few tokens, invalid input, not PostgreSQL).
+    case fallback
+}
+
+/// Who is spending, for `Ledger.spendInOneStatement`.
+public enum SpendCaller: Sendable {
+    /// An already authenticated caller (its idempotency key space).
+    case known(String)
+    /// A query, run in the same statement, returning at most one row: `caller` (TEXT), `caller_id` (TEXT) and
+    /// `caller_seen_at_ms` (BIGINT, nullable). No row: nothing runs (e.g. an unknown or revoked API key).
+    case query(sql: String, binds: [String])
+}
+
+/// What `Ledger.spendInOneStatement` answered, and for whom.
+public struct OneStatementAnswer: Sendable, Equatable {
+    public let outcome: OneStatementSpend
+    /// False when a `.query` caller found no row (nothing ran).
+    public let callerFound: Bool
+    /// A `.query` caller's id and last use.
+    public let callerID: String?
+    public let callerSeenAt: Date?
+}
+
+extension Ledger {
+    /// The zero balances as the response encoder writes them; the database fills in the real ones.
+    static let zeroBalancesJSON = #"{"bonusTokens":0,"heldTokens":0,"purchasedTokens":0,"subscriptionTokens":0,"totalTokens":0}"#
+
+    /// A one-shot idempotent spend in a single statement (PostgreSQL's `ledger_spend_once`, migration 0008):
+    /// the idempotency lookup, the account locks, the allocation (soonest-expiring first), the transfers and the
+    /// stored response in one round trip and one implicit transaction. Must run outside a transaction.
+    /// `encode` renders a result as the response body; its balances are filled in by the database, so it must
+    /// write zero balances exactly as `zeroBalancesJSON` (otherwise this falls back).
+    public func spendInOneStatement(
+        _ connection: any SQLExecutor, caller: SpendCaller, key: String, requestJSON: String, status: Int, userID: String, amountTokens: Int64,
+        reason: String, metadata: String?, encode: (LedgerResult) throws -> String
+    ) async throws -> OneStatementAnswer {
+        let declined = OneStatementAnswer(outcome: .fallback, callerFound: false, callerID: nil, callerSeenAt: nil)
+        guard connection.engine == .postgres, (try? Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)) != nil else {
+            return declined
+        }
+        let operation = Self.newID()
+        let template = try encode(LedgerResult(operationId: operation, userId: userID, amount: amountTokens, balances: .zero))
+        guard let zero = template.range(of: Self.zeroBalancesJSON) else { return declined }
+        let callerSQL: String
+        let callerBinds: [any SQLBindable]
+        switch caller {
+        case .known(let name): (callerSQL, callerBinds) = ("SELECT ?::TEXT AS caller, NULL::TEXT AS caller_id, NULL::BIGINT AS caller_seen_at_ms", [name])
+        case .query(let sql, let binds): (callerSQL, callerBinds) = (sql, binds)
+        }
+        // The function runs once for the caller's row, and not at all without one.
+        let row = try await connection.first(
+            """
+            SELECT c.caller_id, c.caller_seen_at_ms, s.outcome, s.status, s.body, s.request_json, s.bonus, s.subscription, s.purchased, s.held, s.transfers
+            FROM (\(callerSQL)) c CROSS JOIN LATERAL ledger_spend_once(
+                c.caller, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::TEXT) s
+            """,
+            callerBinds + [key, requestJSON, status, userID, amountTokens, reason, metadata, clock.now(), operation,
+                           String(template[..<zero.lowerBound]), String(template[zero.upperBound...])])
+        guard let row else { return declined }
+        return OneStatementAnswer(
+            outcome: try Self.outcome(row, reason: reason), callerFound: true, callerID: row.optionalString("caller_id"),
+            callerSeenAt: row.optionalDate("caller_seen_at_ms"))
+    }
+
+    static func outcome(_ row: SQLRow, reason: String) throws -> OneStatementSpend {
+        switch try row.string("outcome") {
+        case "spent":
+            let transfers = try row.int("transfers")
+            for _ in 0..<transfers { LedgerMetrics.transfer(reason: reason) }
+            LedgerMetrics.spend(path: "one_statement")
+            let balances = BucketBalances(
+                bonusTokens: try row.int("bonus"), subscriptionTokens: try row.int("subscription"), purchasedTokens: try row.int("purchased"),
+                heldTokens: try row.int("held"))
+            return .spent(body: try row.string("body"), balances: balances)
+        case "stored":
+            return .stored(status: Int(try row.int("status")), body: try row.string("body"), requestJSON: try row.string("request_json"))
+        default:
+            return .fallback
+        }
+    }
+}
