@@ -170,6 +170,10 @@ struct LedgerHTTPTests {
             ] {
                 #expect(try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: UUID().uuidString, json: bad).status == .badRequest, "\(bad)")
             }
+            // Over 1 MiB: 413 for a valid key, 401 without one (the body is read once, whichever path answers).
+            let huge = #"{"userId":"\#(user)","amount":1,"reason":"x","metadata":{"pad":""# + String(repeating: "x", count: 1 << 20) + #""}}"#
+            #expect(try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "big", json: huge).status == .contentTooLarge)
+            #expect(try await client.ledger("/api/ledger/spend", key: readOnly, idempotencyKey: "big", json: huge).status == .forbidden)
             let unknownUser = try await client.ledger(
                 "/api/ledger/grants", key: key, idempotencyKey: "u", json: #"{"userId":"nobody","amount":5,"bucket":"bonus"}"#)
             #expect(unknownUser.status == .notFound)

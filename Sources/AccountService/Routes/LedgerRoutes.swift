@@ -137,8 +137,15 @@ struct LedgerRoutes: Sendable {
     @Sendable func oneStatementSpend(_ request: inout Request, _ context: AppRequestContext) async throws -> Response? {
         guard oneStatementSpends, writer.database.engine == .postgres, let secret = Authenticator.bearerToken(request),
             let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:"),
-            let key = try? IdempotentWrite.key(request), let body = try? await request.decodeJSON(SpendRequest.self, context: context)
+            let key = try? IdempotentWrite.key(request)
         else { return nil }
+        do {
+            _ = try await request.rawBody(context: context)  // collected once; the ordinary path reads it again
+        } catch {
+            _ = try await caller(request, context)  // 401 / 403 before 413, as on the ordinary path
+            throw error
+        }
+        guard let body = try? await request.decodeJSON(SpendRequest.self, context: context) else { return nil }
         let fields = canonicalFields(body, extra: ["endpoint": "spend"])
         let requestJSON = try IdempotencyStore.requestJSON(fields)
         let answer: OneStatementAnswer
