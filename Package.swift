@@ -32,11 +32,14 @@ let package = Package(
             pkgConfig: "libargon2",
             providers: [.apt(["libargon2-dev"]), .brew(["argon2"])]
         ),
+        // A C function for SQLite's variadic configuration call (the query planner stability guarantee).
+        .target(name: "CSQLiteSupport"),
         // Storage: one small SQL interface over PostgreSQL (postgres-nio) and SQLite (sqlite-nio),
         // the transaction helper, migrations runner and the injectable clock.
         .target(
             name: "Storage",
             dependencies: [
+                "CSQLiteSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "Logging", package: "swift-log"),

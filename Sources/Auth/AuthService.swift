@@ -233,19 +233,31 @@ public struct AuthService: Sendable {
 
     // MARK: - Sessions
 
+    /// The session and its user for one token hash (bind: `SecretHasher.tokenHash(token)`); ``session(row:now:logger:)``
+    /// turns its row into a live session. Other statements may embed it as a derived table (its user column is `id`).
+    public static let sessionQuery = """
+        SELECT s.id AS session_id, s.created_at_ms, s.last_used_at_ms, s.expires_at_ms, s.authenticated_at_ms, s.revoked_at_ms,
+               s.selected_profile_id, u.id, u.email, u.name, u.email_verified, u.role, u.prompt_enhancement_enabled, u.deleted_at_ms
+        FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?
+        """
+
+    /// The bind of ``sessionQuery`` for a bearer token; an empty or oversized token is refused before any query.
+    public static func sessionTokenHash(_ token: String) throws -> String {
+        guard !token.isEmpty, token.utf8.count <= 256 else { throw AuthError.unauthorized }
+        return SecretHasher.tokenHash(token)
+    }
+
     /// Finds the live session for a bearer token; slides its idle expiry (written at most once a minute).
     public func authenticate(token: String, logger: Logger) async throws -> AuthenticatedSession {
-        guard !token.isEmpty, token.utf8.count <= 256 else { throw AuthError.unauthorized }
-        let hash = SecretHasher.tokenHash(token)
+        let hash = try Self.sessionTokenHash(token)
+        let row = try await database.withConnection(logger: logger) { try await $0.first(Self.sessionQuery, [hash]) }
+        return try await session(row: row, logger: logger)
+    }
+
+    /// The live session in a row of ``sessionQuery`` (nil: no such token): revoked, expired, idle or deleted → 401.
+    /// Slides the idle expiry when the last write is older than the touch interval.
+    public func session(row: SQLRow?, logger: Logger) async throws -> AuthenticatedSession {
         let now = clock.now()
-        let row = try await database.withConnection(logger: logger) { tx in
-            try await tx.first(
-                """
-                SELECT s.id AS session_id, s.created_at_ms, s.last_used_at_ms, s.expires_at_ms, s.authenticated_at_ms, s.revoked_at_ms,
-                       s.selected_profile_id, u.id, u.email, u.name, u.email_verified, u.role, u.prompt_enhancement_enabled, u.deleted_at_ms
-                FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?
-                """, [hash])
-        }
         guard let row, row.optionalInt("revoked_at_ms") == nil, row.optionalInt("deleted_at_ms") == nil else { throw AuthError.unauthorized }
         let lastUsed = try row.date("last_used_at_ms")
         let absolute = try row.date("expires_at_ms")

@@ -51,13 +51,14 @@ public struct CheckResult: Codable, Sendable, Equatable {
     public let reason: String?
 }
 
-/// Reads plans, subscriptions, tokens and packs in one transaction, so every answer is consistent and
-/// current (no cache: the next request after an unlock or a plan change sees it, on any node).
+/// Reads plans, subscriptions, tokens and packs in one transaction or one statement, so every answer is consistent and
+/// current (no cache of data: the next request after an unlock or a plan change sees it, on any node).
 public struct EntitlementService: Sendable {
     public let subscriptions: SubscriptionStore
     public let packs: StickerPackStore
     let ledger: Ledger
     let clock: any TimeSource
+    let renderings = SnapshotRenderings()
 
     public init(subscriptions: SubscriptionStore, packs: StickerPackStore, ledger: Ledger, clock: any TimeSource) {
         self.subscriptions = subscriptions
@@ -94,44 +95,50 @@ public struct EntitlementService: Sendable {
         return assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile)
     }
 
-    /// The same snapshot as ``snapshot(_:userID:profile:)`` from one statement (no transaction; one statement reads
-    /// one consistent snapshot on both engines): the subscription, stored balances, held and lapsed amounts, the
-    /// bought packs and the active premium catalog. A user with an expired hold not yet released (its parts may
-    /// return into lapsed lots) takes the full path, like every other rare case.
-    /// With `withProfile`, the snapshot's profile is the session's selected one (`selectedProfileID`), or the default one
-    /// when none is selected or it is gone, read in the same statement.
+    /// The same snapshot as ``snapshot(_:userID:profile:)`` from one statement, for tests and callers that want the value.
+    /// With `withProfile`, the snapshot's profile is `selectedProfileID`, or the default one when none is selected or it is gone.
     public func snapshot(
         reading database: any Database, userID: String, withProfile: Bool, selectedProfileID: String?, logger: Logger
     ) async throws -> EntitlementSnapshot {
-        let now = clock.now()
-        let row = try await database.withConnection(logger: logger) { tx in
-            try await tx.first(
-                """
-                SELECT s.*,
-                  (SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.uid AND bucket = 'bonus') AS bonus_balance,
-                  (SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.uid AND bucket = 'subscription') AS subscription_balance,
-                  (SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.uid AND bucket = 'purchased') AS purchased_balance,
-                  (SELECT COALESCE(SUM(amount), 0) FROM ledger_holds WHERE user_id = x.uid AND status = 'pending' AND expires_at_ms > ?) AS held,
-                  (SELECT COUNT(*) FROM ledger_holds WHERE user_id = x.uid AND status = 'pending' AND expires_at_ms <= ?) AS expired_holds,
-                  (SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
-                     WHERE user_id = x.uid AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?) AS lapsed,
-                  (SELECT \(tx.dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.uid) AS bought,
-                  (SELECT \(tx.dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
-                  p.id AS profile_id, p.name AS profile_name, p.can_make_purchases AS profile_can_make_purchases,
-                  p.can_use_custom_content_types AS profile_can_use_custom_content_types
-                FROM (SELECT CAST(? AS TEXT) AS uid) x LEFT JOIN subscriptions s ON s.user_id = x.uid
-                LEFT JOIN family_profiles p ON ? AND p.id = (
-                  SELECT id FROM family_profiles WHERE user_id = x.uid AND (is_default OR id = ?) ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1)
-                """, [now, now, now, userID, withProfile, selectedProfileID ?? "", selectedProfileID ?? ""])
+        let subject = SnapshotSubject(
+            sql: "SELECT CAST(? AS TEXT) AS id, CAST(? AS TEXT) AS selected_profile_id", binds: [.text(userID), selectedProfileID.sqlValue],
+            withProfile: withProfile)
+        guard let (_, rendered) = try await rendered(reading: database, subject: subject, logger: logger) else {
+            throw StorageError.decoding(column: "id")
         }
-        guard let row else { throw StorageError.decoding(column: "uid") }
+        return rendered.snapshot
+    }
+
+    /// The snapshot of `subject`'s user, read in one statement together with the subject's own row (no transaction: one
+    /// statement reads one consistent snapshot on both engines): the subscription, stored balances, held and lapsed
+    /// amounts, the bought packs, the active premium catalog and the profile. nil when the subject query finds no row.
+    ///
+    /// The JSON and ETag are rendered once per distinct answer: ``SnapshotRenderings`` keeps, per subject, the values this
+    /// statement read and what they rendered to, and reuses the rendering only when every value read now is equal (and the
+    /// subscription is still on the same side of its period end). The database is read on every call, so an unlock, a plan
+    /// change or a revoked session shows on the very next request, on any node.
+    /// A user with an expired hold not yet released (its parts may return into lapsed lots) takes the full path.
+    public func rendered(
+        reading database: any Database, subject: SnapshotSubject, logger: Logger
+    ) async throws -> (subject: SQLRow, snapshot: RenderedSnapshot)? {
+        let now = clock.now()
+        let sql = Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: database.engine))
+        let binds = [now.sqlValue, now.sqlValue, now.sqlValue] + subject.binds + [SQLValue.bool(subject.withProfile)]
+        guard let row = try await database.quickQuery(sql, binds, logger: logger).first else { return nil }
+        let userID = try row.string("id")
+        // Everything the answer depends on: the columns read for it, and which side of the period end "now" is.
+        var read = Self.snapshotColumns.map { row[$0] }
+        read.append(SQLValue.bool(row.optionalInt("current_period_end_ms").map { now.timeIntervalSince1970 * 1000 < Double($0) } ?? false))
+        let key = subject.withProfile ? "p:" + userID : "u:" + userID
+        if let hit = renderings.lookup(key, read: read) { return (row, hit) }
         let profile = try row.optionalString("profile_id").map {
             ProfilePermissions(
                 id: $0, name: try row.string("profile_name"), canMakePurchases: try row.bool("profile_can_make_purchases"),
                 canUseCustomContentTypes: try row.bool("profile_can_use_custom_content_types"))
         }
         guard try row.int("expired_holds") == 0 else {
-            return try await database.readTransaction(logger: logger) { try await snapshot($0, userID: userID, profile: profile) }
+            let full = try await database.readTransaction(logger: logger) { try await self.snapshot($0, userID: userID, profile: profile) }
+            return (row, try RenderedSnapshot(full))
         }
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
         let balances = BucketBalances(
@@ -143,7 +150,41 @@ public struct EntitlementService: Sendable {
             let plans = parts.count == 2 ? try JSONDecoder().decode([String].self, from: Data(parts[1].utf8)) : []
             return StickerPack.Premium(id: String(parts[0]), includedInPlans: plans)
         }
-        return assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile)
+        let rendered = try RenderedSnapshot(
+            assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile))
+        renderings.store(key, read: read, rendered: rendered)
+        return (row, rendered)
+    }
+
+    /// The columns of ``snapshotSQL(subject:dialect:)`` that the answer is made of (the subject's own columns are not).
+    static let snapshotColumns = [
+        "user_id", "plan_id", "status", "provider", "current_period_start_ms", "current_period_end_ms", "will_renew", "pending_plan_id",
+        "provider_subscription_id", "provider_customer_id", "updated_at_ms", "bonus_balance", "subscription_balance", "purchased_balance", "held",
+        "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types",
+    ]
+
+    /// One statement: the subject's row (`x`, whose `id` is the user) with the snapshot's columns. Binds: now three times,
+    /// the subject's binds, then whether to read the profile.
+    static func snapshotSQL(subject: String, dialect: SQLDialect) -> String {
+        """
+        SELECT x.*, s.user_id, s.plan_id, s.status, s.provider, s.current_period_start_ms, s.current_period_end_ms, s.will_renew, s.pending_plan_id,
+          s.provider_subscription_id, s.provider_customer_id, s.updated_at_ms,
+          CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'bonus') AS BIGINT) AS bonus_balance,
+          CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'subscription') AS BIGINT) AS subscription_balance,
+          CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'purchased') AS BIGINT) AS purchased_balance,
+          CAST((SELECT COALESCE(SUM(amount), 0) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms > ?) AS BIGINT) AS held,
+          (SELECT COUNT(*) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms <= ?) AS expired_holds,
+          CAST((SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
+             WHERE user_id = x.id AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?) AS BIGINT) AS lapsed,
+          (SELECT \(dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.id) AS bought,
+          (SELECT \(dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
+          p.id AS profile_id, p.name AS profile_name, p.can_make_purchases AS profile_can_make_purchases,
+          p.can_use_custom_content_types AS profile_can_use_custom_content_types
+        FROM (\(subject)) x LEFT JOIN subscriptions s ON s.user_id = x.id
+        LEFT JOIN family_profiles p ON ? AND p.id = (
+          SELECT id FROM family_profiles WHERE user_id = x.id AND (is_default OR id = x.selected_profile_id)
+          ORDER BY CASE WHEN id = x.selected_profile_id THEN 0 ELSE 1 END LIMIT 1)
+        """
     }
 
     func assemble(
@@ -158,14 +199,6 @@ public struct EntitlementService: Sendable {
             periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil, features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
             tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(), profile: profile)
-    }
-
-    /// A strong ETag over the snapshot's canonical JSON.
-    public static func etag(_ snapshot: EntitlementSnapshot) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let digest = SHA256.hash(data: try encoder.encode(snapshot))
-        return "\"" + hexString(digest.prefix(16)) + "\""
     }
 
     /// Checks a feature, a pack and/or a token amount; the first refusal wins.

@@ -1,3 +1,4 @@
+import CSQLiteSupport
 import Foundation
 import VaporCSQLite
 
@@ -35,6 +36,12 @@ final class SQLiteConnection: @unchecked Sendable {
             let message = handle.map { String(cString: sqlite_nio_sqlite3_errmsg($0)) } ?? "out of memory"
             sqlite_nio_sqlite3_close(handle)
             throw SQLiteFailure(code: rc, message: "cannot open \(path): \(message)")
+        }
+        // Plans never depend on bound values, so a cached statement is never re-prepared because "now" changed.
+        let qpsg = as_sqlite_enable_qpsg(UnsafeMutableRawPointer(handle))
+        guard qpsg == SQLITE_OK else {
+            sqlite_nio_sqlite3_close(handle)
+            throw SQLiteFailure(code: qpsg, message: "cannot enable the query planner stability guarantee")
         }
         self.handle = handle
     }
@@ -106,6 +113,11 @@ final class SQLiteConnection: @unchecked Sendable {
         }
         statements[sql] = statement
         return statement
+    }
+
+    /// How many times SQLite re-prepared the cached statement for `sql` (0 when it is not cached); for tests.
+    func reprepareCount(_ sql: String) -> Int32 {
+        statements[sql].map { sqlite_nio_sqlite3_stmt_status($0, SQLITE_STMTSTATUS_REPREPARE, 0) } ?? 0
     }
 
     private func failure(_ rc: Int32, _ handle: OpaquePointer) -> any Error {

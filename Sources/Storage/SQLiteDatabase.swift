@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// The embedded engine: one SQLite file in WAL mode. One connection serves the process and an
 /// in-process FIFO lock serializes its transactions (SQLite allows one writer at a time anyway);
@@ -14,11 +15,20 @@ public final class SQLiteDatabase: Database {
     let reader: SQLiteConnection?
     let readerThread: SQLiteThread?
     let readerGate = AsyncMutex()
+    /// Read-only connections for ``quickRead(logger:_:)``, used on the caller's thread, one caller at a time each.
+    private let quickReaders: Mutex<QuickReaders>
+    static let quickReaderCount = 2
 
-    init(connection: SQLiteConnection, reader: SQLiteConnection?) {
+    private struct QuickReaders: ~Copyable {
+        var idle: [SQLiteConnection]
+        var closed = false
+    }
+
+    init(connection: SQLiteConnection, reader: SQLiteConnection?, quickReaders: [SQLiteConnection] = []) {
         self.connection = connection
         self.reader = reader
         self.readerThread = reader == nil ? nil : SQLiteThread(name: "sqlite-reader")
+        self.quickReaders = Mutex(QuickReaders(idle: quickReaders))
     }
 
     deinit {
@@ -37,14 +47,14 @@ public final class SQLiteDatabase: Database {
         if path != ":memory:" { _ = try connection.query("PRAGMA journal_mode = WAL", []) }
         _ = try connection.query("PRAGMA synchronous = NORMAL", [])
         _ = try connection.query("PRAGMA foreign_keys = ON", [])
-        var reader: SQLiteConnection?
-        if path != ":memory:" {
+        guard path != ":memory:" else { return SQLiteDatabase(connection: connection, reader: nil) }
+        func readOnly() throws -> SQLiteConnection {
             let readOnly = try SQLiteConnection(path: path)
             _ = try readOnly.query("PRAGMA busy_timeout = 5000", [])
             _ = try readOnly.query("PRAGMA query_only = ON", [])
-            reader = readOnly
+            return readOnly
         }
-        return SQLiteDatabase(connection: connection, reader: reader)
+        return SQLiteDatabase(connection: connection, reader: try readOnly(), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly() })
     }
 
     /// Closes both connections; later calls do nothing, and later queries answer `unavailable`.
@@ -54,6 +64,12 @@ public final class SQLiteDatabase: Database {
                 self.reader?.close()
                 self.connection.close()
             }
+        }
+        // Idle quick readers close now; one in use closes when it is handed back.
+        quickReaders.withLock { readers in
+            readers.closed = true
+            for reader in readers.idle { reader.close() }
+            readers.idle.removeAll()
         }
     }
 
@@ -97,6 +113,21 @@ public final class SQLiteDatabase: Database {
                 try await StorageMetrics.using(StorageMetrics.sqliteInUse) { try await body(SQLiteExecutor(connection: reader)) }
             }
         }
+    }
+
+    /// On the calling thread with an idle quick reader, synchronously (held for the statement only); on the reader thread
+    /// when none is free. In WAL mode a reader does not wait for the writer, so the calling thread is not held up by writes.
+    public func quickQuery(_ sql: String, _ binds: [any SQLBindable], logger: Logger) async throws -> [SQLRow] {
+        let values = binds.map(\.sqlValue)
+        guard let reader = quickReaders.withLock({ $0.idle.popLast() }) else {
+            return try await withConnection(logger: logger) { try await $0.query(sql, values) }
+        }
+        defer {
+            quickReaders.withLock { readers in
+                if readers.closed { reader.close() } else { readers.idle.append(reader) }
+            }
+        }
+        return try reader.query(sql, values)
     }
 
     public func ping(timeoutSeconds: Double, logger: Logger) async throws {

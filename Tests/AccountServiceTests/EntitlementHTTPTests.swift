@@ -55,6 +55,64 @@ struct EntitlementHTTPTests {
         }
     }
 
+    @Test("the snapshot is read on every request: each change shows on the very next GET with a new ETag, an unchanged one answers the same bytes", arguments: TestDatabase.engines)
+    func snapshotIsFreshOnEveryRequest(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "fresh@example.com")
+            let user = try await app.userID(token: token)
+            let admin = try await app.apiKey(["admin"])
+            let ledgerKey = try await app.apiKey(["ledger:write"])
+            struct Snapshot: Decodable {
+                let planId: String; let tokens: [String: Int]; let unlockedStickerPacks: [String]
+                struct Profile: Decodable { let name: String }
+                let profile: Profile?
+            }
+            var etags: [String] = []
+            /// GETs twice: both answers must be byte-identical; the ETag must be new unless `changed` is false.
+            func next(_ label: String, changed: Bool = true) async throws -> Snapshot {
+                let first = try await client.get("/api/entitlements", token: token)
+                let second = try await client.get("/api/entitlements", token: token)
+                #expect(first.status == .ok && first.text == second.text && first.headers[.eTag] == second.headers[.eTag], "\(label)")
+                let etag = try #require(first.headers[.eTag])
+                #expect(etags.contains(etag) != changed, "\(label): ETag \(changed ? "unchanged" : "changed")")
+                etags.append(etag)
+                return try first.json(Snapshot.self)
+            }
+            #expect(try await next("sign-up").tokens["total"] == 3)
+            _ = try await client.ledger("/api/ledger/grants", key: ledgerKey, idempotencyKey: "g1", json: #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
+            #expect(try await next("grant").tokens["total"] == 23)
+            _ = try await client.ledger("/api/ledger/holds", key: ledgerKey, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":4,"reason":"job","ttlSeconds":60}"#)
+            #expect(try await next("hold").tokens["held"] == 4)
+            // A new locked pack is not part of the answer: same bytes, same ETag. Unlocking it is.
+            #expect(try await client.createPack(admin, id: "comet", premium: true, price: 2).status == .created)
+            #expect(try await next("new locked pack", changed: false).unlockedStickerPacks.isEmpty)
+            #expect(try await client.send(.post, "/api/stickers/packs/comet/unlock", token: token).status == .ok)
+            #expect(try await next("unlock").unlockedStickerPacks == ["comet"])
+            // The hold lapses by the clock alone (no write): the next answer no longer counts it.
+            app.clock.advance(seconds: 61)
+            #expect(try await next("hold expired").tokens["held"] == 0)
+            // A plan whose period ends by the clock: the next answer after the end is the free plan, with no write either.
+            let end = ISO8601DateFormatter().string(from: app.clock.now().addingTimeInterval(3600))
+            #expect(try await client.send(.post, "/api/admin/users/\(user)/subscription", token: admin, json: #"{"planId":"pro_monthly","periodEnd":"\#(end)"}"#).status == .ok)
+            #expect(try await next("comp").planId == "pro_monthly")
+            app.clock.advance(seconds: 3601)
+            #expect(try await next("period over").planId == "free")
+            // Switching profile changes the answer; renaming the selected profile does too.
+            #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
+            _ = try await next("pro again")
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(ProfileBody.self)
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
+            #expect(try await next("kid selected").profile?.name == "Kid")
+            #expect(try await client.send(.put, "/api/admin/users/\(user)/profiles/\(kid.id)", token: admin, json: #"{"name":"Kiddo"}"#).status == .ok)
+            #expect(try await next("kid renamed").profile?.name == "Kiddo")
+            // Signing out: the very next request with that token is refused.
+            #expect(try await client.send(.post, "/api/auth/sign-out", token: token).status == .ok)
+            #expect(try await client.get("/api/entitlements", token: token).status == .unauthorized)
+            #expect(try await client.get("/api/entitlements", token: "not-a-session").status == .unauthorized)
+            #expect(try await client.get("/api/entitlements", token: ledgerKey).status == .unauthorized)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func unlocksChargeOnceAndPacksLockByPlan(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

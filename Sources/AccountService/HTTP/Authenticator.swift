@@ -15,6 +15,13 @@ struct Authenticator: Sendable {
         return try await auth.authenticate(token: token, logger: context.logger)
     }
 
+    /// The bind of `AuthService.sessionQuery` for the request's bearer token, for statements that look the session up
+    /// themselves (then `AuthService.session(row:logger:)` checks it).
+    func sessionTokenHash(_ request: Request) throws -> String {
+        guard let token = Self.bearerToken(request), !token.hasPrefix(APIKeyService.prefix) else { throw AuthError.unauthorized }
+        return try AuthService.sessionTokenHash(token)
+    }
+
     /// An operator: a user with role admin, or an API key with scope admin. Returns the audit actor.
     func requireOperator(_ request: Request, _ context: AppRequestContext) async throws -> String {
         guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }

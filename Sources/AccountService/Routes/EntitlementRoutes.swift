@@ -58,10 +58,12 @@ struct EntitlementRoutes: Sendable {
             return JSONResponse(try await database.withConnection(logger: context.logger) { try await entitlements.featureAccess($0, userID: session.user.id) })
         }
         router.get("/api/entitlements") { request, context in
-            let session = try await authenticator.session(request, context)
-            let snapshot = try await entitlements.snapshot(
-                reading: database, userID: session.user.id, withProfile: true, selectedProfileID: session.selectedProfileID, logger: context.logger)
-            return try Self.conditional(snapshot, request: request)
+            // One statement finds the session and reads the snapshot; the session is then checked like any other.
+            let subject = SnapshotSubject(sql: AuthService.sessionQuery, binds: [.text(try authenticator.sessionTokenHash(request))], withProfile: true)
+            let found = try await entitlements.rendered(reading: database, subject: subject, logger: context.logger)
+            _ = try await auth.session(row: found?.subject, logger: context.logger)
+            guard let found else { throw AuthError.unauthorized }
+            return Self.conditional(found.snapshot, request: request)
         }
         router.post("/api/entitlements/check") { request, context in
             let session = try await authenticator.session(request, context)
@@ -80,8 +82,10 @@ struct EntitlementRoutes: Sendable {
             _ = try await authenticator.requireScope("entitlements:read", request, context)
             let userID = try context.parameters.require("id")
             _ = try await auth.findUser(id: userID, logger: context.logger)
-            let snapshot = try await entitlements.snapshot(reading: database, userID: userID, withProfile: false, selectedProfileID: nil, logger: context.logger)
-            return try Self.conditional(snapshot, request: request)
+            guard let found = try await entitlements.rendered(reading: database, subject: .user(userID), logger: context.logger) else {
+                throw Problem.notFound("No such user.")
+            }
+            return Self.conditional(found.snapshot, request: request)
         }
         router.get("/api/stickers/packs") { request, context in
             let session = try await authenticator.session(request, context)
@@ -121,15 +125,13 @@ struct EntitlementRoutes: Sendable {
     }
 
     /// 200 with an ETag, or 304 when `If-None-Match` names the current one.
-    static func conditional(_ snapshot: EntitlementSnapshot, request: Request) throws -> Response {
-        let etag = try EntitlementService.etag(snapshot)
+    static func conditional(_ snapshot: RenderedSnapshot, request: Request) -> Response {
+        let etag = snapshot.etag
         if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag }) {
             return Response(status: .notModified, headers: [.eTag: etag, .cacheControl: "private, no-cache"])
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return Response(
             status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag, .cacheControl: "private, no-cache"],
-            body: .init(byteBuffer: ByteBuffer(bytes: try encoder.encode(snapshot))))
+            body: .init(byteBuffer: ByteBuffer(bytes: snapshot.body)))
     }
 }

@@ -1,0 +1,61 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import Storage
+
+@Suite("SQLite statements and quick reads")
+struct SQLiteReadTests {
+    static func temporaryPath() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-read-\(UUID().uuidString).sqlite").path
+    }
+
+    @Test("a cached statement is not re-prepared when the values bound to it change (query planner stability guarantee)")
+    func boundValuesDoNotReprepare() throws {
+        let connection = try SQLiteConnection(path: ":memory:")
+        defer { connection.close() }
+        _ = try connection.query("CREATE TABLE holds (user_id TEXT NOT NULL, name TEXT NOT NULL COLLATE NOCASE, expires_at_ms BIGINT NOT NULL)", [])
+        _ = try connection.query("CREATE INDEX holds_user_expiry ON holds (user_id, expires_at_ms)", [])
+        _ = try connection.query("CREATE INDEX holds_name ON holds (name)", [])
+        for i in 0..<50 { _ = try connection.query("INSERT INTO holds VALUES (?, ?, ?)", [.text("u\(i % 5)"), .text("n\(i)"), .int(Int64(i))]) }
+        _ = try connection.query("ANALYZE", [])
+        // A range on an indexed column with a moving "now", and a LIKE whose pattern is bound: both would make SQLite
+        // re-prepare on every new value without the guarantee.
+        let range = "SELECT COUNT(*) AS n FROM holds WHERE user_id = ? AND expires_at_ms > ?"
+        let like = "SELECT COUNT(*) AS n FROM holds WHERE name LIKE ?"
+        for i in 0..<20 {
+            #expect(try connection.query(range, [.text("u1"), .int(Int64(i))]).first?.int("n") == Int64((i..<50).filter { $0 % 5 == 1 && $0 > i }.count))
+            #expect(try connection.query(like, [.text("n\(i)%")]).first?.int("n") ?? 0 >= 1)
+        }
+        #expect(connection.reprepareCount(range) == 0)
+        #expect(connection.reprepareCount(like) == 0)
+    }
+
+    @Test("quick reads answer on the calling thread, many at once, see committed writes at once, and stop after close")
+    func quickReads() async throws {
+        let path = Self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let logger = Logger(label: "test")
+        let db = try await SQLiteDatabase.open(path: path, logger: logger)
+        try await db.transaction(logger: logger) { tx in
+            try await tx.query("CREATE TABLE counters (id TEXT PRIMARY KEY, value BIGINT NOT NULL)")
+            try await tx.query("INSERT INTO counters VALUES ('c', 0)")
+        }
+        // More readers at once than quick connections: the rest take the reader thread, all answer.
+        let values = try await withThrowingTaskGroup(of: Int64.self) { group in
+            for _ in 0..<64 {
+                group.addTask { try await db.quickQuery("SELECT value FROM counters WHERE id = ?", ["c"], logger: logger).first!.int("value") }
+            }
+            return try await group.reduce(into: [Int64]()) { $0.append($1) }
+        }
+        #expect(values == Array(repeating: 0, count: 64))
+        for step in 1...5 {
+            try await db.transaction(logger: logger) { try await $0.query("UPDATE counters SET value = value + 1 WHERE id = 'c'") }
+            #expect(try await db.quickQuery("SELECT value FROM counters WHERE id = ?", ["c"], logger: logger).first?.int("value") == Int64(step))
+        }
+        // Quick connections are read-only.
+        await #expect(throws: (any Error).self) { try await db.quickQuery("UPDATE counters SET value = 0", [], logger: logger) }
+        try await db.close()
+        await #expect(throws: (any Error).self) { try await db.quickQuery("SELECT value FROM counters", [], logger: logger) }
+    }
+}
