@@ -250,7 +250,7 @@ public struct AuthService: Sendable {
     /// Finds the live session for a bearer token; slides its idle expiry (written at most once a minute).
     public func authenticate(token: String, logger: Logger) async throws -> AuthenticatedSession {
         let hash = try Self.sessionTokenHash(token)
-        let row = try await database.withConnection(logger: logger) { try await $0.first(Self.sessionQuery, [hash]) }
+        let row = try await database.quickQuery(Self.sessionQuery, [hash], logger: logger).first
         return try await session(row: row, logger: logger)
     }
 

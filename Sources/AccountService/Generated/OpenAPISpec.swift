@@ -1016,7 +1016,7 @@ paths:
       tags: [entitlements]
       operationId: getEntitlements
       summary: One snapshot of plan, features, limits, tokens, unlocked packs and the selected profile.
-      description: Read fresh on every request (no cache), so an unlock or a plan change shows on the next request on any node. Send `If-None-Match` with the last ETag to get 304 while nothing changed.
+      description: The session check and the snapshot are read from the database on every request (no data cache; only the JSON of an answer equal to the previous one is reused), so an unlock, a plan change or a revoked session shows on the very next request on any node. The ETag is a strong hash of the body; send `If-None-Match` with the last ETag to get 304 while nothing changed.
       security: [{ session: [] }]
       parameters:
         - { name: If-None-Match, in: header, required: false, schema: { type: string } }

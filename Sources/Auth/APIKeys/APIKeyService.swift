@@ -78,9 +78,9 @@ public struct APIKeyService: Sendable {
     /// The live key for a bearer secret, or nil. `last_used_at` is written at most once a minute.
     public func authenticate(secret: String, logger: Logger) async throws -> APIKey? {
         guard let hash = Self.hash(secret: secret) else { return nil }
-        guard let key = try await database.withConnection(logger: logger, { tx in
-            try await tx.first("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash]).map(APIKey.init)
-        }) else { return nil }
+        guard let row = try await database.quickQuery("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash], logger: logger).first
+        else { return nil }
+        let key = try APIKey(row: row)
         try await touch(id: key.id, lastUsedAt: key.lastUsedAt, logger: logger)
         return key
     }
