@@ -235,10 +235,18 @@ public struct AuthService: Sendable {
 
     /// The session and its user for one token hash (bind: `SecretHasher.tokenHash(token)`); ``session(row:now:logger:)``
     /// turns its row into a live session. Other statements may embed it as a derived table (its user column is `id`).
-    public static let sessionQuery = """
-        SELECT s.id AS session_id, s.created_at_ms, s.last_used_at_ms, s.expires_at_ms, s.authenticated_at_ms, s.revoked_at_ms,
-               s.selected_profile_id, u.id, u.email, u.name, u.email_verified, u.role, u.prompt_enhancement_enabled, u.deleted_at_ms
-        FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?
+    public static let sessionQuery = "SELECT \(sessionColumns) FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?"
+
+    /// ``sessionQuery`` for several tokens at once (PostgreSQL): bind the token hashes joined by commas; each row also
+    /// carries its `token_hash`.
+    public static let sessionsQuery = """
+        SELECT s.token_hash, \(sessionColumns) FROM sessions s JOIN users u ON u.id = s.user_id
+        WHERE s.token_hash = ANY(string_to_array(?, ','))
+        """
+
+    static let sessionColumns = """
+        s.id AS session_id, s.created_at_ms, s.last_used_at_ms, s.expires_at_ms, s.authenticated_at_ms, s.revoked_at_ms,
+        s.selected_profile_id, u.id, u.email, u.name, u.email_verified, u.role, u.prompt_enhancement_enabled, u.deleted_at_ms
         """
 
     /// The bind of ``sessionQuery`` for a bearer token; an empty or oversized token is refused before any query.

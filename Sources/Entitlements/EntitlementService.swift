@@ -122,15 +122,31 @@ public struct EntitlementService: Sendable {
         reading database: any Database, subject: SnapshotSubject, logger: Logger
     ) async throws -> (subject: SQLRow, snapshot: RenderedSnapshot)? {
         let now = clock.now()
-        let sql = Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: database.engine))
-        let binds = [now.sqlValue, now.sqlValue, now.sqlValue] + subject.binds + [SQLValue.bool(subject.withProfile)]
+        let (sql, binds) = statement(subject, now: now, engine: database.engine)
         guard let row = try await database.quickQuery(sql, binds, logger: logger).first else { return nil }
+        return (row, try await render(row, now: now, withProfile: subject.withProfile, reading: database, logger: logger))
+    }
+
+    /// The statement ``rendered(reading:subject:logger:)`` runs: one row per row of the subject's query, each with the
+    /// snapshot's columns read at `now` (several subjects at once work too; see `StatementBatcher`).
+    public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
+        (
+            Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: engine)),
+            [now.sqlValue, now.sqlValue, now.sqlValue] + subject.binds + [SQLValue.bool(subject.withProfile)]
+        )
+    }
+
+    /// The snapshot in one row of ``statement(_:now:engine:)`` read at `now`; the rendering of an equal earlier answer is
+    /// reused (see ``rendered(reading:subject:logger:)``).
+    public func render(
+        _ row: SQLRow, now: Date, withProfile: Bool, reading database: any Database, logger: Logger
+    ) async throws -> RenderedSnapshot {
         let userID = try row.string("id")
         // Everything the answer depends on: the columns read for it, and which side of the period end "now" is.
         var read = Self.snapshotColumns.map { row[$0] }
         read.append(SQLValue.bool(row.optionalInt("current_period_end_ms").map { now.timeIntervalSince1970 * 1000 < Double($0) } ?? false))
-        let key = subject.withProfile ? "p:" + userID : "u:" + userID
-        if let hit = renderings.lookup(key, read: read) { return (row, hit) }
+        let key = withProfile ? "p:" + userID : "u:" + userID
+        if let hit = renderings.lookup(key, read: read) { return hit }
         let profile = try row.optionalString("profile_id").map {
             ProfilePermissions(
                 id: $0, name: try row.string("profile_name"), canMakePurchases: try row.bool("profile_can_make_purchases"),
@@ -138,7 +154,7 @@ public struct EntitlementService: Sendable {
         }
         guard try row.int("expired_holds") == 0 else {
             let full = try await database.readTransaction(logger: logger) { try await self.snapshot($0, userID: userID, profile: profile) }
-            return (row, try RenderedSnapshot(full))
+            return try RenderedSnapshot(full)
         }
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
         let balances = BucketBalances(
@@ -153,7 +169,7 @@ public struct EntitlementService: Sendable {
         let rendered = try RenderedSnapshot(
             assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile))
         renderings.store(key, read: read, rendered: rendered)
-        return (row, rendered)
+        return rendered
     }
 
     /// The columns of ``snapshotSQL(subject:dialect:)`` that the answer is made of (the subject's own columns are not).

@@ -38,6 +38,11 @@ public final class PostgresDatabase: Database {
             password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
         config.options.connectTimeout = .seconds(3)
         config.options.maximumConnections = 20
+        // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
+        // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
+        // length varies) meant about 2 ms of planning per 0.5 ms of execution. Every prepared statement here is a
+        // lookup by key, for which the generic plan is the custom one.
+        config.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
         return config
     }
 

@@ -38,6 +38,13 @@ struct AuthHTTPTests {
             // The verification session works and has the default profile selected.
             let session = try await client.get("/api/auth/session", token: token)
             #expect(session.status == .ok)
+            // The Bearer scheme is case-insensitive and spaces around the token are ignored; other schemes are not sessions.
+            for (header, expected) in [("bearer \(token)", 200), ("BEARER  \(token)\t", 200), ("Basic \(token)", 401), ("Bearer", 401), ("Bearer   ", 401), ("Bearerx\(token)", 401)] {
+                let response = try await client.execute(uri: "/api/auth/session", method: .get, headers: [.authorization: header])
+                #expect(Int(response.status.code) == expected, "\(header.prefix(9))")
+                let snapshot = try await client.execute(uri: "/api/entitlements", method: .get, headers: [.authorization: header])
+                #expect(Int(snapshot.status.code) == expected, "\(header.prefix(9))")
+            }
             struct SessionBody: Decodable { let user: SeedUser; let selectedProfile: SeedFamilyProfile? }
             let current = try session.json(SessionBody.self)
             #expect(current.selectedProfile?.isDefault == true && current.selectedProfile?.name == "Ada")

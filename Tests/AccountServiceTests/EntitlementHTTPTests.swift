@@ -113,6 +113,44 @@ struct EntitlementHTTPTests {
         }
     }
 
+    @Test("concurrent snapshot requests of many sessions (sharing statements on PostgreSQL) each get their own user's answer; a signed-out one gets 401", arguments: TestDatabase.engines)
+    func concurrentSessionsGetTheirOwnSnapshots(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let ledgerKey = try await app.apiKey(["ledger:write"])
+            var sessions: [(token: String, user: String, total: Int)] = []
+            for i in 0..<10 {
+                let token = try await client.signUpAndVerify(app, email: "many\(i)@example.com")
+                let user = try await app.userID(token: token)
+                _ = try await client.ledger("/api/ledger/grants", key: ledgerKey, idempotencyKey: "g\(i)", json: #"{"userId":"\#(user)","amount":\#(i + 1),"bucket":"purchased"}"#)
+                sessions.append((token, user, 3 + i + 1))
+            }
+            let signedOut = sessions.removeLast()
+            #expect(try await client.send(.post, "/api/auth/sign-out", token: signedOut.token).status == .ok)
+            struct Snapshot: Decodable { let userId: String; let tokens: [String: Int] }
+            let results = try await withThrowingTaskGroup(of: (Int, Int, Snapshot?).self) { group in
+                for round in 0..<6 {
+                    for (index, session) in sessions.enumerated() {
+                        group.addTask {
+                            let response = try await client.get("/api/entitlements", token: session.token)
+                            return (index, Int(response.status.code), response.status == .ok ? try response.json(Snapshot.self) : nil)
+                        }
+                    }
+                    group.addTask { (-1, Int(try await client.get("/api/entitlements", token: signedOut.token).status.code), nil) }
+                    _ = round
+                }
+                return try await group.reduce(into: [(Int, Int, Snapshot?)]()) { $0.append($1) }
+            }
+            #expect(results.count == 6 * (sessions.count + 1))
+            for (index, status, snapshot) in results {
+                if index < 0 {
+                    #expect(status == 401)
+                } else {
+                    #expect(status == 200 && snapshot?.userId == sessions[index].user && snapshot?.tokens["total"] == sessions[index].total)
+                }
+            }
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func unlocksChargeOnceAndPacksLockByPlan(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

@@ -49,9 +49,18 @@ struct Authenticator: Sendable {
         }
     }
 
+    /// The credential of `Authorization: Bearer …` (scheme case-insensitive, surrounding spaces and tabs dropped).
+    /// Byte-wise: this runs on every authenticated request.
     static func bearerToken(_ request: Request) -> String? {
-        guard let header = request.headers[.authorization], header.count > 7, header.prefix(7).lowercased() == "bearer " else { return nil }
-        return String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        guard let header = request.headers[.authorization] else { return nil }
+        let bytes = Array(header.utf8)
+        let scheme = Array("bearer ".utf8)
+        guard bytes.count > scheme.count, zip(bytes, scheme).allSatisfy({ ($0 | 0x20) == $1 }) else { return nil }
+        var start = scheme.count
+        var end = bytes.count
+        while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
+        while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 }
 
