@@ -127,6 +127,8 @@ struct EntitlementHTTPTests {
             let signedOut = sessions.removeLast()
             #expect(try await client.send(.post, "/api/auth/sign-out", token: signedOut.token).status == .ok)
             struct Snapshot: Decodable { let userId: String; let tokens: [String: Int] }
+            let statementsBefore = try await client.metric("entitlement_snapshot_statements")
+            let sessionsBefore = try await client.metric("entitlement_snapshot_sessions")
             let results = try await withThrowingTaskGroup(of: (Int, Int, Snapshot?).self) { group in
                 for round in 0..<6 {
                     for (index, session) in sessions.enumerated() {
@@ -147,6 +149,15 @@ struct EntitlementHTTPTests {
                 } else {
                     #expect(status == 200 && snapshot?.userId == sessions[index].user && snapshot?.tokens["total"] == sessions[index].total)
                 }
+            }
+            // PostgreSQL answers them from shared statements (the counters say how many and for how many sessions);
+            // SQLite reads each on the calling thread.
+            let statements = try await client.metric("entitlement_snapshot_statements") - statementsBefore
+            let asked = try await client.metric("entitlement_snapshot_sessions") - sessionsBefore
+            if engine == .postgres {
+                #expect(statements >= 1 && statements <= asked && asked <= results.count, "\(statements) statements for \(asked) sessions")
+            } else {
+                #expect(statements == 0 && asked == 0)
             }
         }
     }

@@ -20,9 +20,12 @@ extension TestClientProtocol {
 
 extension TestClientProtocol {
     /// `ledger_spends{path="one_statement"}` from /metrics (0 before the first).
-    func oneStatementSpends() async throws -> Int {
+    func oneStatementSpends() async throws -> Int { try await metric(#"ledger_spends{path="one_statement"}"#) }
+
+    /// The value of one series in /metrics (0 while it has not appeared).
+    func metric(_ series: String) async throws -> Int {
         let text = try await get("/metrics", token: nil).text
-        let line = text.split(separator: "\n").first { $0.hasPrefix(#"ledger_spends{path="one_statement"} "#) }
+        let line = text.split(separator: "\n").first { $0.hasPrefix(series + " ") }
         return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
     }
 }

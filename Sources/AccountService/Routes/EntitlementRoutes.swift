@@ -5,6 +5,7 @@ import HTTPTypes
 import Hummingbird
 import Ledger
 import Logging
+import Metrics
 import NIOCore
 import Storage
 
@@ -139,6 +140,8 @@ struct EntitlementRoutes: Sendable {
             let now = clock.now()
             let subject = SnapshotSubject(sql: AuthService.sessionsQuery, binds: [.text(hashes.joined(separator: ","))], withProfile: true)
             let (sql, binds) = entitlements.statement(subject, now: now, engine: database.engine)
+            Counter(label: "entitlement_snapshot_statements").increment()
+            Counter(label: "entitlement_snapshot_sessions").increment(by: hashes.count)
             var found: [String: SessionSnapshotRow] = [:]
             for row in try await database.quickQuery(sql, binds, logger: logger) { found[try row.string("token_hash")] = SessionSnapshotRow(row: row, now: now) }
             return found
