@@ -203,7 +203,7 @@ struct PostgresExecutor: SQLExecutor {
     }
 
     static func row(_ row: PostgresRow) throws -> SQLRow {
-        var values: [String: SQLValue] = [:]
+        var values = [String: SQLValue](minimumCapacity: row.count)
         for cell in row { values[cell.columnName] = try Self.value(of: cell) }
         return SQLRow(values)
     }
