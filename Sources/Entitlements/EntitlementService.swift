@@ -100,9 +100,7 @@ public struct EntitlementService: Sendable {
     public func snapshot(
         reading database: any Database, userID: String, withProfile: Bool, selectedProfileID: String?, logger: Logger
     ) async throws -> EntitlementSnapshot {
-        let subject = SnapshotSubject(
-            sql: "SELECT CAST(? AS TEXT) AS id, CAST(? AS TEXT) AS selected_profile_id", binds: [.text(userID), selectedProfileID.sqlValue],
-            withProfile: withProfile)
+        let subject = SnapshotSubject.user(userID, withProfile: withProfile, selectedProfileID: selectedProfileID)
         guard let (_, rendered) = try await rendered(reading: database, subject: subject, logger: logger) else {
             throw StorageError.decoding(column: "id")
         }

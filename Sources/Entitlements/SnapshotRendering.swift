@@ -18,9 +18,12 @@ public struct SnapshotSubject: Sendable {
         self.withProfile = withProfile
     }
 
-    /// A user by id, without a profile (services asking about a user).
-    public static func user(_ id: String) -> SnapshotSubject {
-        SnapshotSubject(sql: "SELECT CAST(? AS TEXT) AS id, CAST(NULL AS TEXT) AS selected_profile_id", binds: [.text(id)], withProfile: false)
+    /// A user by id: without a profile (services asking about a user), or with `selectedProfileID`'s (the default
+    /// profile when it is nil or gone).
+    public static func user(_ id: String, withProfile: Bool = false, selectedProfileID: String? = nil) -> SnapshotSubject {
+        SnapshotSubject(
+            sql: "SELECT CAST(? AS TEXT) AS id, CAST(? AS TEXT) AS selected_profile_id", binds: [.text(id), selectedProfileID.sqlValue],
+            withProfile: withProfile)
     }
 }
 

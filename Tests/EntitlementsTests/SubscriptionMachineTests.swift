@@ -155,8 +155,7 @@ struct SubscriptionMachineTests {
                 let full = try await db.readTransaction(logger: TestDatabase.logger) { try await service.snapshot($0, userID: "u", profile: profile) }
                 #expect(fast == full, "\(label)")
                 // A rendering reused from an earlier call is byte-identical to a fresh one (a new service has none kept).
-                let subject = SnapshotSubject(
-                    sql: "SELECT CAST(? AS TEXT) AS id, CAST(? AS TEXT) AS selected_profile_id", binds: [.text("u"), .text("p")], withProfile: true)
+                let subject = SnapshotSubject.user("u", withProfile: true, selectedProfileID: "p")
                 let reused = try #require(try await service.rendered(reading: db, subject: subject, logger: TestDatabase.logger)?.snapshot)
                 let fresh = try #require(
                     try await EntitlementService(subscriptions: w.store, packs: service.packs, ledger: w.ledger, clock: w.clock)
