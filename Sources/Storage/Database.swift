@@ -16,6 +16,8 @@ public protocol SQLExecutor: Sendable {
     /// Runs one statement and returns its rows (use `RETURNING` to learn what a write touched).
     @discardableResult
     func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow]
+    /// Ends a transaction that failed with `error`. The default sends ROLLBACK and ignores its outcome.
+    func rollback(after error: any Error) async
 }
 
 extension SQLExecutor {
@@ -27,6 +29,10 @@ extension SQLExecutor {
     }
     public var dialect: SQLDialect { SQLDialect(engine: engine) }
 
+    public func rollback(after error: any Error) async {
+        _ = try? await query("ROLLBACK")
+    }
+
     /// `begin`, then `body`, then COMMIT; ROLLBACK (and rethrow) when `body` throws.
     func inTransaction<T: Sendable>(begin: String, _ body: () async throws -> T) async throws -> T {
         try await query(begin)
@@ -35,7 +41,7 @@ extension SQLExecutor {
             try await query("COMMIT")
             return result
         } catch {
-            _ = try? await query("ROLLBACK")
+            await rollback(after: error)
             throw error
         }
     }

@@ -91,32 +91,37 @@ public final class PostgresDatabase: Database {
     }
 
     /// Leases a connection, giving up after `leaseTimeoutSeconds` with `StorageError.unavailable`.
-    /// The lease runs as its own task and a timer on an event loop cancels it if no connection came in time (a
-    /// `Task.sleep` racing it cost a dispatch timer per query, about a sixth of a cached read's CPU).
+    /// The lease runs as its own task, watched by a timer on an event loop (a `Task.sleep` racing it cost a dispatch
+    /// timer per query, about a sixth of a cached read's CPU). The timer fires every `leaseTimeoutSeconds` while the
+    /// lease runs:
+    /// - no connection yet: the lease is cancelled and answers `unavailable`;
+    /// - the leased connection has been closed by the server (an outage, a failover, `pg_terminate_backend`, a
+    ///   dropped database) and the work is still waiting: the caller gets `unavailable` at once. postgres-nio 1.33 can
+    ///   leave a query written to a connection the server is closing unanswered forever; without this the caller
+    ///   (and, through the ledger sweeper, the app's shutdown) waited with it. The stuck query is abandoned.
+    /// A leased connection that is still open runs to completion, however long it takes.
     private func lease<T: Sendable>(logger: Logger, _ body: @Sendable @escaping (PostgresConnection) async throws -> T) async throws -> T {
         let client = self.client
-        let flags = LeaseFlags()
-        let work = Task {
-            try await client.withConnection { connection in
-                flags.leased.store(true, ordering: .releasing)
-                return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
-            }
-        }
-        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .milliseconds(Int64(leaseTimeoutSeconds * 1000))) {
-            // Only a connection that never arrives is timed out; a leased one runs to completion.
-            guard !flags.leased.load(ordering: .acquiring) else { return }
-            flags.timedOut.store(true, ordering: .releasing)
-            work.cancel()
-        }
-        defer { timer.cancel() }
+        let watch = LeaseWatch<T>(everySeconds: leaseTimeoutSeconds)
         return try await withTaskCancellationHandler {
-            do {
-                return try await work.value
-            } catch where flags.timedOut.load(ordering: .acquiring) && !flags.leased.load(ordering: .acquiring) {
-                throw StorageError.unavailable("no database connection within \(leaseTimeoutSeconds)s")
+            try await withCheckedThrowingContinuation { continuation in
+                watch.begin(continuation)
+                watch.started(
+                    Task {
+                        do {
+                            let value = try await client.withConnection { connection in
+                                watch.leased(connection)
+                                return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
+                            }
+                            watch.finish(.success(value))
+                        } catch {
+                            watch.finish(.failure(watch.timedOutUnleased ? StorageError.unavailable("no database connection within \(watch.everySeconds)s") : error))
+                        }
+                    })
+                watch.arm()
             }
         } onCancel: {
-            work.cancel()
+            watch.cancel()
         }
     }
 
@@ -155,10 +160,88 @@ public final class PostgresDatabase: Database {
     }
 }
 
-/// Whether the pool handed out a connection, and whether the lease timer fired before it did.
-final class LeaseFlags: Sendable {
-    let leased = Atomic<Bool>(false)
-    let timedOut = Atomic<Bool>(false)
+enum LeaseVerdict { case finished, noConnection(Task<Void, Never>?), connectionClosed, running }
+
+/// One lease's state, shared by its task, its timer and its caller; the caller is resumed exactly once.
+final class LeaseWatch<T: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<T, any Error>?
+        var work: Task<Void, Never>?
+        var timer: Scheduled<Void>?
+        var connection: PostgresConnection?
+        var timedOutUnleased = false
+        var cancelled = false
+    }
+    private let state = Mutex(State())
+    let everySeconds: Double
+
+    init(everySeconds: Double) { self.everySeconds = everySeconds }
+
+    func begin(_ continuation: CheckedContinuation<T, any Error>) { state.withLock { $0.continuation = continuation } }
+
+    func started(_ work: Task<Void, Never>) {
+        let cancelled = state.withLock { state in
+            state.work = work
+            return state.cancelled
+        }
+        if cancelled { work.cancel() }
+    }
+
+    func leased(_ connection: PostgresConnection) { state.withLock { $0.connection = connection } }
+
+    /// The lease timer fired before a connection came.
+    var timedOutUnleased: Bool { state.withLock { $0.timedOutUnleased } }
+
+    func cancel() {
+        let work = state.withLock { state in
+            state.cancelled = true
+            return state.work
+        }
+        work?.cancel()
+    }
+
+    /// Resumes the caller, once; later results (an abandoned lease finishing after all) are dropped.
+    func finish(_ result: Result<T, any Error>) {
+        let (continuation, timer) = state.withLock { state in
+            defer { state.continuation = nil; state.timer = nil }
+            return (state.continuation, state.timer)
+        }
+        timer?.cancel()
+        continuation?.resume(with: result)
+    }
+
+    /// Schedules the next check, unless the lease has finished.
+    func arm() {
+        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .milliseconds(Int64(everySeconds * 1000))) { [self] in
+            check()
+        }
+        let finished = state.withLock { state in
+            guard state.continuation != nil else { return true }
+            state.timer = timer
+            return false
+        }
+        if finished { timer.cancel() }
+    }
+
+    private func check() {
+        let verdict: LeaseVerdict = state.withLock { state in
+            guard state.continuation != nil else { return .finished }
+            guard let connection = state.connection else {
+                state.timedOutUnleased = true
+                return .noConnection(state.work)
+            }
+            return connection.isClosed ? .connectionClosed : .running
+        }
+        switch verdict {
+        case .finished: return
+        case .noConnection(let work): work?.cancel()
+        case .connectionClosed:
+            finish(.failure(StorageError.unavailable("the database closed the connection")))
+            return
+        case .running: break
+        }
+        arm()
+    }
 }
 
 struct PostgresExecutor: SQLExecutor {
@@ -181,6 +264,8 @@ struct PostgresExecutor: SQLExecutor {
             case .bytes(let v): bindings.append(ByteBuffer(bytes: v))
             }
         }
+        // A closed connection fails at once (postgres-nio 1.33 may never answer a query written to it; see `lease`).
+        guard !connection.isClosed else { throw StorageError.unavailable("the database closed the connection") }
         do {
             if let slot = PreparedStatements.shared.slot(for: sql) {
                 return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
@@ -192,6 +277,18 @@ struct PostgresExecutor: SQLExecutor {
         } catch let error as PSQLError {
             throw PostgresDatabase.isRetryable(error) ? error : PostgresDatabase.mapped(error)
         }
+    }
+
+    /// A connection lost mid-transaction has no transaction left to roll back: PostgreSQL ends it with the session.
+    /// ROLLBACK is not sent there (it could wait forever; see `PostgresDatabase.lease`); the connection is closed so
+    /// the pool replaces it.
+    func rollback(after error: any Error) async {
+        if case StorageError.unavailable = error {
+            try? await connection.close()
+            return
+        }
+        guard !connection.isClosed else { return }
+        _ = try? await query("ROLLBACK")
     }
 
     static func execute<Slot: PreparedSlot>(

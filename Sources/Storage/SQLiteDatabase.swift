@@ -44,7 +44,7 @@ public final class SQLiteDatabase: Database {
         }
         let connection = try SQLiteConnection(path: path)
         _ = try connection.query("PRAGMA busy_timeout = 5000", [])
-        if path != ":memory:" { _ = try connection.query("PRAGMA journal_mode = WAL", []) }
+        if path != ":memory:" { try await switchToWAL(connection, path: path) }
         _ = try connection.query("PRAGMA synchronous = NORMAL", [])
         _ = try connection.query("PRAGMA foreign_keys = ON", [])
         guard path != ":memory:" else { return SQLiteDatabase(connection: connection, reader: nil) }
@@ -55,6 +55,20 @@ public final class SQLiteDatabase: Database {
             return readOnly
         }
         return SQLiteDatabase(connection: connection, reader: try readOnly(), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly() })
+    }
+
+    /// WAL mode is stored in the file, and switching to it needs the file to itself: a second process opening a new
+    /// file at the same instant gets SQLITE_BUSY, or the old mode answered back, without the busy handler waiting.
+    /// Left in rollback-journal mode, the two processes' transactions then refuse each other at once instead of
+    /// waiting; so the switch is retried until the file reports WAL.
+    static func switchToWAL(_ connection: SQLiteConnection, path: String) async throws {
+        for _ in 0..<100 {
+            do {
+                if try connection.query("PRAGMA journal_mode = WAL", []).first?.string("journal_mode").lowercased() == "wal" { return }
+            } catch let error as SQLiteFailure where error.isBusy {}
+            try await Task.sleep(for: .milliseconds(Int.random(in: 10...30)))
+        }
+        throw StorageError.unavailable("\(path) could not be switched to WAL mode (another process holds it)")
     }
 
     /// Closes both connections; later calls do nothing, and later queries answer `unavailable`.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Storage
 import TestSupport
 import Testing
@@ -142,6 +143,46 @@ struct StorageContractTests {
             return try await group.reduce(into: []) { $0.append($1) }
         }
         #expect(counts.sorted() == [0, engine.migrations.count])
+    }
+
+    /// A backend the server terminates mid-transaction (an operator's `pg_terminate_backend`, a failover, a dropped
+    /// database) fails the transaction promptly with `unavailable`, and the pool goes on serving. Before the fix the
+    /// ROLLBACK sent on the dead connection could wait forever, taking the caller (and app shutdown) with it.
+    @Test func terminatedBackendFailsTheTransactionPromptly() async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        try await TestDatabase.with(.postgres) { pooled, _ in
+            // The lease watch checks every lease-timeout period; 1 s keeps a caught hang well inside the deadline.
+            let db = PostgresDatabase(client: try #require(pooled as? PostgresDatabase).client, leaseTimeoutSeconds: 1)
+            for round in 0..<24 {
+                // The transaction runs in its own task so that a hang fails this test instead of stalling the suite.
+                let outcome = Mutex<Result<Void, any Error>?>(nil)
+                Task {
+                    do {
+                        try await db.transaction(logger: TestDatabase.logger) { tx in
+                            let pid = try await tx.first("SELECT pg_backend_pid() AS pid")!.int("pid")
+                            _ = try await db.withConnection(logger: TestDatabase.logger) {
+                                try await $0.query("SELECT pg_terminate_backend(CAST(? AS INTEGER)) AS done", [pid])
+                            }
+                            if round % 3 == 1 { try await Task.sleep(for: .milliseconds(20)) }
+                            // Every third round fails at a statement inside the body, the others at COMMIT.
+                            if round % 3 == 2 { try await tx.query("SELECT 1 AS one") }
+                        }
+                        outcome.withLock { $0 = .success(()) }
+                    } catch {
+                        outcome.withLock { $0 = .failure(error) }
+                    }
+                }
+                let deadline = ContinuousClock.now + .seconds(10)
+                while outcome.withLock({ $0 }) == nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                switch outcome.withLock({ $0 }) {
+                case nil: Issue.record("round \(round): the transaction on a terminated backend did not return within 10 s"); return
+                case .success: Issue.record("round \(round): the transaction committed on a terminated backend")
+                case .failure(let error):
+                    guard case StorageError.unavailable = error else { Issue.record("round \(round): expected unavailable, got \(String(reflecting: error))"); continue }
+                }
+            }
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT 7 AS seven")!.int("seven") } == 7)
+        }
     }
 
     @Test(arguments: TestDatabase.engines)

@@ -28,6 +28,9 @@ public final class PasswordHasher: Service {
         pool.start()
     }
 
+    /// A hasher that never ran as a service (tools, tests) still stops its threads.
+    deinit { pool.shutdownGracefully { _ in } }
+
     public func run() async throws {
         try? await gracefulShutdown()
         try await pool.shutdownGracefully()
