@@ -17,6 +17,9 @@ public final class PostgresDatabase: Database {
         self.leaseTimeoutSeconds = leaseTimeoutSeconds
     }
 
+    /// The pool's size per process.
+    public static let maximumConnections = 20
+
     /// Builds the pool configuration from a `postgres://user:pass@host:port/db?sslmode=…` URL.
     public static func configuration(url: String) throws -> PostgresClient.Configuration {
         guard let components = URLComponents(string: url),
@@ -37,7 +40,7 @@ public final class PostgresDatabase: Database {
             host: host, port: components.port ?? 5432, username: user,
             password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
         config.options.connectTimeout = .seconds(3)
-        config.options.maximumConnections = 20
+        config.options.maximumConnections = maximumConnections
         // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
         // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
         // length varies) meant about 2 ms of planning per 0.5 ms of execution. Every prepared statement here is a

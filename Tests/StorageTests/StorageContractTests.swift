@@ -185,6 +185,47 @@ struct StorageContractTests {
         }
     }
 
+    /// The lease timeout bounds only the wait for a connection: with every pooled connection busy, one more caller
+    /// gets `unavailable` after about the timeout, while a leased connection that stays open runs to completion
+    /// however long its work takes (the lease watch re-arms without touching it).
+    @Test func leaseTimeoutBoundsOnlyTheWaitForAConnection() async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        try await TestDatabase.with(.postgres) { pooled, _ in
+            let client = try #require(pooled as? PostgresDatabase).client
+            // The long leases wait for their connections with the suite's usual timeout (opening 20 connections on a
+            // loaded machine can take longer than 0.5 s); the caller that finds the pool full has 0.5 s.
+            let patient = PostgresDatabase(client: client, leaseTimeoutSeconds: TestDatabase.leaseTimeoutSeconds)
+            let db = PostgresDatabase(client: client, leaseTimeoutSeconds: 0.5)
+            let leased = AttemptCounter()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<PostgresDatabase.maximumConnections {
+                    group.addTask {
+                        let row = try await patient.withConnection(logger: TestDatabase.logger) { tx in
+                            leased.increment()
+                            return try await tx.first("SELECT 1 AS slept FROM pg_sleep(4)")
+                        }
+                        #expect(try row?.int("slept") == 1)
+                    }
+                }
+                let deadline = ContinuousClock.now + .seconds(20)
+                while leased.value < PostgresDatabase.maximumConnections && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                try #require(leased.value == PostgresDatabase.maximumConnections)
+                let started = ContinuousClock.now
+                await #expect {
+                    _ = try await db.withConnection(logger: TestDatabase.logger) { try await $0.query("SELECT 1 AS one") }
+                } throws: { error in
+                    guard case StorageError.unavailable(let why) = error else { return false }
+                    return why.contains("no database connection")
+                }
+                let waited = ContinuousClock.now - started
+                #expect(waited >= .milliseconds(450) && waited < .seconds(3), "waited \(waited)")
+                try await group.waitForAll()
+            }
+            // A leased connection that stays open outlives three watch periods of its own 0.5 s lease.
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT 7 AS seven FROM pg_sleep(1.5)")!.int("seven") } == 7)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func editedAppliedMigrationIsRefused(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
