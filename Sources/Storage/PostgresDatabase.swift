@@ -290,7 +290,6 @@ struct PostgresExecutor: SQLExecutor {
             try? await connection.close()
             return
         }
-        guard !connection.isClosed else { return }
         _ = try? await query("ROLLBACK")
     }
 
