@@ -240,8 +240,8 @@ public struct AuthService: Sendable {
     /// ``sessionQuery`` for several tokens at once (PostgreSQL): bind the token hashes joined by commas; each row also
     /// carries its `token_hash`.
     public static let sessionsQuery = """
-        SELECT s.token_hash, \(sessionColumns) FROM sessions s JOIN users u ON u.id = s.user_id
-        WHERE s.token_hash = ANY(string_to_array(?, ','))
+        SELECT s.token_hash, \(sessionColumns) FROM unnest(string_to_array(?, ',')) AS h(token_hash)
+        JOIN sessions s ON s.token_hash = h.token_hash JOIN users u ON u.id = s.user_id
         """
 
     static let sessionColumns = """

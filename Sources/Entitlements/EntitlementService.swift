@@ -130,7 +130,7 @@ public struct EntitlementService: Sendable {
     public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
         (
             Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: engine)),
-            [now.sqlValue, now.sqlValue, now.sqlValue] + subject.binds + [SQLValue.bool(subject.withProfile)]
+            [now.sqlValue] + subject.binds + [SQLValue.bool(subject.withProfile)]
         )
     }
 
@@ -177,28 +177,62 @@ public struct EntitlementService: Sendable {
         "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types",
     ]
 
-    /// One statement: the subject's row (`x`, whose `id` is the user) with the snapshot's columns. Binds: now three times,
-    /// the subject's binds, then whether to read the profile.
+    /// One statement: the subject's row (`x`, whose `id` is the user) with the snapshot's columns. Binds: now, the
+    /// subject's binds, then whether to read the profile.
+    ///
+    /// Every part is a lookup by the user's id, so its cost does not grow with the tables. On PostgreSQL, each group of
+    /// lookups is one lateral index scan (the three balances in one, both hold figures in one), and the profile is the
+    /// selected one by primary key or else the default one by its unique partial index: an earlier form that compared
+    /// `p.id` with a subquery made the planner hash the whole profiles table on every statement. SQLite has no LATERAL;
+    /// its correlated subqueries are index lookups too.
     static func snapshotSQL(subject: String, dialect: SQLDialect) -> String {
-        """
-        SELECT x.*, s.user_id, s.plan_id, s.status, s.provider, s.current_period_start_ms, s.current_period_end_ms, s.will_renew, s.pending_plan_id,
-          s.provider_subscription_id, s.provider_customer_id, s.updated_at_ms,
-          CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'bonus') AS BIGINT) AS bonus_balance,
-          CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'subscription') AS BIGINT) AS subscription_balance,
-          CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'purchased') AS BIGINT) AS purchased_balance,
-          CAST((SELECT COALESCE(SUM(amount), 0) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms > ?) AS BIGINT) AS held,
-          (SELECT COUNT(*) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms <= ?) AS expired_holds,
-          CAST((SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
-             WHERE user_id = x.id AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= ?) AS BIGINT) AS lapsed,
-          (SELECT \(dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.id) AS bought,
-          (SELECT \(dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
-          p.id AS profile_id, p.name AS profile_name, p.can_make_purchases AS profile_can_make_purchases,
-          p.can_use_custom_content_types AS profile_can_use_custom_content_types
-        FROM (\(subject)) x LEFT JOIN subscriptions s ON s.user_id = x.id
-        LEFT JOIN family_profiles p ON ? AND p.id = (
-          SELECT id FROM family_profiles WHERE user_id = x.id AND (is_default OR id = x.selected_profile_id)
-          ORDER BY CASE WHEN id = x.selected_profile_id THEN 0 ELSE 1 END LIMIT 1)
-        """
+        let subscription = """
+            s.user_id, s.plan_id, s.status, s.provider, s.current_period_start_ms, s.current_period_end_ms, s.will_renew, s.pending_plan_id,
+              s.provider_subscription_id, s.provider_customer_id, s.updated_at_ms
+            """
+        let common = """
+              CAST((SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
+                 WHERE user_id = x.id AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= n.now_ms) AS BIGINT) AS lapsed,
+              (SELECT \(dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.id) AS bought,
+              (SELECT \(dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
+              p.id AS profile_id, p.name AS profile_name, p.can_make_purchases AS profile_can_make_purchases,
+              p.can_use_custom_content_types AS profile_can_use_custom_content_types
+            """
+        let profileColumns = "id, name, can_make_purchases, can_use_custom_content_types"
+        guard dialect.engine == .postgres else {
+            return """
+                SELECT x.*, \(subscription),
+                  CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'bonus') AS BIGINT) AS bonus_balance,
+                  CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'subscription') AS BIGINT) AS subscription_balance,
+                  CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'purchased') AS BIGINT) AS purchased_balance,
+                  CAST((SELECT COALESCE(SUM(amount), 0) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms > n.now_ms) AS BIGINT) AS held,
+                  (SELECT COUNT(*) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms <= n.now_ms) AS expired_holds,
+                \(common)
+                FROM (SELECT CAST(? AS BIGINT) AS now_ms) n CROSS JOIN (\(subject)) x LEFT JOIN subscriptions s ON s.user_id = x.id
+                LEFT JOIN family_profiles p ON ? AND p.id = (
+                  SELECT id FROM family_profiles WHERE user_id = x.id AND (is_default OR id = x.selected_profile_id)
+                  ORDER BY CASE WHEN id = x.selected_profile_id THEN 0 ELSE 1 END LIMIT 1)
+                """
+        }
+        return """
+            SELECT x.*, \(subscription), a.bonus_balance, a.subscription_balance, a.purchased_balance, h.held, h.expired_holds,
+            \(common)
+            FROM (SELECT CAST(? AS BIGINT) AS now_ms) n CROSS JOIN (\(subject)) x LEFT JOIN subscriptions s ON s.user_id = x.id
+            CROSS JOIN LATERAL (
+              SELECT CAST(COALESCE(SUM(balance) FILTER (WHERE bucket = 'bonus'), 0) AS BIGINT) AS bonus_balance,
+                CAST(COALESCE(SUM(balance) FILTER (WHERE bucket = 'subscription'), 0) AS BIGINT) AS subscription_balance,
+                CAST(COALESCE(SUM(balance) FILTER (WHERE bucket = 'purchased'), 0) AS BIGINT) AS purchased_balance
+              FROM ledger_accounts WHERE user_id = x.id) a
+            CROSS JOIN LATERAL (
+              SELECT CAST(COALESCE(SUM(amount) FILTER (WHERE expires_at_ms > n.now_ms), 0) AS BIGINT) AS held,
+                COUNT(*) FILTER (WHERE expires_at_ms <= n.now_ms) AS expired_holds
+              FROM ledger_holds WHERE user_id = x.id AND status = 'pending') h
+            LEFT JOIN LATERAL (
+              SELECT \(profileColumns) FROM (
+                SELECT 0 AS rank, \(profileColumns) FROM family_profiles WHERE id = x.selected_profile_id AND user_id = x.id
+                UNION ALL SELECT 1 AS rank, \(profileColumns) FROM family_profiles WHERE user_id = x.id AND is_default) c
+              WHERE ? ORDER BY rank LIMIT 1) p ON true
+            """
     }
 
     func assemble(

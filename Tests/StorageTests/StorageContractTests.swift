@@ -145,6 +145,16 @@ struct StorageContractTests {
         #expect(counts.sorted() == [0, engine.migrations.count])
     }
 
+    /// Every pooled connection runs prepared statements with their generic plan (set at connection startup), so the
+    /// batched entitlement statement is planned once per connection rather than on every call.
+    @Test func connectionsUseGenericPlans() async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        try await TestDatabase.with(.postgres) { db, _ in
+            let mode = try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SHOW plan_cache_mode") }
+            #expect(mode?.optionalString("plan_cache_mode") == "force_generic_plan")
+        }
+    }
+
     /// A backend the server terminates mid-transaction (an operator's `pg_terminate_backend`, a failover, a dropped
     /// database) fails the transaction promptly with `unavailable`, and the pool goes on serving. Before the fix the
     /// ROLLBACK sent on the dead connection could wait forever, taking the caller (and app shutdown) with it.
