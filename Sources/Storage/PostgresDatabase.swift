@@ -274,9 +274,7 @@ struct PostgresExecutor: SQLExecutor {
                 return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
             }
             let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
-            var rows: [SQLRow] = []
-            for try await row in try await connection.query(query, logger: logger) { rows.append(try Self.row(row)) }
-            return rows
+            return try await Self.rows(connection.query(query, logger: logger))
         } catch let error as PSQLError {
             throw PostgresDatabase.isRetryable(error) ? error : PostgresDatabase.mapped(error)
         }
@@ -296,15 +294,22 @@ struct PostgresExecutor: SQLExecutor {
     static func execute<Slot: PreparedSlot>(
         _ slot: Slot.Type, _ bindings: PostgresBindings, _ connection: PostgresConnection, _ logger: Logger
     ) async throws -> [SQLRow] {
-        var rows: [SQLRow] = []
-        for try await row in try await connection.execute(SlotStatement<Slot>(bindings: bindings), logger: logger) { rows.append(try Self.row(row)) }
-        return rows
+        try await rows(connection.execute(SlotStatement<Slot>(bindings: bindings), logger: logger))
     }
 
-    static func row(_ row: PostgresRow) throws -> SQLRow {
-        var values = [String: SQLValue](minimumCapacity: row.count)
-        for cell in row { values[cell.columnName] = try Self.value(of: cell) }
-        return SQLRow(values)
+    /// The rows of a result; they share one ``SQLColumns``.
+    static func rows<Rows: AsyncSequence>(_ sequence: Rows) async throws -> [SQLRow] where Rows.Element == PostgresRow {
+        var columns: SQLColumns?
+        var rows: [SQLRow] = []
+        for try await row in sequence {
+            let shared = columns ?? SQLColumns(row.map(\.columnName))
+            columns = shared
+            var cells: [SQLValue] = []
+            cells.reserveCapacity(row.count)
+            for cell in row { cells.append(try Self.value(of: cell)) }
+            rows.append(SQLRow(columns: shared, cells: cells))
+        }
+        return rows
     }
 
     static func value(of cell: PostgresCell) throws -> SQLValue {

@@ -43,12 +43,40 @@ extension Date {
     public init(epochMilliseconds: Int64) { self.init(timeIntervalSince1970: Double(epochMilliseconds) / 1000) }
 }
 
-/// One result row, addressed by column name. Accessors accept both engines' representations.
-public struct SQLRow: Sendable {
-    public let values: [String: SQLValue]
-    public init(_ values: [String: SQLValue]) { self.values = values }
+/// The column names of one result, shared by all its rows; a name that occurs twice means its last column.
+public final class SQLColumns: Sendable {
+    public let names: [String]
+    let positions: [String: Int]
 
-    public subscript(_ column: String) -> SQLValue { values[column] ?? .null }
+    public init(_ names: [String]) {
+        self.names = names
+        var positions = [String: Int](minimumCapacity: names.count)
+        for (position, name) in names.enumerated() { positions[name] = position }
+        self.positions = positions
+    }
+}
+
+/// One result row, addressed by column name. Accessors accept both engines' representations. The rows of one result
+/// share their column names, so a row is only its cells.
+public struct SQLRow: Sendable {
+    public let columns: SQLColumns
+    let cells: [SQLValue]
+
+    public init(columns: SQLColumns, cells: [SQLValue]) {
+        precondition(columns.names.count == cells.count)
+        self.columns = columns
+        self.cells = cells
+    }
+
+    public init(_ values: [String: SQLValue]) {
+        let names = Array(values.keys)
+        self.init(columns: SQLColumns(names), cells: names.map { values[$0]! })
+    }
+
+    /// Every column by name (for a name that occurs twice, its last column).
+    public var values: [String: SQLValue] { columns.positions.mapValues { cells[$0] } }
+
+    public subscript(_ column: String) -> SQLValue { columns.positions[column].map { cells[$0] } ?? .null }
 
     public func int(_ column: String) throws -> Int64 {
         guard let v = optionalInt(column) else { throw StorageError.decoding(column: column) }

@@ -85,18 +85,15 @@ final class SQLiteConnection: @unchecked Sendable {
             guard rc == SQLITE_OK else { throw failure(rc, handle) }
         }
         let columnCount = sqlite_nio_sqlite3_column_count(statement)
-        var names: [String] = []
+        var columns: SQLColumns?
         var rows: [SQLRow] = []
         while true {
             let rc = sqlite_nio_sqlite3_step(statement)
             if rc == SQLITE_DONE { break }
             guard rc == SQLITE_ROW else { throw failure(rc, handle) }
-            if names.isEmpty {
-                names = (0..<columnCount).map { String(cString: sqlite_nio_sqlite3_column_name(statement, $0)) }
-            }
-            var values = [String: SQLValue](minimumCapacity: Int(columnCount))
-            for column in 0..<columnCount { values[names[Int(column)]] = Self.value(statement, column) }
-            rows.append(SQLRow(values))
+            let shared = columns ?? SQLColumns((0..<columnCount).map { String(cString: sqlite_nio_sqlite3_column_name(statement, $0)) })
+            columns = shared
+            rows.append(SQLRow(columns: shared, cells: (0..<columnCount).map { Self.value(statement, $0) }))
         }
         return rows
     }

@@ -57,7 +57,7 @@ enum Startup {
         case .json: LoggingSystem.bootstrap { label in JSONLogHandler(label: label, logLevel: level) }
         case .text:
             LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
+                var handler = TextLogHandler(label: label)
                 handler.logLevel = level
                 return handler
             }
