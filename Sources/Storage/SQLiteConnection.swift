@@ -23,6 +23,9 @@ final class SQLiteConnection: @unchecked Sendable {
     private var handle: OpaquePointer?
     /// Prepared statements by SQL text; reset after each use. Only touched by the connection's holder.
     private var statements: [String: OpaquePointer] = [:]
+    /// The column names of each cached statement, with the re-prepare count they were read at (a re-prepare after a
+    /// schema change may change them).
+    private var columns: [OpaquePointer: (columns: SQLColumns, prepares: Int32)] = [:]
     static let statementCacheMax = 512
     private static let initialized: Void = { _ = sqlite_nio_sqlite3_initialize() }()
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -53,6 +56,7 @@ final class SQLiteConnection: @unchecked Sendable {
     func close() {
         for statement in statements.values { sqlite_nio_sqlite3_finalize(statement) }
         statements.removeAll()
+        columns.removeAll()
         if let handle { sqlite_nio_sqlite3_close_v2(handle) }
         handle = nil
     }
@@ -84,18 +88,26 @@ final class SQLiteConnection: @unchecked Sendable {
             }
             guard rc == SQLITE_OK else { throw failure(rc, handle) }
         }
-        let columnCount = sqlite_nio_sqlite3_column_count(statement)
-        var columns: SQLColumns?
+        var shared: SQLColumns?
         var rows: [SQLRow] = []
         while true {
+            // The first step may re-prepare the statement (after a schema change), so its columns are read after it.
             let rc = sqlite_nio_sqlite3_step(statement)
             if rc == SQLITE_DONE { break }
             guard rc == SQLITE_ROW else { throw failure(rc, handle) }
-            let shared = columns ?? SQLColumns((0..<columnCount).map { String(cString: sqlite_nio_sqlite3_column_name(statement, $0)) })
-            columns = shared
-            rows.append(SQLRow(columns: shared, cells: (0..<columnCount).map { Self.value(statement, $0) }))
+            let names = shared ?? columns(of: statement, count: sqlite_nio_sqlite3_column_count(statement))
+            shared = names
+            rows.append(SQLRow(columns: names, cells: (0..<Int32(names.names.count)).map { Self.value(statement, $0) }))
         }
         return rows
+    }
+
+    private func columns(of statement: OpaquePointer, count: Int32) -> SQLColumns {
+        let prepares = sqlite_nio_sqlite3_stmt_status(statement, SQLITE_STMTSTATUS_REPREPARE, 0)
+        if let cached = columns[statement], cached.prepares == prepares, cached.columns.names.count == Int(count) { return cached.columns }
+        let made = SQLColumns((0..<count).map { String(cString: sqlite_nio_sqlite3_column_name(statement, $0)) })
+        columns[statement] = (made, prepares)
+        return made
     }
 
     private func prepared(_ sql: String, _ handle: OpaquePointer) throws -> OpaquePointer? {
@@ -107,6 +119,7 @@ final class SQLiteConnection: @unchecked Sendable {
         if statements.count >= Self.statementCacheMax {
             for old in statements.values { sqlite_nio_sqlite3_finalize(old) }
             statements.removeAll()
+            columns.removeAll()
         }
         statements[sql] = statement
         return statement

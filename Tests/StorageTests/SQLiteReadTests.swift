@@ -31,6 +31,26 @@ struct SQLiteReadTests {
         #expect(connection.reprepareCount(like) == 0)
     }
 
+    @Test("rows of a cached statement name its current columns, also after a schema change re-prepares it")
+    func cachedColumnNamesFollowTheSchema() throws {
+        let connection = try SQLiteConnection(path: ":memory:")
+        defer { connection.close() }
+        _ = try connection.query("CREATE TABLE t (a INTEGER)", [])
+        _ = try connection.query("INSERT INTO t VALUES (1), (2)", [])
+        let all = "SELECT * FROM t ORDER BY a"
+        for _ in 0..<3 {
+            let rows = try connection.query(all, [])
+            #expect(rows.map { $0.optionalInt("a") } == [1, 2])
+            #expect(rows.first?.columns.names == ["a"])
+        }
+        _ = try connection.query("ALTER TABLE t ADD COLUMN b TEXT DEFAULT 'x'", [])
+        let rows = try connection.query(all, [])
+        #expect(rows.first?.columns.names == ["a", "b"])
+        #expect(rows.map { $0.optionalString("b") } == ["x", "x"])
+        #expect(rows.map { $0.optionalInt("a") } == [1, 2])
+        #expect(rows.first?["missing"] == .null)
+    }
+
     @Test("quick reads answer on the calling thread, many at once, see committed writes at once, and stop after close")
     func quickReads() async throws {
         let path = Self.temporaryPath()
