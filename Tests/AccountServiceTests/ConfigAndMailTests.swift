@@ -105,6 +105,28 @@ struct MailTests {
         try? FileManager.default.removeItem(at: dir)
     }
 
+    /// `LOG_FORMAT=text`: the stream handler's line, with the handler's metadata, then the provider's, then the call's
+    /// (each later one wins on a shared key), rendered when the line is written.
+    @Test func textLogLinesCarryMergedMetadata() {
+        final class Lines: TextOutputStream, @unchecked Sendable {
+            var text = ""
+            func write(_ string: String) { text += string }
+        }
+        let lines = Lines()
+        let provider = Logger.MetadataProvider { ["trace": "t1", "shared": "provider"] }
+        var logger = Logger(label: "unit") { TextLogHandler(label: $0, stream: lines, metadataProvider: provider) }
+        logger.logLevel = .info
+        logger[metadataKey: "connection"] = "7"
+        logger[metadataKey: "shared"] = "handler"
+        logger.debug("not written")
+        logger.info("hello", metadata: ["request": "r1"])
+        logger.info("again", metadata: ["shared": "call"])
+        let written = lines.text.split(separator: "\n").map(String.init)
+        #expect(written.count == 2)
+        #expect(written.first?.hasSuffix(" info unit: connection=7 request=r1 shared=provider trace=t1 [AccountServiceTests] hello") == true)
+        #expect(written.last?.hasSuffix(" info unit: connection=7 shared=call trace=t1 [AccountServiceTests] again") == true)
+    }
+
     @Test func logTransportRedactsSecrets() {
         let message = MailMessage(to: "a@example.com", subject: "s", body: "Your code is 654321.", secrets: ["654321"])
         #expect(message.redactedBody == "Your code is [redacted].")

@@ -8,9 +8,11 @@ struct TextLogHandler: LogHandler {
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
 
-    init(label: String) {
-        stream = StreamLogHandler.standardError(label: label, metadataProvider: nil)
-        metadataProvider = LoggingSystem.metadataProvider
+    /// Writes to stderr, or to `stream` (tests).
+    init(label: String, stream output: (any TextOutputStream & Sendable)? = nil, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) {
+        stream = output.map { StreamLogHandler(label: label, stream: $0, metadataProvider: nil) }
+            ?? StreamLogHandler.standardError(label: label, metadataProvider: nil)
+        self.metadataProvider = metadataProvider
     }
 
     var logLevel: Logger.Level {
