@@ -49,7 +49,11 @@ struct EntitlementHTTPTests {
             #expect(business.hasModelSelector && business.hasImageUpload && business.maxFamilyProfiles == 10 && business.canCreateMoreProfiles)
             // Services read the same snapshot with entitlements:read.
             let reader = try await app.apiKey(["entitlements:read"])
-            #expect(try await client.get("/api/users/\(user)/entitlements", token: reader).json(Snapshot.self).planId == "business_yearly")
+            let forService = try await client.get("/api/users/\(user)/entitlements", token: reader).json(Snapshot.self)
+            #expect(forService.planId == "business_yearly")
+            // A service asks about the user, not a profile: the snapshot carries none (the app's own one does).
+            #expect(forService.profile == nil)
+            #expect(try await client.get("/api/entitlements", token: token).json(Snapshot.self).profile != nil)
             #expect(try await client.get("/api/users/\(user)/entitlements", token: admin).status == .forbidden)
             #expect(try await client.get("/api/users/nobody/entitlements", token: reader).status == .notFound)
         }
