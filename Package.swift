@@ -104,7 +104,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: swiftSettings),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(

@@ -1,3 +1,5 @@
+import NIOCore
+import NIOPosix
 import Synchronization
 import Testing
 
@@ -67,5 +69,62 @@ struct StatementBatcherTests {
 extension Result where Failure == any Error {
     init(catching body: () async throws -> Success) async {
         do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
+
+@Suite("Statement batcher: where lookups resume")
+struct StatementBatcherLoopTests {
+    @Test("lookups asked from another event loop are handed to it, grouped per loop in order; the rest resume here")
+    func lookupsResumeOnTheirOwnLoop() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 3)
+        let loops = (0..<3).map { _ in group.next() }
+        // (name, loop it was asked from)
+        let items: [(String, (any EventLoop)?)] = [("a", loops[1]), ("b", nil), ("c", loops[0]), ("d", loops[2]), ("e", loops[1]), ("f", loops[0])]
+        let split = try await loops[0].submit {
+            let split = StatementBatcher<String, String>.byLoop(items, loop: \.1)
+            return (split.here.map(\.0), split.elsewhere.map { ($0.0 === loops[1] ? 1 : $0.0 === loops[2] ? 2 : 0, $0.1.map(\.0)) })
+        }.get()
+        #expect(split.0 == ["b", "c", "f"])
+        #expect(split.1.map(\.0) == [1, 2])
+        #expect(split.1.map(\.1) == [["a", "e"], ["d"]])
+        // Off every loop, each loop's lookups are handed to it.
+        let off = StatementBatcher<String, String>.byLoop(items, loop: \.1)
+        #expect(off.here.map(\.0) == ["b"])
+        #expect(off.elsewhere.map { $0.1.map(\.0) } == [["a", "e"], ["c", "f"], ["d"]])
+        try await group.shutdownGracefully()
+    }
+
+    /// Runs on one event loop, so its lookups are asked from there.
+    actor Asker {
+        let loop: any EventLoop
+        init(loop: any EventLoop) { self.loop = loop }
+        nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+        func ask(_ batcher: StatementBatcher<String, String>, _ key: String) async throws -> (String?, asked: Bool, resumed: Bool) {
+            let asked = MultiThreadedEventLoopGroup.currentEventLoop === loop
+            let value = try await batcher.load(key)
+            return (value, asked, loop.inEventLoop)
+        }
+    }
+
+    @Test("lookups asked from several event loops share a statement and each gets its own answer back on its loop")
+    func lookupsFromEventLoops() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let recorder = StatementBatcherTests.Recorder()
+        let batcher = StatementBatcher<String, String>(maxInFlight: 1, maxBatch: 64) { try await recorder.run($0) }
+        let askers = (0..<2).map { _ in Asker(loop: group.next()) }
+        async let first = batcher.load("slow")
+        try await Task.sleep(for: .milliseconds(20))
+        let answers = try await withThrowingTaskGroup(of: (String, (String?, asked: Bool, resumed: Bool)).self) { tasks in
+            for index in 0..<10 { tasks.addTask { ("k\(index)", try await askers[index % 2].ask(batcher, "k\(index)")) } }
+            return try await tasks.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        }
+        #expect(try await first == "value-slow")
+        #expect(answers.count == 10)
+        for (key, answer) in answers {
+            #expect(answer.0 == "value-\(key)")
+            #expect(answer.asked && answer.resumed)
+        }
+        #expect(recorder.batches.withLock { $0 }.contains { $0.count > 1 }, "the loops' lookups shared a statement")
+        try await group.shutdownGracefully()
     }
 }

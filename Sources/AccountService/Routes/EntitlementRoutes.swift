@@ -154,7 +154,8 @@ struct EntitlementRoutes: Sendable {
     /// One statement at a time: the requests that arrive while it runs share the next one. In alternating runs on one
     /// database (scripts/bench-entitlements' data, 32 connections, 5 rounds), one in flight served more than two in
     /// every round, 4,199–6,210 against 4,113–5,464 req/s (about 12.7 against 7.7 sessions per statement). Earlier,
-    /// with a costlier statement, one, two and four gave 5,193, 4,612 and 3,149 req/s.
+    /// with a costlier statement, one, two and four gave 5,193, 4,612 and 3,149 req/s. With lookups resuming on their
+    /// own event loops (``StatementBatcher``), one still served more than two in 4 of 6 rounds.
     static let snapshotStatementsInFlight = 1
 
     func packList(userID: String, logger: Logger) async throws -> PacksResponse {
