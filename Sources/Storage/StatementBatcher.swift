@@ -17,6 +17,8 @@ public final class StatementBatcher<Key: Hashable & Sendable, Value: Sendable>: 
         let continuation: CheckedContinuation<Value?, any Error>
         /// Where the lookup was asked from, when that was an event loop.
         let loop: (any EventLoop)?
+
+        func answer(_ result: Result<[Key: Value], any Error>) { continuation.resume(with: result.map { $0[key] }) }
     }
 
     private struct State: ~Copyable {
@@ -74,10 +76,8 @@ public final class StatementBatcher<Key: Hashable & Sendable, Value: Sendable>: 
     /// A lookup asked from outside an event loop resumes where the answer arrived.
     private static func resume(_ batch: [Waiter], with result: Result<[Key: Value], any Error>) {
         let (here, elsewhere) = byLoop(batch, loop: \.loop)
-        for waiter in here { waiter.continuation.resume(with: result.map { $0[waiter.key] }) }
-        for (loop, waiters) in elsewhere {
-            loop.execute { for waiter in waiters { waiter.continuation.resume(with: result.map { $0[waiter.key] }) } }
-        }
+        for waiter in here { waiter.answer(result) }
+        for (loop, waiters) in elsewhere { loop.execute { for waiter in waiters { waiter.answer(result) } } }
     }
 
     /// `items` split into those to handle on the current thread (no loop, or the current thread's loop) and, in order
