@@ -247,6 +247,13 @@ def scenario_outage():
     service = Service(new_pg_database("faults_outage"), workdir).start()
     (user,), key = setup_accounts(service)
     auth = {"Authorization": f"Bearer {key}"}
+    # The entitlement snapshot reads through its own connections (one per event loop), not the pool: it must fail and
+    # recover the same way.
+    s, _, body = request("GET", service.url(f"/api/admin/users/{user}"), headers=auth)
+    email = json.loads(body)["email"]
+    s, _, body = request("POST", service.url("/api/auth/sign-in"), {"email": email, "password": "correct horse battery staple"})
+    session = {"Authorization": f"Bearer {json.loads(body)['session']['token']}"}
+    check(request("GET", service.url("/api/entitlements"), headers=session)[0] == 200, "outage: the entitlement snapshot answers before the outage")
     results = []
     stop = threading.Event()
 
@@ -255,11 +262,13 @@ def scenario_outage():
         while not stop.is_set():
             i += 1
             t0 = time.time()
+            # Half the threads read the snapshot, half a balance through the pool.
+            path, headers = ("/api/entitlements", session) if n % 2 else (f"/api/admin/users/{user}/token-balance", auth)
             try:
-                s, h, b = request("GET", service.url(f"/api/admin/users/{user}/token-balance"), headers=auth, timeout=10)
+                s, h, b = request("GET", service.url(path), headers=headers, timeout=10)
             except Exception as e:
                 s, h, b = None, {}, str(e).encode()
-            results.append((t0, time.time() - t0, s, h.get("Content-Type", "")))
+            results.append((t0, time.time() - t0, s, h.get("Content-Type", ""), path))
             time.sleep(0.02)
 
     threads = [threading.Thread(target=load, args=(n,), daemon=True) for n in range(4)]
@@ -287,13 +296,16 @@ def scenario_outage():
     slowest = max((r[1] for r in since_stop), default=0)
     check(len(during) > 0 and all(r[2] == 503 and r[3].startswith("application/problem+json") for r in during),
           f"outage: every request started 3 s or more into the outage answered a 503 problem ({len(during)} requests)")
+    snapshots = [r for r in during if r[4] == "/api/entitlements"]
+    check(len(snapshots) > 0, f"outage: {len(snapshots)} of them read the entitlement snapshot")
     check(slowest <= 3.5, f"outage: no hung request: the slowest of {len(since_stop)} requests during the outage took {slowest:.2f} s (≤ 3.5 s)")
     restarted_at = time.time()
     pg_ctl("start")
     recovered = None
     while time.time() < restarted_at + 30:
         if request("GET", service.url("/ready"), timeout=5)[0] == 200 and \
-                request("GET", service.url(f"/api/admin/users/{user}/token-balance"), headers=auth, timeout=5)[0] == 200:
+                request("GET", service.url(f"/api/admin/users/{user}/token-balance"), headers=auth, timeout=5)[0] == 200 and \
+                request("GET", service.url("/api/entitlements"), headers=session, timeout=5)[0] == 200:
             recovered = time.time() - restarted_at
             break
         time.sleep(0.2)

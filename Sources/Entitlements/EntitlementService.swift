@@ -126,7 +126,7 @@ public struct EntitlementService: Sendable {
     }
 
     /// The statement ``rendered(reading:subject:logger:)`` runs: one row per row of the subject's query, each with the
-    /// snapshot's columns read at `now` (several subjects at once work too; see `StatementBatcher`).
+    /// snapshot's columns read at `now` (several subjects at once work too; see `PostgresBatchedStatement`).
     public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
         (
             Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: engine)),

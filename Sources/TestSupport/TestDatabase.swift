@@ -80,17 +80,21 @@ public enum TestDatabase {
                 throw error
             }
         case .postgres(let url):
-            let client = PostgresClient(configuration: try PostgresDatabase.configuration(url: url), backgroundLogger: logger)
+            let configurations = try PostgresDatabase.configurations(url: url)
+            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
             return try await withThrowingTaskGroup(of: T?.self) { group in
                 group.addTask {
                     await client.run()
                     return nil
                 }
+                let database = PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: leaseTimeoutSeconds)
                 do {
-                    let result = try await body(PostgresDatabase(client: client, leaseTimeoutSeconds: leaseTimeoutSeconds))
+                    let result = try await body(database)
+                    try await database.close()
                     group.cancelAll()
                     return result
                 } catch {
+                    try? await database.close()
                     group.cancelAll()
                     throw error
                 }

@@ -50,9 +50,10 @@ struct Dependencies: Sendable {
         case .sqlite(let path):
             database = try await SQLiteDatabase.open(path: path, logger: logger)
         case .postgres(let url):
-            let client = PostgresClient(configuration: try PostgresDatabase.configuration(url: url), backgroundLogger: logger)
+            let configurations = try PostgresDatabase.configurations(url: url)
+            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
             postgresClient = client
-            database = PostgresDatabase(client: client, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds)
+            database = PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds)
         }
         let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)

@@ -58,7 +58,7 @@ struct EntitlementRoutes: Sendable {
             let session = try await authenticator.session(request, context)
             return JSONResponse(try await database.withConnection(logger: context.logger) { try await entitlements.featureAccess($0, userID: session.user.id) })
         }
-        let batcher = database.engine == .postgres ? sessionSnapshots() : nil
+        let batcher = sessionSnapshots()
         router.get("/api/entitlements") { request, context in
             // One statement finds the session and reads the snapshot; the session is then checked like any other.
             let hash = try authenticator.sessionTokenHash(request)
@@ -132,31 +132,34 @@ struct EntitlementRoutes: Sendable {
     struct SessionSnapshotRow: Sendable { let row: SQLRow; let now: Date }
 
     /// PostgreSQL: concurrent snapshot requests share statements, up to 64 sessions in one (each row carries its token
-    /// hash). A statement costs the same few hundred microseconds of server and database CPU for one row as for a
-    /// dozen, and on two cores that cost was the ceiling (see README, Benchmarks). A lone request starts at once.
-    func sessionSnapshots() -> StatementBatcher<String, SessionSnapshotRow> {
+    /// hash), on one dedicated connection per event loop (``PostgresBatchedStatement``). A statement costs PostgreSQL
+    /// about 250 µs plus 20 µs per session, and on two cores that cost was the ceiling (see README, Benchmarks). A lone
+    /// request starts at once. nil on SQLite, whose reads cost microseconds each.
+    func sessionSnapshots() -> PostgresBatchedStatement<String, SessionSnapshotRow>? {
         let logger = Logger(label: "account-service.entitlements")
         // Made once, after `AppMetrics.bootstrap` (routes are registered after it).
         let statementsCounter = Counter(label: "entitlement_snapshot_statements")
         let sessionsCounter = Counter(label: "entitlement_snapshot_sessions")
-        return StatementBatcher(maxInFlight: Self.snapshotStatementsInFlight, maxBatch: 64) { [database, entitlements, clock] hashes in
+        let sql = entitlements.statement(Self.sessions([]), now: Date(timeIntervalSince1970: 0), engine: .postgres).sql
+        return (database as? Storage.PostgresDatabase)?.batchedStatement(sql: sql, maxBatch: 64, logger: logger) { [entitlements, clock] hashes in
             let now = clock.now()
-            let subject = SnapshotSubject(sql: AuthService.sessionsQuery, binds: [.text(hashes.joined(separator: ","))], withProfile: true)
-            let (sql, binds) = entitlements.statement(subject, now: now, engine: database.engine)
             statementsCounter.increment()
             sessionsCounter.increment(by: hashes.count)
-            var found: [String: SessionSnapshotRow] = [:]
-            for row in try await database.quickQuery(sql, binds, logger: logger) { found[try row.string("token_hash")] = SessionSnapshotRow(row: row, now: now) }
-            return found
+            return (
+                entitlements.statement(Self.sessions(hashes), now: now, engine: .postgres).binds,
+                { rows in
+                    var found: [String: SessionSnapshotRow] = [:]
+                    for row in rows { found[try row.string("token_hash")] = SessionSnapshotRow(row: row, now: now) }
+                    return found
+                }
+            )
         }
     }
 
-    /// One statement at a time: the requests that arrive while it runs share the next one. In alternating runs on one
-    /// database (scripts/bench-entitlements' data, 32 connections, 5 rounds), one in flight served more than two in
-    /// every round, 4,199–6,210 against 4,113–5,464 req/s (about 12.7 against 7.7 sessions per statement). Earlier,
-    /// with a costlier statement, one, two and four gave 5,193, 4,612 and 3,149 req/s. With lookups resuming on their
-    /// own event loops (``StatementBatcher``), one still served more than two in 4 of 6 rounds.
-    static let snapshotStatementsInFlight = 1
+    /// The snapshot subject for several sessions at once (PostgreSQL).
+    static func sessions(_ hashes: [String]) -> SnapshotSubject {
+        SnapshotSubject(sql: AuthService.sessionsQuery, binds: [.text(hashes.joined(separator: ","))], withProfile: true)
+    }
 
     func packList(userID: String, logger: Logger) async throws -> PacksResponse {
         try await database.readTransaction(logger: logger) { tx in
