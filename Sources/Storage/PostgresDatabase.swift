@@ -44,6 +44,8 @@ public final class PostgresDatabase: Database {
 
     /// The pool's size per process.
     public static let maximumConnections = 20
+    /// How long opening a connection may take, in the pool and for the batched statements' own connections.
+    static let connectTimeoutSeconds: Int64 = 3
 
     /// Builds the pool configuration from a `postgres://user:pass@host:port/db?sslmode=…` URL.
     public static func configuration(url: String) throws -> PostgresClient.Configuration {
@@ -69,7 +71,7 @@ public final class PostgresDatabase: Database {
         var config = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: user,
             password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
-        config.options.connectTimeout = .seconds(3)
+        config.options.connectTimeout = .seconds(connectTimeoutSeconds)
         config.options.maximumConnections = maximumConnections
         // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
         // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
@@ -84,7 +86,7 @@ public final class PostgresDatabase: Database {
         }
         var connection = PostgresConnection.Configuration(
             host: host, port: components.port ?? 5432, username: user, password: config.password, database: config.database, tls: connectionTLS)
-        connection.options.connectTimeout = .seconds(3)
+        connection.options.connectTimeout = .seconds(connectTimeoutSeconds)
         connection.options.additionalStartupParameters = config.options.additionalStartupParameters
         return (config, connection)
     }
