@@ -175,21 +175,17 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
 
         /// On the connection's loop: sends the next statement, or stops when nothing waits.
         private func pump(_ held: Held) {
-            let batch: [Waiter]? = state.withLock { state in
+            // A connection that closed after its last statement hands what waits to a new one.
+            if held.connection.isClosed { return drop(held) }
+            let batch: [Waiter] = state.withLock { state in
                 // A lost connection hands what waits to a new one (`drop`).
                 guard state.held?.connection === held.connection else { return [] }
-                if held.connection.isClosed {
-                    state.held = nil
-                    if state.pending.isEmpty || state.closed { state.running = false; return [] }
-                    return nil
-                }
                 let count = min(state.pending.count, maxBatch)
                 let batch = Array(state.pending.prefix(count))
                 state.pending.removeFirst(count)
                 if batch.isEmpty { state.running = false } else { state.inFlight = batch }
                 return batch
             }
-            guard let batch else { return open() }
             guard !batch.isEmpty else { return }
             var keys: [Key] = []
             var seen = Set<Key>()
