@@ -130,7 +130,7 @@ public struct EntitlementService: Sendable {
     public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
         (
             Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: engine)),
-            [now.sqlValue] + subject.binds + [SQLValue.bool(subject.withProfile)]
+            [now.sqlValue, SQLValue.bool(subject.withProfile)] + subject.binds
         )
     }
 
@@ -177,13 +177,14 @@ public struct EntitlementService: Sendable {
         "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types",
     ]
 
-    /// One statement: the subject's row (`x`, whose `id` is the user) with the snapshot's columns. Binds: now, the
-    /// subject's binds, then whether to read the profile.
+    /// One statement: the subject's row (`x`, whose `id` is the user) with the snapshot's columns. Binds: now, whether
+    /// to read the profile, then the subject's binds.
     ///
     /// Every part is a lookup by the user's id, so its cost does not grow with the tables. On PostgreSQL, each group of
-    /// lookups is one lateral index scan (the three balances in one, both hold figures in one), and the profile is the
-    /// selected one by primary key or else the default one by its unique partial index: an earlier form that compared
-    /// `p.id` with a subquery made the planner hash the whole profiles table on every statement. SQLite has no LATERAL;
+    /// lookups is one lateral index scan (the three balances in one, both hold figures in one). The profile is two
+    /// left joins, the selected one by primary key and, only when there is none, the default one by its unique partial
+    /// index: an earlier form that compared `p.id` with a subquery made the planner hash the whole profiles table on
+    /// every statement, and a lateral union ordered by rank cost nine plan nodes per session. SQLite has no LATERAL;
     /// its correlated subqueries are index lookups too.
     static func snapshotSQL(subject: String, dialect: SQLDialect) -> String {
         let subscription = """
@@ -195,10 +196,18 @@ public struct EntitlementService: Sendable {
                  WHERE user_id = x.id AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= n.now_ms) AS BIGINT) AS lapsed,
               (SELECT \(dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.id) AS bought,
               (SELECT \(dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
-              p.id AS profile_id, p.name AS profile_name, p.can_make_purchases AS profile_can_make_purchases,
-              p.can_use_custom_content_types AS profile_can_use_custom_content_types
+              COALESCE(ps.id, pd.id) AS profile_id, COALESCE(ps.name, pd.name) AS profile_name,
+              COALESCE(ps.can_make_purchases, pd.can_make_purchases) AS profile_can_make_purchases,
+              COALESCE(ps.can_use_custom_content_types, pd.can_use_custom_content_types) AS profile_can_use_custom_content_types
             """
-        let profileColumns = "id, name, can_make_purchases, can_use_custom_content_types"
+        let from = """
+            FROM (SELECT CAST(? AS BIGINT) AS now_ms, CAST(? AS BOOLEAN) AS with_profile) n CROSS JOIN (\(subject)) x
+            LEFT JOIN subscriptions s ON s.user_id = x.id
+            """
+        let profiles = """
+            LEFT JOIN family_profiles ps ON n.with_profile AND ps.id = x.selected_profile_id AND ps.user_id = x.id
+            LEFT JOIN family_profiles pd ON n.with_profile AND ps.id IS NULL AND pd.user_id = x.id AND pd.is_default
+            """
         guard dialect.engine == .postgres else {
             return """
                 SELECT x.*, \(subscription),
@@ -208,16 +217,14 @@ public struct EntitlementService: Sendable {
                   CAST((SELECT COALESCE(SUM(amount), 0) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms > n.now_ms) AS BIGINT) AS held,
                   (SELECT COUNT(*) FROM ledger_holds WHERE user_id = x.id AND status = 'pending' AND expires_at_ms <= n.now_ms) AS expired_holds,
                 \(common)
-                FROM (SELECT CAST(? AS BIGINT) AS now_ms) n CROSS JOIN (\(subject)) x LEFT JOIN subscriptions s ON s.user_id = x.id
-                LEFT JOIN family_profiles p ON ? AND p.id = (
-                  SELECT id FROM family_profiles WHERE user_id = x.id AND (is_default OR id = x.selected_profile_id)
-                  ORDER BY CASE WHEN id = x.selected_profile_id THEN 0 ELSE 1 END LIMIT 1)
+                \(from)
+                \(profiles)
                 """
         }
         return """
             SELECT x.*, \(subscription), a.bonus_balance, a.subscription_balance, a.purchased_balance, h.held, h.expired_holds,
             \(common)
-            FROM (SELECT CAST(? AS BIGINT) AS now_ms) n CROSS JOIN (\(subject)) x LEFT JOIN subscriptions s ON s.user_id = x.id
+            \(from)
             CROSS JOIN LATERAL (
               SELECT CAST(COALESCE(SUM(balance) FILTER (WHERE bucket = 'bonus'), 0) AS BIGINT) AS bonus_balance,
                 CAST(COALESCE(SUM(balance) FILTER (WHERE bucket = 'subscription'), 0) AS BIGINT) AS subscription_balance,
@@ -227,11 +234,7 @@ public struct EntitlementService: Sendable {
               SELECT CAST(COALESCE(SUM(amount) FILTER (WHERE expires_at_ms > n.now_ms), 0) AS BIGINT) AS held,
                 COUNT(*) FILTER (WHERE expires_at_ms <= n.now_ms) AS expired_holds
               FROM ledger_holds WHERE user_id = x.id AND status = 'pending') h
-            LEFT JOIN LATERAL (
-              SELECT \(profileColumns) FROM (
-                SELECT 0 AS rank, \(profileColumns) FROM family_profiles WHERE id = x.selected_profile_id AND user_id = x.id
-                UNION ALL SELECT 1 AS rank, \(profileColumns) FROM family_profiles WHERE user_id = x.id AND is_default) c
-              WHERE ? ORDER BY rank LIMIT 1) p ON true
+            \(profiles)
             """
     }
 
