@@ -202,8 +202,9 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
                 // postgres-nio's PreparedQuery keeps the text format its Describe reported, but results come in binary.
                 for cell in row {
                     cells.append(
-                        try PostgresExecutor.value(
-                            of: PostgresCell(bytes: cell.bytes, dataType: cell.dataType, format: .binary, columnName: cell.columnName, columnIndex: cell.columnIndex)))
+                        try PostgresExecutor.binaryValue(cell.bytes, cell.dataType)
+                            ?? PostgresExecutor.decoded(
+                                PostgresCell(bytes: cell.bytes, dataType: cell.dataType, format: .binary, columnName: cell.columnName, columnIndex: cell.columnIndex)))
                 }
                 rows.value.append(SQLRow(columns: shared, cells: cells))
             }.whenComplete { outcome in

@@ -114,13 +114,17 @@ public struct SQLRow: Sendable {
 }
 
 /// Lowercase hex of bytes (digests, ETags, signatures) without `String(format:)`, which showed in request profiles.
+/// Inlinable so that each caller gets a copy specialised for its sequence type (a bearer token is hashed and
+/// hex-encoded on every request).
+@inlinable
 public func hexString<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
-    let digits: [UInt8] = Array("0123456789abcdef".utf8)
-    var out: [UInt8] = []
-    out.reserveCapacity(bytes.underestimatedCount * 2)
-    for byte in bytes {
-        out.append(digits[Int(byte >> 4)])
-        out.append(digits[Int(byte & 0x0f)])
+    let bytes = Array(bytes)
+    return String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+        @inline(__always) func digit(_ value: UInt8) -> UInt8 { value < 10 ? 0x30 + value : 0x57 + value }
+        for (index, byte) in bytes.enumerated() {
+            out[2 * index] = digit(byte >> 4)
+            out[2 * index + 1] = digit(byte & 0x0f)
+        }
+        return bytes.count * 2
     }
-    return String(decoding: out, as: UTF8.self)
 }

@@ -59,6 +59,18 @@ struct PasswordHashingTests {
     }
 }
 
+@Suite("Secret hashing")
+struct SecretHashingTests {
+    @Test func tokenHashIsHexSHA256OfTheUTF8() {
+        // FIPS 180-2, appendix B.1; and a non-ASCII, non-contiguous (bridged-free) string.
+        #expect(SecretHasher.tokenHash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(SecretHasher.tokenHash("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        let token = SecretHasher.newSessionToken()
+        #expect(SecretHasher.tokenHash(token) == SecretHasher.tokenHash(String(token.reversed().reversed())))
+        #expect(SecretHasher.tokenHash(token).count == 64)
+    }
+}
+
 @Suite("Auth service on both engines")
 struct AuthServiceTests {
     static let cheap = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)

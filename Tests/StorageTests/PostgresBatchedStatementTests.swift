@@ -47,6 +47,24 @@ struct PostgresBatchedStatementTests {
         }
     }
 
+    @Test("cells read like the pool's: every common type, extremes and NULL")
+    func columnTypes() async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        try await TestDatabase.with(.postgres) { database, _ in
+            let postgres = try #require(database as? Storage.PostgresDatabase)
+            let sql = StorageContractTests.typedSQL + ", k FROM unnest(string_to_array(?, ',')) AS t(k)"
+            let made: PostgresBatchedStatement<String, SQLRow>? = postgres.batchedStatement(
+                sql: sql, maxBatch: 8, logger: TestDatabase.logger, loops: [MultiThreadedEventLoopGroup.singleton.next()],
+                prepare: { keys in
+                    ([.text(keys.joined(separator: ","))], { rows in Dictionary(uniqueKeysWithValues: try rows.map { (try $0.string("k"), $0) }) })
+                })
+            let statement = try #require(made)
+            let row = try #require(try await statement.load("a"))
+            for (column, expected) in StorageContractTests.typedValues { #expect(row[column] == expected, "\(column)") }
+            await statement.close()
+        }
+    }
+
     @Test("a lone lookup runs at once; a key without a row is nil")
     func loneLookup() async throws {
         guard TestDatabase.engines.contains(.postgres) else { return }

@@ -236,6 +236,36 @@ struct StorageContractTests {
         }
     }
 
+    /// The column types the service reads, with extremes, through the pool (PostgreSQL reads the common binary
+    /// types straight from their bytes; `PostgresBatchedStatementTests` checks the same through the lanes).
+    static let typedSQL = """
+        SELECT CAST(-32768 AS SMALLINT) AS i2, CAST(-2147483648 AS INTEGER) AS i4, CAST(-9223372036854775808 AS BIGINT) AS i8,
+          CAST(9223372036854775807 AS BIGINT) AS i8max, CAST(1 = 1 AS BOOLEAN) AS yes, CAST(1 = 0 AS BOOLEAN) AS no,
+          CAST(-2.5 AS DOUBLE PRECISION) AS f8, CAST('' AS TEXT) AS empty, CAST('grüße, 🙂 and more than fifteen bytes' AS TEXT) AS utf8,
+          CAST('v' AS VARCHAR(10)) AS vc, CAST(NULL AS BIGINT) AS absent, CAST(NULL AS TEXT) AS notext
+        """
+    static let typedValues: [String: SQLValue] = [
+        "i2": .int(-32768), "i4": .int(-2_147_483_648), "i8": .int(Int64.min), "i8max": .int(Int64.max), "yes": .bool(true), "no": .bool(false),
+        "f8": .double(-2.5), "empty": .text(""), "utf8": .text("grüße, 🙂 and more than fifteen bytes"), "vc": .text("v"), "absent": .null,
+        "notext": .null,
+    ]
+
+    @Test(arguments: TestDatabase.engines)
+    func columnTypesRead(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let row = try #require(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(Self.typedSQL, []) })
+            for (column, expected) in Self.typedValues {
+                // SQLite has no boolean type: its booleans are 1 and 0, which the accessors accept.
+                if engine == .sqlite, case .bool(let b) = expected {
+                    #expect(row[column] == .int(b ? 1 : 0), "\(column)")
+                    #expect(try row.bool(column) == b)
+                } else {
+                    #expect(row[column] == expected, "\(column)")
+                }
+            }
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func editedAppliedMigrationIsRefused(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
@@ -309,5 +339,14 @@ struct SQLHelperTests {
         #expect(try DatabaseLocation.parse("postgres://u:p@127.0.0.1:5433/db").engine == .postgres)
         #expect(throws: StorageError.self) { try DatabaseLocation.parse("mysql://x") }
         #expect(throws: StorageError.self) { try DatabaseLocation.parse("sqlite:") }
+    }
+}
+
+@Suite("Hex")
+struct HexTests {
+    @Test func knownDigestsEncode() {
+        #expect(hexString([UInt8]()) == "")
+        #expect(hexString([0x00, 0x09, 0x0a, 0x0f, 0x10, 0x9f, 0xa0, 0xff]) == "00090a0f109fa0ff")
+        #expect(hexString(stride(from: UInt8(0x01), through: 0xef, by: 0x22)) == "0123456789abcdef")
     }
 }

@@ -19,7 +19,10 @@ public struct SecretHasher: Sendable {
     }
 
     /// SHA-256 of a session token or API key (hex): enough for 256-bit random secrets.
-    public static func tokenHash(_ token: String) -> String { hex(SHA256.hash(data: Data(token.utf8))) }
+    public static func tokenHash(_ token: String) -> String {
+        var token = token
+        return token.withUTF8 { hex(SHA256.hash(data: UnsafeRawBufferPointer($0))) }
+    }
 
     /// HMAC-SHA256 of a code bound to its address and purpose: a stolen table cannot be brute-forced
     /// over the 10^6 code space without the server key.
@@ -42,7 +45,7 @@ public struct SecretHasher: Sendable {
         return difference == 0
     }
 
-    static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 { hexString(digest) }
+    static func hex(_ digest: some Sequence<UInt8>) -> String { hexString(digest) }
 
     public static func base64url(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
