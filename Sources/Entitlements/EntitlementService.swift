@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 import Ledger
 import Logging
 import Storage
@@ -128,10 +129,12 @@ public struct EntitlementService: Sendable {
     /// The statement ``rendered(reading:subject:logger:)`` runs: one row per row of the subject's query, each with the
     /// snapshot's columns read at `now` (several subjects at once work too; see `PostgresBatchedStatement`).
     public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
-        (
-            Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: engine)),
-            [now.sqlValue, SQLValue.bool(subject.withProfile)] + subject.binds
-        )
+        (Self.snapshotSQL(subject: subject.sql, dialect: SQLDialect(engine: engine)), binds(subject, now: now))
+    }
+
+    /// The binds of ``statement(_:now:engine:)`` alone (for callers that prepared its SQL once).
+    public func binds(_ subject: SnapshotSubject, now: Date) -> [SQLValue] {
+        [now.sqlValue, SQLValue.bool(subject.withProfile)] + subject.binds
     }
 
     /// The snapshot in one row of ``statement(_:now:engine:)`` read at `now`; the rendering of an equal earlier answer is
@@ -187,6 +190,18 @@ public struct EntitlementService: Sendable {
     /// every statement, and a lateral union ordered by rank cost nine plan nodes per session. SQLite has no LATERAL;
     /// its correlated subqueries are index lookups too.
     static func snapshotSQL(subject: String, dialect: SQLDialect) -> String {
+        // Built once per subject query and engine: the subject queries are a few constants (their values are binds),
+        // and building the text cost microseconds per request.
+        let key = (dialect.engine == .postgres ? "p:" : "s:") + subject
+        if let built = builtSnapshotSQL.withLock({ $0[key] }) { return built }
+        let sql = buildSnapshotSQL(subject: subject, dialect: dialect)
+        builtSnapshotSQL.withLock { $0[key] = sql }
+        return sql
+    }
+
+    private static let builtSnapshotSQL = Mutex<[String: String]>([:])
+
+    private static func buildSnapshotSQL(subject: String, dialect: SQLDialect) -> String {
         let subscription = """
             s.user_id, s.plan_id, s.status, s.provider, s.current_period_start_ms, s.current_period_end_ms, s.will_renew, s.pending_plan_id,
               s.provider_subscription_id, s.provider_customer_id, s.updated_at_ms

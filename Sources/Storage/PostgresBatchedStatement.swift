@@ -61,6 +61,14 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
     private struct Held: Sendable {
         let connection: PostgresConnection
         let query: PreparedQuery
+        /// The prepared statement's column names, read from its first row (they never change).
+        let columns: NIOLoopBoundBox<SQLColumns?>
+
+        init(connection: PostgresConnection, query: PreparedQuery) {
+            self.connection = connection
+            self.query = query
+            columns = .makeEmptyBox(valueType: SQLColumns.self, eventLoop: connection.eventLoop)
+        }
     }
 
     private final class Lane: Sendable {
@@ -193,10 +201,9 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
             let (binds, finish) = prepare(keys)
             let eventLoop = held.connection.eventLoop
             let rows = NIOLoopBoundBox([SQLRow](), eventLoop: eventLoop)
-            let columns = NIOLoopBoundBox(SQLColumns?.none, eventLoop: eventLoop)
             held.query.execute(binds.map(Self.data)) { row in
-                let shared = columns.value ?? SQLColumns(row.map(\.columnName))
-                columns.value = shared
+                let shared = held.columns.value ?? SQLColumns(row.map(\.columnName))
+                held.columns.value = shared
                 var cells: [SQLValue] = []
                 cells.reserveCapacity(shared.names.count)
                 // postgres-nio's PreparedQuery keeps the text format its Describe reported, but results come in binary.

@@ -146,7 +146,7 @@ struct EntitlementRoutes: Sendable {
             statementsCounter.increment()
             sessionsCounter.increment(by: hashes.count)
             return (
-                entitlements.statement(Self.sessions(hashes), now: now, engine: .postgres).binds,
+                entitlements.binds(Self.sessions(hashes), now: now),
                 { rows in
                     var found: [String: SessionSnapshotRow] = [:]
                     for row in rows { found[try row.string("token_hash")] = SessionSnapshotRow(row: row, now: now) }
