@@ -191,11 +191,11 @@ public struct EntitlementService: Sendable {
     /// its correlated subqueries are index lookups too.
     static func snapshotSQL(subject: String, dialect: SQLDialect) -> String {
         // Built once per subject query and engine: the subject queries are a few constants (their values are binds),
-        // and building the text cost microseconds per request.
+        // and building the text cost microseconds per request. Bounded in case a caller builds subject SQL on the fly.
         let key = (dialect.engine == .postgres ? "p:" : "s:") + subject
         if let built = builtSnapshotSQL.withLock({ $0[key] }) { return built }
         let sql = buildSnapshotSQL(subject: subject, dialect: dialect)
-        builtSnapshotSQL.withLock { $0[key] = sql }
+        builtSnapshotSQL.withLock { if $0.count < 64 { $0[key] = sql } }
         return sql
     }
 
