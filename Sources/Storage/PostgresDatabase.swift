@@ -13,7 +13,7 @@ public final class PostgresDatabase: Database {
     /// How long to wait for a connection before answering `unavailable` (so an outage gives fast 503s).
     public let leaseTimeoutSeconds: Double
 
-    /// How ``batchedStatement(sql:maxBatch:logger:prepare:)`` opens its own connections (nil: it is not offered).
+    /// How ``batchedStatement(sql:maxBatch:logger:loops:prepare:)`` opens its own connections (nil: it is not offered).
     let connectionConfiguration: PostgresConnection.Configuration?
     /// The batched statements made here; ``close()`` closes their connections.
     private let batched = Mutex<[@Sendable () async -> Void]>([])
@@ -52,7 +52,7 @@ public final class PostgresDatabase: Database {
         try configurations(url: url).pool
     }
 
-    /// The pool's configuration and the same settings for a single connection (``batchedStatement(sql:maxBatch:logger:prepare:)``).
+    /// The pool's configuration and the same settings for a single connection (``batchedStatement(sql:maxBatch:logger:loops:prepare:)``).
     public static func configurations(url: String) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
         guard let components = URLComponents(string: url),
             components.scheme == "postgres" || components.scheme == "postgresql",
