@@ -31,6 +31,11 @@ struct MetricsHTTPTests {
             ] {
                 #expect(text.contains(needle), "missing \(needle)")
             }
+            // Errors are counted by status, and each answered request has its duration (the registry is the
+            // process's, shared with tests running alongside, so only the series are checked, not their values).
+            #expect(text.contains(#"hb_request_errors{http_route="NotFound",http_request_method="GET",error_type="404"} "#))
+            #expect(text.contains(#"http_server_active_requests{http_request_method="GET"} "#))
+            #expect(text.contains(#"http_server_request_duration_count{http_route="/api/user/token-balance",http_request_method="GET",http_response_status_code="200"} "#))
             // The raw path of unknown routes never becomes a label (bounded series).
             #expect(!text.contains("/api/nope"))
             // Every sample line parses as `name{labels} value`.

@@ -32,8 +32,9 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     AppMetrics.bootstrap
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: AccessLogMiddleware())
-    // Requests by route (the pattern, never the raw path) and status, with latency histograms.
-    router.add(middleware: MetricsMiddleware())
+    // Requests by route (the pattern, never the raw path) and status, with latency histograms; Hummingbird's series,
+    // recorded without turning each response into a streamed one (see RequestMetricsMiddleware).
+    router.add(middleware: RequestMetricsMiddleware())
     router.add(middleware: ProblemMiddleware())
     MetricsRoutes(database: dependencies.database).register(on: router)
     SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
