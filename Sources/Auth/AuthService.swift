@@ -237,16 +237,24 @@ public struct AuthService: Sendable {
     /// turns its row into a live session. Other statements may embed it as a derived table (its user column is `id`).
     public static let sessionQuery = "SELECT \(sessionColumns) FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?"
 
-    /// ``sessionQuery`` for several tokens at once (PostgreSQL): bind the token hashes joined by commas; each row also
-    /// carries its `token_hash`.
-    public static let sessionsQuery = """
-        SELECT s.token_hash, \(sessionColumns) FROM unnest(string_to_array(?, ',')) AS h(token_hash)
+    /// ``sessionQuery`` with only what ``checkSession(row:logger:)`` reads (and the selected profile), for statements
+    /// that check the session but do not need it or its user (the entitlement snapshot).
+    public static let checkedSessionQuery =
+        "SELECT \(checkedSessionColumns) FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?"
+
+    /// ``checkedSessionQuery`` for several tokens at once (PostgreSQL): bind the token hashes joined by commas; each row
+    /// also carries its `token_hash`.
+    public static let checkedSessionsQuery = """
+        SELECT s.token_hash, \(checkedSessionColumns) FROM unnest(string_to_array(?, ',')) AS h(token_hash)
         JOIN sessions s ON s.token_hash = h.token_hash JOIN users u ON u.id = s.user_id
         """
 
+    static let checkedSessionColumns =
+        "s.id AS session_id, s.last_used_at_ms, s.expires_at_ms, s.revoked_at_ms, s.selected_profile_id, u.id, u.deleted_at_ms"
+
     static let sessionColumns = """
-        s.id AS session_id, s.created_at_ms, s.last_used_at_ms, s.expires_at_ms, s.authenticated_at_ms, s.revoked_at_ms,
-        s.selected_profile_id, u.id, u.email, u.name, u.email_verified, u.role, u.prompt_enhancement_enabled, u.deleted_at_ms
+        \(checkedSessionColumns), s.created_at_ms, s.authenticated_at_ms, u.email, u.name, u.email_verified, u.role,
+        u.prompt_enhancement_enabled
         """
 
     /// The bind of ``sessionQuery`` for a bearer token; an empty or oversized token is refused before any query.
@@ -265,23 +273,27 @@ public struct AuthService: Sendable {
     /// The live session in a row of ``sessionQuery`` (nil: no such token): revoked, expired, idle or deleted → 401.
     /// Slides the idle expiry when the last write is older than the touch interval.
     public func session(row: SQLRow?, logger: Logger) async throws -> AuthenticatedSession {
+        let (row, usedAt) = try await checkSession(row: row, logger: logger)
+        return AuthenticatedSession(
+            sessionID: try row.string("session_id"), user: try User(row: row), createdAt: try row.date("created_at_ms"), lastUsedAt: usedAt,
+            expiresAt: min(try row.date("expires_at_ms"), usedAt.addingTimeInterval(policy.sessionIdleSeconds)),
+            authenticatedAt: try row.date("authenticated_at_ms"), selectedProfileID: row.optionalString("selected_profile_id"))
+    }
+
+    /// The checks of ``session(row:logger:)`` alone, on a row of ``sessionQuery`` or ``checkedSessionQuery``: 401 unless
+    /// the session is live; slides its idle expiry the same way. Returns the row and when the session was last used.
+    @discardableResult
+    public func checkSession(row: SQLRow?, logger: Logger) async throws -> (row: SQLRow, lastUsedAt: Date) {
         let now = clock.now()
         guard let row, row.optionalInt("revoked_at_ms") == nil, row.optionalInt("deleted_at_ms") == nil else { throw AuthError.unauthorized }
         let lastUsed = try row.date("last_used_at_ms")
-        let absolute = try row.date("expires_at_ms")
-        guard now < absolute, now < lastUsed.addingTimeInterval(policy.sessionIdleSeconds) else { throw AuthError.unauthorized }
+        guard now < (try row.date("expires_at_ms")), now < lastUsed.addingTimeInterval(policy.sessionIdleSeconds) else { throw AuthError.unauthorized }
+        guard now.timeIntervalSince(lastUsed) >= policy.sessionTouchIntervalSeconds else { return (row, lastUsed) }
         let sessionID = try row.string("session_id")
-        var usedAt = lastUsed
-        if now.timeIntervalSince(lastUsed) >= policy.sessionTouchIntervalSeconds {
-            try await database.transaction(logger: logger) { tx in
-                try await tx.query("UPDATE sessions SET last_used_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL", [now, sessionID])
-            }
-            usedAt = now
+        try await database.transaction(logger: logger) { tx in
+            try await tx.query("UPDATE sessions SET last_used_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL", [now, sessionID])
         }
-        return AuthenticatedSession(
-            sessionID: sessionID, user: try User(row: row), createdAt: try row.date("created_at_ms"), lastUsedAt: usedAt,
-            expiresAt: min(absolute, usedAt.addingTimeInterval(policy.sessionIdleSeconds)), authenticatedAt: try row.date("authenticated_at_ms"),
-            selectedProfileID: row.optionalString("selected_profile_id"))
+        return (row, now)
     }
 
     public func listSessions(of session: AuthenticatedSession, logger: Logger) async throws -> [SessionSummary] {

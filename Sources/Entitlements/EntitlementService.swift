@@ -93,7 +93,9 @@ public struct EntitlementService: Sendable {
         let balances = try await ledger.peekBalances(tx, userID: userID)
         let bought = try await packs.unlockedIDs(tx, userID: userID)
         let premium = try await packs.all(tx, activeOnly: true).filter(\.isPremium).map { StickerPack.Premium(id: $0.id, includedInPlans: $0.includedInPlans) }
-        return assemble(userID: userID, subscription: subscription, now: now, balances: balances, premium: premium, bought: bought, profile: profile)
+        return assemble(
+            userID: userID, subscription: subscription.map(SubscriptionTerms.init), now: now, balances: balances, premium: premium, bought: bought,
+            profile: profile)
     }
 
     /// The same snapshot as ``snapshot(_:userID:profile:)`` from one statement, for tests and callers that want the value.
@@ -157,7 +159,7 @@ public struct EntitlementService: Sendable {
             let full = try await database.readTransaction(logger: logger) { try await self.snapshot($0, userID: userID, profile: profile) }
             return try RenderedSnapshot(full)
         }
-        let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
+        let subscription = row.optionalString("user_id") == nil ? nil : try SubscriptionTerms(row: row)
         let balances = BucketBalances(
             bonusTokens: try row.int("bonus_balance") - row.int("lapsed"), subscriptionTokens: try row.int("subscription_balance"),
             purchasedTokens: try row.int("purchased_balance"), heldTokens: try row.int("held"))
@@ -175,10 +177,29 @@ public struct EntitlementService: Sendable {
 
     /// The columns of ``snapshotSQL(subject:dialect:)`` that the answer is made of (the subject's own columns are not).
     static let snapshotColumns = [
-        "user_id", "plan_id", "status", "provider", "current_period_start_ms", "current_period_end_ms", "will_renew", "pending_plan_id",
-        "provider_subscription_id", "provider_customer_id", "updated_at_ms", "bonus_balance", "subscription_balance", "purchased_balance", "held",
+        "user_id", "plan_id", "status", "current_period_end_ms", "bonus_balance", "subscription_balance", "purchased_balance", "held",
         "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types",
     ]
+
+    /// What a snapshot shows of a subscription, and all the snapshot statement reads of it.
+    struct SubscriptionTerms {
+        let planID: String
+        let status: SubscriptionStatus
+        let currentPeriodEnd: Date
+
+        init(_ subscription: Subscription) {
+            (planID, status, currentPeriodEnd) = (subscription.planID, subscription.status, subscription.currentPeriodEnd)
+        }
+
+        init(row: SQLRow) throws {
+            planID = try row.string("plan_id")
+            guard let status = SubscriptionStatus(rawValue: try row.string("status")) else { throw StorageError.decoding(column: "status") }
+            self.status = status
+            currentPeriodEnd = try row.date("current_period_end_ms")
+        }
+
+        func isEntitled(at now: Date) -> Bool { status.entitles(periodEnd: currentPeriodEnd, at: now) }
+    }
 
     /// One statement: the subject's row (`x`, whose `id` is the user) with the snapshot's columns. Binds: now, whether
     /// to read the profile, then the subject's binds.
@@ -202,10 +223,7 @@ public struct EntitlementService: Sendable {
     private static let builtSnapshotSQL = Mutex<[String: String]>([:])
 
     private static func buildSnapshotSQL(subject: String, dialect: SQLDialect) -> String {
-        let subscription = """
-            s.user_id, s.plan_id, s.status, s.provider, s.current_period_start_ms, s.current_period_end_ms, s.will_renew, s.pending_plan_id,
-              s.provider_subscription_id, s.provider_customer_id, s.updated_at_ms
-            """
+        let subscription = "s.user_id, s.plan_id, s.status, s.current_period_end_ms"
         let common = """
               CAST((SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
                  WHERE user_id = x.id AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= n.now_ms) AS BIGINT) AS lapsed,
@@ -254,7 +272,7 @@ public struct EntitlementService: Sendable {
     }
 
     func assemble(
-        userID: String, subscription: Subscription?, now: Date, balances: BucketBalances, premium: [StickerPack.Premium], bought: Set<String>,
+        userID: String, subscription: SubscriptionTerms?, now: Date, balances: BucketBalances, premium: [StickerPack.Premium], bought: Set<String>,
         profile: ProfilePermissions?
     ) -> EntitlementSnapshot {
         let entitled = subscription?.isEntitled(at: now) ?? false

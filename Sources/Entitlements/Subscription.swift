@@ -6,6 +6,16 @@ public enum SubscriptionStatus: String, Codable, Sendable, CaseIterable {
     case trialing, active, grace, pastDue = "past_due", canceled, expired
 }
 
+extension SubscriptionStatus {
+    /// Whether a subscription in this state, with this period end, entitles its user to its plan at `now`.
+    func entitles(periodEnd: Date, at now: Date) -> Bool {
+        switch self {
+        case .trialing, .active, .grace, .canceled: now < periodEnd
+        case .pastDue, .expired: false
+        }
+    }
+}
+
 /// Who bills the subscription.
 public enum SubscriptionProvider: String, Codable, Sendable {
     case apple, stripe, manual
@@ -26,12 +36,7 @@ public struct Subscription: Sendable, Equatable {
 
     /// Whether the plan's features apply at `now`: trialing, active, in grace, or canceled at period end,
     /// and the period has not ended. Past-due and expired subscriptions fall back to the free plan.
-    public func isEntitled(at now: Date) -> Bool {
-        switch status {
-        case .trialing, .active, .grace, .canceled: now < currentPeriodEnd
-        case .pastDue, .expired: false
-        }
-    }
+    public func isEntitled(at now: Date) -> Bool { status.entitles(periodEnd: currentPeriodEnd, at: now) }
 
     init(row: SQLRow) throws {
         userID = try row.string("user_id")

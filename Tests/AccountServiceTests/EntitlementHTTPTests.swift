@@ -117,6 +117,38 @@ struct EntitlementHTTPTests {
         }
     }
 
+    @Test("the snapshot checks its session as every route does: it slides the idle expiry (at most one write a minute) and refuses an idle session or a deleted user's", arguments: TestDatabase.engines)
+    func snapshotChecksItsSession(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "idle@example.com")
+            let user = try await app.userID(token: token)
+            func lastUsed() async throws -> Int64 {
+                try #require(try await app.rows("SELECT last_used_at_ms FROM sessions WHERE user_id = ?", [user]).first).int("last_used_at_ms")
+            }
+            let start = try await lastUsed()
+            app.clock.advance(seconds: 30)
+            #expect(try await client.get("/api/entitlements", token: token).status == .ok)
+            #expect(try await lastUsed() == start, "written again within the touch interval")
+            app.clock.advance(seconds: 31)
+            #expect(try await client.get("/api/entitlements", token: token).status == .ok)
+            #expect(abs(try await lastUsed() - Int64(app.clock.now().timeIntervalSince1970 * 1000)) <= 1, "not touched after a minute")
+            // Six days idle is within the window the last use slid; then seven days and a second more is not.
+            app.clock.advance(seconds: 6 * 24 * 3600)
+            #expect(try await client.get("/api/entitlements", token: token).status == .ok)
+            app.clock.advance(seconds: 7 * 24 * 3600 + 1)
+            #expect(try await client.get("/api/entitlements", token: token).status == .unauthorized)
+            #expect(try await client.get("/api/auth/session", token: token).status == .unauthorized)
+            // A deleted user's live session is refused too.
+            let other = try await client.signUpAndVerify(app, email: "gone@example.com")
+            #expect(try await client.get("/api/entitlements", token: other).status == .ok)
+            let otherUser = try await app.userID(token: other)
+            try await app.dependencies.database.transaction(logger: TestDatabase.logger) {
+                _ = try await $0.query("UPDATE users SET deleted_at_ms = 1 WHERE id = ?", [otherUser])
+            }
+            #expect(try await client.get("/api/entitlements", token: other).status == .unauthorized)
+        }
+    }
+
     @Test("concurrent snapshot requests of many sessions (sharing statements on PostgreSQL) each get their own user's answer; a signed-out one gets 401", arguments: TestDatabase.engines)
     func concurrentSessionsGetTheirOwnSnapshots(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

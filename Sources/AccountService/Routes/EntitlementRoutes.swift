@@ -72,11 +72,11 @@ struct EntitlementRoutes: Sendable {
                     (row, snapshot) = (nil, nil)
                 }
             } else {
-                let subject = SnapshotSubject(sql: AuthService.sessionQuery, binds: [.text(hash)], withProfile: true)
+                let subject = SnapshotSubject(sql: AuthService.checkedSessionQuery, binds: [.text(hash)], withProfile: true)
                 let found = try await entitlements.rendered(reading: database, subject: subject, logger: context.logger)
                 (row, snapshot) = (found?.subject, found?.snapshot)
             }
-            _ = try await auth.session(row: row, logger: context.logger)
+            try await auth.checkSession(row: row, logger: context.logger)
             guard let snapshot else { throw AuthError.unauthorized }
             return Self.conditional(snapshot, request: request)
         }
@@ -158,7 +158,7 @@ struct EntitlementRoutes: Sendable {
 
     /// The snapshot subject for several sessions at once (PostgreSQL).
     static func sessions(_ hashes: [String]) -> SnapshotSubject {
-        SnapshotSubject(sql: AuthService.sessionsQuery, binds: [.text(hashes.joined(separator: ","))], withProfile: true)
+        SnapshotSubject(sql: AuthService.checkedSessionsQuery, binds: [.text(hashes.joined(separator: ","))], withProfile: true)
     }
 
     func packList(userID: String, logger: Logger) async throws -> PacksResponse {
