@@ -208,8 +208,12 @@ public struct EntitlementService: Sendable {
     /// lookups is one lateral index scan (the three balances in one, both hold figures in one). The profile is two
     /// left joins, the selected one by primary key and, only when there is none, the default one by its unique partial
     /// index: an earlier form that compared `p.id` with a subquery made the planner hash the whole profiles table on
-    /// every statement, and a lateral union ordered by rank cost nine plan nodes per session. SQLite has no LATERAL;
-    /// its correlated subqueries are index lookups too.
+    /// every statement, and a lateral union ordered by rank cost nine plan nodes per session. On PostgreSQL each of the
+    /// two is a lateral subquery with `LIMIT 1`, which keeps the planner from flattening it into a plain join: flattened,
+    /// the default profile was looked up for every session, its `ps.id IS NULL` checked only after the scan; in the
+    /// subquery it is a one-time filter, so a session with a selected profile makes one profile lookup (callgrind: 4.8 %
+    /// fewer instructions per 8-session statement). SQLite has no LATERAL; its correlated subqueries are index lookups
+    /// too, and it tests a join's conditions on outer tables before scanning the inner one.
     static func snapshotSQL(subject: String, dialect: SQLDialect) -> String {
         // Built once per subject query and engine: the subject queries are a few constants (their values are binds),
         // and building the text cost microseconds per request. Bounded in case a caller builds subject SQL on the fly.
@@ -224,6 +228,7 @@ public struct EntitlementService: Sendable {
 
     private static func buildSnapshotSQL(subject: String, dialect: SQLDialect) -> String {
         let subscription = "s.user_id, s.plan_id, s.status, s.current_period_end_ms"
+        let profile = "id, name, can_make_purchases, can_use_custom_content_types"
         let common = """
               CAST((SELECT COALESCE(SUM(remaining), 0) FROM ledger_lots
                  WHERE user_id = x.id AND remaining > 0 AND expires_at_ms IS NOT NULL AND expires_at_ms <= n.now_ms) AS BIGINT) AS lapsed,
@@ -237,11 +242,11 @@ public struct EntitlementService: Sendable {
             FROM (SELECT CAST(? AS BIGINT) AS now_ms, CAST(? AS BOOLEAN) AS with_profile) n CROSS JOIN (\(subject)) x
             LEFT JOIN subscriptions s ON s.user_id = x.id
             """
-        let profiles = """
-            LEFT JOIN family_profiles ps ON n.with_profile AND ps.id = x.selected_profile_id AND ps.user_id = x.id
-            LEFT JOIN family_profiles pd ON n.with_profile AND ps.id IS NULL AND pd.user_id = x.id AND pd.is_default
-            """
         guard dialect.engine == .postgres else {
+            let profiles = """
+                LEFT JOIN family_profiles ps ON n.with_profile AND ps.id = x.selected_profile_id AND ps.user_id = x.id
+                LEFT JOIN family_profiles pd ON n.with_profile AND ps.id IS NULL AND pd.user_id = x.id AND pd.is_default
+                """
             return """
                 SELECT x.*, \(subscription),
                   CAST((SELECT COALESCE(SUM(balance), 0) FROM ledger_accounts WHERE user_id = x.id AND bucket = 'bonus') AS BIGINT) AS bonus_balance,
@@ -267,7 +272,10 @@ public struct EntitlementService: Sendable {
               SELECT CAST(COALESCE(SUM(amount) FILTER (WHERE expires_at_ms > n.now_ms), 0) AS BIGINT) AS held,
                 COUNT(*) FILTER (WHERE expires_at_ms <= n.now_ms) AS expired_holds
               FROM ledger_holds WHERE user_id = x.id AND status = 'pending') h
-            \(profiles)
+            LEFT JOIN LATERAL (
+              SELECT \(profile) FROM family_profiles WHERE n.with_profile AND id = x.selected_profile_id AND user_id = x.id LIMIT 1) ps ON TRUE
+            LEFT JOIN LATERAL (
+              SELECT \(profile) FROM family_profiles WHERE n.with_profile AND ps.id IS NULL AND user_id = x.id AND is_default LIMIT 1) pd ON TRUE
             """
     }
 

@@ -109,6 +109,16 @@ struct EntitlementHTTPTests {
             #expect(try await next("kid selected").profile?.name == "Kid")
             #expect(try await client.send(.put, "/api/admin/users/\(user)/profiles/\(kid.id)", token: admin, json: #"{"name":"Kiddo"}"#).status == .ok)
             #expect(try await next("kid renamed").profile?.name == "Kiddo")
+            // With no profile selected, the answer carries the default profile (and back to the kid once selected again).
+            let defaultName = try #require(try await app.rows("SELECT name FROM family_profiles WHERE user_id = ? AND is_default", [user]).first).string("name")
+            #expect(defaultName != "Kiddo")
+            try await app.dependencies.database.transaction(logger: TestDatabase.logger) {
+                _ = try await $0.query("UPDATE sessions SET selected_profile_id = NULL WHERE user_id = ?", [user])
+            }
+            // Both are answers seen before (the default profile's before the kid was selected), so their ETags are too.
+            #expect(try await next("selection cleared", changed: false).profile?.name == defaultName)
+            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
+            #expect(try await next("kid selected again", changed: false).profile?.name == "Kiddo")
             // Signing out: the very next request with that token is refused.
             #expect(try await client.send(.post, "/api/auth/sign-out", token: token).status == .ok)
             #expect(try await client.get("/api/entitlements", token: token).status == .unauthorized)
