@@ -52,37 +52,8 @@ public final class PostgresDatabase: Database {
         try configurations(url: url).pool
     }
 
-    /// How the pool keeps its connections: how many stay open while idle, and how often an idle one is pinged.
-    public struct PoolTuning: Sendable, Equatable {
-        /// Connections kept open even without demand (0 up to `maximumConnections - 1`, postgres-nio's limit).
-        public var minimumConnections: Int
-        /// Seconds between keep-alive queries on an idle connection; nil: none.
-        public var keepAliveSeconds: Int?
-
-        public init(minimumConnections: Int = 0, keepAliveSeconds: Int? = 30) {
-            self.minimumConnections = min(max(0, minimumConnections), PostgresDatabase.maximumConnections - 1)
-            self.keepAliveSeconds = keepAliveSeconds
-        }
-
-        /// postgres-nio's defaults: connections open on demand, pinged every 30 s while idle.
-        public static let onDemand = PoolTuning()
-        /// The service's default: every pooled connection but one stays open, and idle ones are pinged every 30 s.
-        ///
-        /// Each time a connection goes idle postgres-nio arms a timer for it (`ConnectionPool.runTimer`: a task group,
-        /// two child tasks and a `Task.sleep`), one for the keep-alive and, for a connection above the minimum, one for
-        /// the idle timeout, and cancels them when the connection is next leased; the cancelled sleep also stays queued
-        /// in libdispatch until its deadline. Measured on `/ready` (one lease per request), 4 alternating rounds of
-        /// 15 s: 6,047 req/s and 228 µs of server CPU per request with both timers, 6,673 and 196 µs with the floor
-        /// (keep-alive only), 6,808 and 208 µs with keep-alive off, 7,578 and 174 µs with neither. The keep-alive
-        /// stays: a leased connection that is still open runs to completion (see `lease`), so an idle connection a
-        /// firewall dropped silently would otherwise hang the request that leases it.
-        public static let standing = PoolTuning(minimumConnections: PostgresDatabase.maximumConnections - 1)
-    }
-
     /// The pool's configuration and the same settings for a single connection (``batchedStatement(sql:maxBatch:logger:loops:prepare:)``).
-    public static func configurations(
-        url: String, tuning: PoolTuning = .onDemand
-    ) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
+    public static func configurations(url: String) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
         guard let components = URLComponents(string: url),
             components.scheme == "postgres" || components.scheme == "postgresql",
             let host = components.host, !host.isEmpty
@@ -102,8 +73,6 @@ public final class PostgresDatabase: Database {
             password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
         config.options.connectTimeout = .seconds(connectTimeoutSeconds)
         config.options.maximumConnections = maximumConnections
-        config.options.minimumConnections = tuning.minimumConnections
-        config.options.keepAliveBehavior = tuning.keepAliveSeconds.map { .init(frequency: .seconds($0)) }
         // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
         // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
         // length varies) meant about 2 ms of planning per 0.5 ms of execution. Every prepared statement here is a

@@ -14,12 +14,6 @@ struct ConfigTests {
         #expect(config.host == "127.0.0.1" && config.port == 8080)
         #expect(config.database == .sqlite(path: "data/account-service.sqlite"))
         #expect(config.mailTransport == .log)
-        #expect(config.databasePool == PostgresDatabase.PoolTuning(minimumConnections: 19, keepAliveSeconds: 30))
-        let tuned = try AppConfig.from(environment: ["DATABASE_MIN_CONNECTIONS": "4", "DATABASE_KEEPALIVE_SECONDS": "0"])
-        #expect(tuned.databasePool == PostgresDatabase.PoolTuning(minimumConnections: 4, keepAliveSeconds: nil))
-        #expect { try AppConfig.from(environment: ["DATABASE_MIN_CONNECTIONS": "20"]) } throws: { error in
-            (error as? ConfigError)?.problems.contains { $0.contains("DATABASE_MIN_CONNECTIONS") } == true
-        }
     }
 
     @Test func everyProblemIsListedAtOnceAndSecretsAreNotPrinted() throws {

@@ -43,23 +43,6 @@ struct FoundationHTTPTests {
         }
     }
 
-    /// `DATABASE_MIN_CONNECTIONS`: the pool opens its floor without demand (so a lease arms no idle-timeout timer).
-    @Test(arguments: TestDatabase.engines.filter { $0 == .postgres })
-    func thePoolKeepsItsMinimumConnectionsOpen(engine: Engine) async throws {
-        try await TestApp.run(engine, configure: { $0.databasePool = .init(minimumConnections: 4) }) { client, app in
-            let started = ContinuousClock.now
-            var open: Int64 = 0
-            while open < 4 && ContinuousClock.now - started < .seconds(10) {
-                try await Task.sleep(for: .milliseconds(50))
-                open = try await app.dependencies.database.withConnection(logger: TestDatabase.logger) {
-                    try await $0.first("SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database()")?.int("n") ?? 0
-                }
-            }
-            #expect(open >= 4, "the floor's connections, the counting one among them, open without demand")
-            #expect(try await client.execute(uri: "/ready", method: .get).status == .ok)
-        }
-    }
-
     @Test func openAPIIsServedVerbatim() async throws {
         try await TestApp.run(.sqlite) { client, _ in
             let response = try await client.execute(uri: "/openapi.yaml", method: .get)

@@ -34,9 +34,6 @@ struct TestApp {
         // Cheap hashes keep the suite fast; tests of the cost parameters set their own.
         config.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
         config.databaseLeaseTimeoutSeconds = TestDatabase.leaseTimeoutSeconds
-        // Connections on demand: the suite runs many apps at once against one PostgreSQL, and some tests drop the
-        // database under a running app. The standing floor has a test of its own.
-        config.databasePool = .onDemand
         configure(&config)
         let clock = ManualTimeSource(Date())
         let dependencies = try await Dependencies.make(config: config, clock: clock, logger: logger)

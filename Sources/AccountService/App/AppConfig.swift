@@ -29,9 +29,6 @@ struct AppConfig: Sendable, CustomStringConvertible {
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 2
-    /// Pooled PostgreSQL connections kept open while idle (`DATABASE_MIN_CONNECTIONS`, 0–19, default 19) and seconds
-    /// between keep-alive queries on an idle one (`DATABASE_KEEPALIVE_SECONDS`, 0 = none, default 30).
-    var databasePool = PostgresDatabase.PoolTuning.standing
     /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
     var oneStatementSpends = true
 
@@ -96,8 +93,6 @@ struct AppConfig: Sendable, CustomStringConvertible {
         if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
         if let n = number("SWEEP_INTERVAL_SECONDS", 0...86400) { config.sweepIntervalSeconds = Double(n) }
         if let n = number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { config.databaseLeaseTimeoutSeconds = Double(n) }
-        if let n = number("DATABASE_MIN_CONNECTIONS", 0...(PostgresDatabase.maximumConnections - 1)) { config.databasePool.minimumConnections = n }
-        if let n = number("DATABASE_KEEPALIVE_SECONDS", 0...86400) { config.databasePool.keepAliveSeconds = n == 0 ? nil : n }
         switch value("LEDGER_ONE_STATEMENT_SPEND") {
         case nil, "true": break
         case "false": config.oneStatementSpends = false

@@ -50,7 +50,7 @@ struct Dependencies: Sendable {
         case .sqlite(let path):
             database = try await SQLiteDatabase.open(path: path, logger: logger)
         case .postgres(let url):
-            let configurations = try PostgresDatabase.configurations(url: url, tuning: config.databasePool)
+            let configurations = try PostgresDatabase.configurations(url: url)
             let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
             postgresClient = client
             database = PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds)
