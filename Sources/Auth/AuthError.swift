@@ -2,6 +2,8 @@
 public enum AuthError: Error, Equatable, Sendable {
     case validation(String)
     case invalidCredentials
+    /// A password check behind a valid session failed (change-password, erasure, PIN changes): not a sign-out.
+    case invalidPassword
     case emailNotVerified
     /// Locked after too many failures; retry after the given seconds.
     case accountLocked(retryAfterSeconds: Int)
@@ -9,7 +11,12 @@ public enum AuthError: Error, Equatable, Sendable {
     case rateLimited(retryAfterSeconds: Int, detail: String)
     case invalidOTP(attemptsRemaining: Int)
     case otpExpired
-    case tooManyAttempts
+    /// The code took its last wrong attempt; ask for a new one.
+    case tooManyAttempts(retryAfterSeconds: Int)
+    /// The code is right but was already used (only someone holding the code learns this).
+    case otpAlreadyUsed
+    /// An account action from a session on a profile other than the owner's (default) one.
+    case ownerProfileRequired
     case unauthorized
     case forbidden(String)
     case notFound

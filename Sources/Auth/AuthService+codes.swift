@@ -1,104 +1,113 @@
 import Foundation
+import Logging
 import Storage
 
-/// What a code is for; each address has at most one live code per purpose.
-enum CodePurpose: String {
+/// What a code is for; each address has at most one code per purpose.
+enum CodePurpose: String, Sendable {
     case verify
     case reset
 }
 
-/// The outcome of checking a code. Failures are returned (not thrown) so the transaction that counted
-/// the wrong attempt still commits.
+/// The outcome of checking a code. Failures are returned (not thrown) so the transaction that recorded them still commits.
+/// Only someone who holds the code can tell `used` or `expired` from `wrong`: the answers for a wrong code are the same
+/// whether the address has an account, a pending sign-up or nothing at all.
 enum CodeCheck: Equatable {
     case ok
     case wrong(attemptsRemaining: Int)
     case burned
     case expired
-    case missing
+    case used
 
     var error: AuthError {
         switch self {
-        case .ok, .missing: .invalidOTP(attemptsRemaining: 0)
+        case .ok: .invalidOTP(attemptsRemaining: 0)
         case .wrong(let remaining): .invalidOTP(attemptsRemaining: remaining)
-        case .burned: .tooManyAttempts
+        case .burned: .tooManyAttempts(retryAfterSeconds: 60)
         case .expired: .otpExpired
+        case .used: .otpAlreadyUsed
         }
     }
 }
 
-/// Whether another mail may go to an address now.
+/// Whether another mail of a purpose may go to an address now.
 enum MailBudget: Equatable {
     case allowed
-    case cooldown(seconds: Int)
-    case exhausted(seconds: Int)
+    case throttled(retryAfterSeconds: Int)
 }
 
 extension AuthService {
-    /// Takes one send from the address's budget: 60 s between sends and a per-hour maximum, shared by
-    /// sign-up, resend and reset mail. Rows exist for any address asked about (no enumeration by 429s).
-    func takeMailBudget(_ tx: any SQLExecutor, email: String, now: Date) async throws -> MailBudget {
-        let key = secrets.addressKey(email)
-        try await tx.query(
-            "INSERT INTO mail_budgets (email_hash, window_started_at_ms, sends_in_window, last_sent_at_ms) VALUES (?, ?, 0, 0) ON CONFLICT (email_hash) DO NOTHING",
-            [key, now])
-        guard let row = try await tx.first("SELECT * FROM mail_budgets WHERE email_hash = ?" + tx.dialect.forUpdate, [key]) else {
-            return .allowed
+    /// Takes one send from the address's budget for `purpose` (a cooldown between sends and an hourly maximum). Budgets
+    /// are kept for any address asked about, so a throttled answer does not reveal which addresses have accounts.
+    func takeMailBudget(_ tx: any SQLExecutor, _ purpose: MailPurpose, email: String, now: Date) async throws -> MailBudget {
+        switch try await AttemptBudget.reserve(tx, key: keys.mail(purpose, email: email), rule: policy.mailRule, now: now) {
+        case .reserved: .allowed
+        case .refused(let seconds, _): .throttled(retryAfterSeconds: seconds)
         }
-        let lastSent = try row.date("last_sent_at_ms")
-        var windowStart = try row.date("window_started_at_ms")
-        var sends = Int(try row.int("sends_in_window"))
-        let sinceLast = now.timeIntervalSince(lastSent)
-        if sinceLast < policy.resendCooldownSeconds {
-            return .cooldown(seconds: Int((policy.resendCooldownSeconds - sinceLast).rounded(.up)))
-        }
-        if now.timeIntervalSince(windowStart) >= 3600 {
-            windowStart = now
-            sends = 0
-        }
-        if sends >= policy.mailSendsPerHourMax {
-            return .exhausted(seconds: Int(windowStart.addingTimeInterval(3600).timeIntervalSince(now).rounded(.up)))
-        }
-        try await tx.query(
-            "UPDATE mail_budgets SET window_started_at_ms = ?, sends_in_window = ?, last_sent_at_ms = ? WHERE email_hash = ?",
-            [windowStart, sends + 1, now, key])
-        return .allowed
     }
 
-    /// Replaces the address's code for `purpose` with a new one (stored only as an HMAC) and returns it.
+    /// Replaces the address's code for `purpose` with a new one (stored only as an HMAC) and returns it. Callers give
+    /// the address fresh code attempts (``resetCodeAttempts(_:_:email:)``) for every address, account or not.
     func issueCode(_ tx: any SQLExecutor, email: String, purpose: CodePurpose, now: Date) async throws -> String {
         let code = SecretHasher.newCode()
         try await tx.query(
             """
-            INSERT INTO otp_codes (email, purpose, code_hmac, expires_at_ms, wrong_attempts) VALUES (?, ?, ?, ?, 0)
-            ON CONFLICT (email, purpose) DO UPDATE SET code_hmac = excluded.code_hmac, expires_at_ms = excluded.expires_at_ms, wrong_attempts = 0
+            INSERT INTO otp_codes (email, purpose, code_hmac, expires_at_ms, consumed_at_ms) VALUES (?, ?, ?, ?, NULL)
+            ON CONFLICT (email, purpose) DO UPDATE SET code_hmac = excluded.code_hmac, expires_at_ms = excluded.expires_at_ms, consumed_at_ms = NULL
             """,
             [email, purpose.rawValue, secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue), now.addingTimeInterval(policy.codeLifetimeSeconds)])
         return code
     }
 
-    /// Checks `code` under a row lock: a right code is consumed (single use); a wrong one counts, and the
-    /// fifth wrong try burns the code so that even the right one then fails.
-    func consumeCode(_ tx: any SQLExecutor, email: String, purpose: CodePurpose, code: String, now: Date) async throws -> CodeCheck {
-        guard
-            let row = try await tx.first(
-                "SELECT code_hmac, expires_at_ms, wrong_attempts FROM otp_codes WHERE email = ? AND purpose = ?" + tx.dialect.forUpdate,
-                [email, purpose.rawValue])
-        else { return .missing }
-        let attempts = Int(try row.int("wrong_attempts"))
-        guard let stored = row.optionalString("code_hmac") else { return attempts >= policy.codeWrongAttemptsMax ? .burned : .missing }
-        if try row.date("expires_at_ms") <= now { return .expired }
-        let candidate = secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue)
-        if SecretHasher.constantTimeEqual(stored, candidate) {
-            try await tx.query("UPDATE otp_codes SET code_hmac = NULL WHERE email = ? AND purpose = ?", [email, purpose.rawValue])
-            return .ok
+    /// The first steps of a code mail, the same for every address: take the address's mail budget for the code's
+    /// purpose (throttled → 429 `rate_limited`, nothing written), then give the address fresh code attempts. Returns the
+    /// address's live account (`id`, `email_verified`), or nil.
+    func startCodeMail(_ tx: any SQLExecutor, _ purpose: CodePurpose, email: String, now: Date) async throws -> SQLRow? {
+        if case .throttled(let seconds) = try await takeMailBudget(tx, purpose == .verify ? .verification : .reset, email: email, now: now) {
+            throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many codes requested for this address; wait before asking again.")
         }
-        let newAttempts = attempts + 1
-        if newAttempts >= policy.codeWrongAttemptsMax {
+        try await resetCodeAttempts(tx, purpose, email: email)
+        return try await tx.first("SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL", [email])
+    }
+
+    func resetCodeAttempts(_ tx: any SQLExecutor, _ purpose: CodePurpose, email: String) async throws {
+        try await AttemptBudget.clear(tx, key: keys.code(purpose, email: email))
+    }
+
+    /// Reserves one code check for the address (its own transaction, before the check): the sixth check of a code's life
+    /// is refused without looking at it, for every address alike.
+    func reserveCodeAttempt(_ purpose: CodePurpose, email: String, logger: Logger) async throws -> Int {
+        let key = keys.code(purpose, email: email)
+        let rule = policy.codeRule
+        let reservation = try await database.transaction(logger: logger) { tx in try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now()) }
+        switch reservation {
+        case .reserved(let attempt): return attempt
+        case .refused(let seconds, _): throw AuthError.tooManyAttempts(retryAfterSeconds: seconds)
+        }
+    }
+
+    /// Checks `code` (attempt `attempt` of the address's code budget) under a row lock. With `consume` a right code is used
+    /// up (single use) and the budget starts again; a wrong one at the last attempt burns the code.
+    func checkCode(
+        _ tx: any SQLExecutor, email: String, purpose: CodePurpose, code: String, attempt: Int, consume: Bool, now: Date
+    ) async throws -> CodeCheck {
+        let row = try await tx.first(
+            "SELECT code_hmac, expires_at_ms, consumed_at_ms FROM otp_codes WHERE email = ? AND purpose = ?" + tx.dialect.forUpdate, [email, purpose.rawValue])
+        let candidate = secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue)
+        guard let row, let stored = row.optionalString("code_hmac"), SecretHasher.constantTimeEqual(stored, candidate) else {
+            guard attempt >= policy.codeWrongAttemptsMax else { return .wrong(attemptsRemaining: policy.codeWrongAttemptsMax - attempt) }
             try await tx.query(
-                "UPDATE otp_codes SET code_hmac = NULL, wrong_attempts = ? WHERE email = ? AND purpose = ?", [newAttempts, email, purpose.rawValue])
+                "UPDATE otp_codes SET code_hmac = NULL WHERE email = ? AND purpose = ? AND consumed_at_ms IS NULL", [email, purpose.rawValue])
             return .burned
         }
-        try await tx.query("UPDATE otp_codes SET wrong_attempts = ? WHERE email = ? AND purpose = ?", [newAttempts, email, purpose.rawValue])
-        return .wrong(attemptsRemaining: policy.codeWrongAttemptsMax - newAttempts)
+        if row.optionalInt("consumed_at_ms") != nil { return .used }
+        if try row.date("expires_at_ms") <= now { return .expired }
+        if consume { try await consumeCode(tx, email: email, purpose: purpose, now: now) }
+        return .ok
+    }
+
+    /// Uses up the address's live code for `purpose` (single use) and gives the address fresh code attempts.
+    func consumeCode(_ tx: any SQLExecutor, email: String, purpose: CodePurpose, now: Date) async throws {
+        try await tx.query("UPDATE otp_codes SET consumed_at_ms = ? WHERE email = ? AND purpose = ?", [now, email, purpose.rawValue])
+        try await resetCodeAttempts(tx, purpose, email: email)
     }
 }

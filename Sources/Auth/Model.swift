@@ -61,6 +61,9 @@ public struct AuthenticatedSession: Sendable {
     public let expiresAt: Date
     public let authenticatedAt: Date
     public let selectedProfileID: String?
+    /// True when the session acts as the account's owner (no profile selected, or the default one): account actions
+    /// (sessions, password, erasure, token history) need it.
+    public let isOwnerProfile: Bool
 }
 
 /// One row of `GET /api/auth/sessions`.
@@ -80,7 +83,7 @@ public struct ClientInfo: Sendable {
     public let userAgent: String?
     public init(ip: String, userAgent: String?) {
         self.ip = ip
-        self.userAgent = userAgent.map { String($0.prefix(512)) }
+        self.userAgent = userAgent.map { InputRules.truncated($0, bytes: 512) }
     }
 
     /// "user agent + IP family": a sign-in from another browser/app or network family is a new device.

@@ -44,3 +44,22 @@ struct ContractTests {
         }
     }
 }
+
+extension ContractTests {
+    /// Every problem `code` the sources can answer with is in the spec's `Problem.code` enum (clients switch on it).
+    @Test func everyProblemCodeIsDocumented() throws {
+        let spec = try String(contentsOf: repositoryRoot.appendingPathComponent("openapi.yaml"), encoding: .utf8)
+        let enumStart = try #require(spec.range(of: "        code:\n          type: string\n          enum: ["))
+        let enumText = spec[enumStart.upperBound...].prefix { $0 != "]" }
+        let documented = Set(enumText.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        var used = Set<String>()
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        let files = FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap { $0 as? URL } ?? []
+        for file in files where file.pathExtension == "swift" {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            for match in text.matches(of: /code: "([a-z_]+)"/) { used.insert(String(match.output.1)) }
+        }
+        #expect(used.count >= 20)
+        #expect(used.subtracting(documented).isEmpty, "codes missing from Problem.code in openapi.yaml: \(used.subtracting(documented).sorted())")
+    }
+}

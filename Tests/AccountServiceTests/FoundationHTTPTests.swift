@@ -95,7 +95,7 @@ struct BadInputTests {
     static func withProbe(_ body: @Sendable (any TestClientProtocol) async throws -> Void) async throws {
         let router = Router(context: AppRequestContext.self)
         router.add(middleware: AccessLogMiddleware())
-        router.add(middleware: ProblemMiddleware())
+        router.add(middleware: ProblemMiddleware(allowedMethods: AllowedMethods()))
         router.post("/probe") { request, context in
             var request = request
             let probe = try await request.decodeJSON(Probe.self, context: context)

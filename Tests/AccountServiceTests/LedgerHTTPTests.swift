@@ -24,7 +24,7 @@ extension TestClientProtocol {
 
     /// The value of one series in /metrics (0 while it has not appeared).
     func metric(_ series: String) async throws -> Int {
-        let text = try await get("/metrics", token: nil).text
+        let text = try await get("/metrics", token: TestApp.metricsToken).text
         let line = text.split(separator: "\n").first { $0.hasPrefix(series + " ") }
         return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
     }

@@ -20,14 +20,16 @@ struct MetricsHTTPTests {
             let key = try await app.apiKey(["ledger:write"])
             let user = try await app.userID(token: token)
             #expect(try await client.ledger("/api/ledger/holds", key: key, idempotencyKey: "m1", json: #"{"userId":"\#(user)","amount":1,"reason":"job"}"#).status == .created)
-            let response = try await client.get("/metrics", token: nil)
+            #expect(try await client.get("/metrics", token: nil).status == .unauthorized)
+            #expect(try await client.get("/metrics", token: "wrong-token-0123456789").status == .unauthorized)
+            let response = try await client.get("/metrics", token: TestApp.metricsToken)
             #expect(response.status == .ok && response.headers[.contentType]?.hasPrefix("text/plain") == true)
             let text = response.text
             for needle in [
                 #"hb_requests{http_route="/api/user/token-balance",http_request_method="GET",http_response_status_code="200"}"#,
                 #"http_response_status_code="404""#, "http_server_request_duration_bucket{", #"ledger_transfers{reason="welcome"}"#,
                 #"ledger_transfers{reason="hold"}"#, "ledger_holds_pending ", "argon2_queue_depth", "argon2_wait_bucket", "db_connections_in_use{engine=",
-                #"billing_events{provider="apple",outcome="rejected"}"#,
+                #"billing_events{provider="apple",outcome="unverified"}"#,
             ] {
                 #expect(text.contains(needle), "missing \(needle)")
             }

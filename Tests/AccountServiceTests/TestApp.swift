@@ -14,6 +14,8 @@ let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
 
 /// A running app on a fresh database of `engine`, driven through the router.
 struct TestApp {
+    /// `METRICS_TOKEN` of every test app.
+    static let metricsToken = "test-metrics-token-0123456789"
     let dependencies: Dependencies
     let clock: ManualTimeSource
     let mailDirectory: URL
@@ -34,6 +36,7 @@ struct TestApp {
         // Cheap hashes keep the suite fast; tests of the cost parameters set their own.
         config.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
         config.databaseLeaseTimeoutSeconds = TestDatabase.leaseTimeoutSeconds
+        config.metricsToken = metricsToken
         configure(&config)
         let clock = ManualTimeSource(Date())
         let dependencies = try await Dependencies.make(config: config, clock: clock, logger: logger)

@@ -18,7 +18,7 @@ func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some Appl
     app.addServices(
         LedgerSweeper(
             database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, idempotency: dependencies.idempotency,
-            clock: dependencies.clock, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
+            auth: dependencies.auth, clock: dependencies.clock, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)
@@ -35,8 +35,10 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     // Requests by route (the pattern, never the raw path) and status, with latency histograms; Hummingbird's series,
     // recorded without turning each response into a streamed one (see RequestMetricsMiddleware).
     router.add(middleware: RequestMetricsMiddleware())
-    router.add(middleware: ProblemMiddleware())
-    MetricsRoutes(database: dependencies.database).register(on: router)
+    let allowedMethods = AllowedMethods()
+    router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
+    router.add(middleware: ClientAddressMiddleware(proxies: dependencies.config.trustedProxies))
+    MetricsRoutes(database: dependencies.database, token: dependencies.config.metricsToken).register(on: router)
     SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
     let authenticator = Authenticator(auth: dependencies.auth, apiKeys: dependencies.apiKeys)
     AuthRoutes(auth: dependencies.auth, authenticator: authenticator).register(on: router)
@@ -67,6 +69,7 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
         auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator,
         ledger: dependencies.ledger, ledgerRoutes: ledgerRoutes, tokenRoutes: tokenRoutes
     ).register(on: router)
+    allowedMethods.record(router)
     return router
 }
 

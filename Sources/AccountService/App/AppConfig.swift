@@ -32,6 +32,13 @@ struct AppConfig: Sendable, CustomStringConvertible {
     /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
     var oneStatementSpends = true
 
+    /// The auth flows' limits; `MAIL_COOLDOWN_SECONDS`, `MAIL_SENDS_PER_HOUR` and `IP_HASHES_PER_MINUTE` set the tunable ones.
+    var authPolicy = AuthPolicy()
+    /// Proxies whose `X-Forwarded-For` names the client (`TRUSTED_PROXIES`, comma-separated CIDRs); none by default.
+    var trustedProxies = TrustedProxies.none
+    /// Bearer token for `GET /metrics` (`METRICS_TOKEN`); unset → the route answers 404.
+    var metricsToken: String?
+
     /// Apple billing (`APPLE_ROOT_CERTIFICATES`, `APPLE_BUNDLE_ID`, `APPLE_APP_APPLE_ID`, `APPLE_ENVIRONMENT`,
     /// `APPLE_ACCEPT_SANDBOX`); nil → the Apple endpoints answer 503.
     var apple: AppleSettings?
@@ -98,6 +105,18 @@ struct AppConfig: Sendable, CustomStringConvertible {
         case "false": config.oneStatementSpends = false
         default: problems.append("LEDGER_ONE_STATEMENT_SPEND must be true or false")
         }
+        if let n = number("MAIL_COOLDOWN_SECONDS", 0...3600) { config.authPolicy.mailCooldownSeconds = Double(n) }
+        if let n = number("MAIL_SENDS_PER_HOUR", 1...1000) { config.authPolicy.mailSendsPerHourMax = n }
+        if let n = number("IP_HASHES_PER_MINUTE", 1...1_000_000) { config.authPolicy.ipHashesPerMinute = n }
+        if let proxies = value("TRUSTED_PROXIES") {
+            switch TrustedProxies.parse(proxies) {
+            case .success(let parsed): config.trustedProxies = parsed
+            case .failure(let invalid): problems.append("TRUSTED_PROXIES: '\(invalid.entry)' is not an IP address or CIDR (e.g. 10.0.0.0/8, ::1/128)")
+            }
+        }
+        if let token = value("METRICS_TOKEN") {
+            if token.utf8.count < 16 { problems.append("METRICS_TOKEN must be at least 16 characters") } else { config.metricsToken = token }
+        }
         config.apple = appleSettings(value, &problems)
         if let secrets = value("STRIPE_WEBHOOK_SECRET") {
             config.stripeWebhookSecrets = secrets.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -147,7 +166,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
             case .sqlite(let path): "sqlite:\(path)"
             case .postgres: "postgres (credentials hidden)"
             }
-        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)")"
+        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
     }
 }
 

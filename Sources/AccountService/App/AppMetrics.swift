@@ -1,3 +1,4 @@
+import Auth
 import CoreMetrics
 import Foundation
 import Hummingbird
@@ -37,12 +38,19 @@ enum AppMetrics {
     }
 }
 
-/// `GET /metrics`: Prometheus text format; gauges that need the database are read at scrape time.
+/// `GET /metrics`: Prometheus text format; gauges that need the database are read at scrape time. Only with
+/// `Authorization: Bearer <METRICS_TOKEN>`; without a configured token the route answers 404 (the series name routes and
+/// error counts, which are nobody's business on the API port).
 struct MetricsRoutes: Sendable {
     let database: any Database
+    let token: String?
 
     func register(on router: Router<AppRequestContext>) {
-        router.get("/metrics") { _, context in
+        router.get("/metrics") { request, context in
+            guard let token else { throw Problem.notFound("Metrics are off; set METRICS_TOKEN to scrape GET /metrics with it as a bearer token.") }
+            guard let given = Authenticator.bearerToken(request), SecretHasher.constantTimeEqual(SecretHasher.tokenHash(given), SecretHasher.tokenHash(token)) else {
+                throw Problem.unauthorized("GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.")
+            }
             if let row = try? await database.withConnection(logger: context.logger, { try await $0.first("SELECT COUNT(*) AS n FROM ledger_holds WHERE status = 'pending'") }) {
                 AppMetrics.holdsPending.record(Double((try? row.int("n")) ?? 0))
             }

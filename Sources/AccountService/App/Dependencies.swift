@@ -60,11 +60,12 @@ struct Dependencies: Sendable {
         let secrets = SecretHasher(serverSecret: try serverSecret(config))
         let ledger = Ledger(clock: clock)
         let auth = AuthService(
-            database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, welcome: LedgerWelcomeTokenGrant(ledger: ledger),
-            welcomeTokens: catalog.welcomeTokens)
+            database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, policy: config.authPolicy,
+            welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens, erasure: LedgerErasureHook(ledger: ledger))
         let subscriptions = SubscriptionStore(catalog: catalog)
         let profiles = ProfileService(
-            database: database, hasher: hasher, clock: clock, limits: CatalogProfileLimits(subscriptions: subscriptions))
+            database: database, hasher: hasher, clock: clock, policy: config.authPolicy, passwords: auth.passwords,
+            limits: CatalogProfileLimits(subscriptions: subscriptions))
         let billing = BillingService(
             machine: SubscriptionMachine(store: subscriptions, ledger: ledger, clock: clock), apple: apple,
             stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets), clock: clock)

@@ -17,20 +17,30 @@ struct LedgerWelcomeTokenGrant: WelcomeTokenGrant {
     }
 }
 
+/// Erasure's hook, filled by the ledger: the erased account's tokens are forfeited in the erasure transaction.
+struct LedgerErasureHook: AccountErasureHook {
+    let ledger: Ledger
+    func accountErased(userID: String, at: Date, executor: any SQLExecutor) async throws {
+        try await ledger.forfeitAll(executor, userID: userID)
+    }
+}
+
 /// Background ledger work, on one node at a time (database lease): releases expired holds, expires lapsed
-/// bonus lots, drips yearly plans' monthly tokens, and purges idempotency records past retention.
+/// bonus lots, drips yearly plans' monthly tokens, and purges idempotency records past retention and idle attempt budgets.
 struct LedgerSweeper: Service {
     let database: any Database
     let ledger: Ledger
     let subscriptions: SubscriptionStore
     let idempotency: IdempotencyStore
+    let auth: AuthService
     let clock: any TimeSource
     let intervalSeconds: Double
     let logger: Logger
     let lease: JobLease
 
-    init(database: any Database, ledger: Ledger, subscriptions: SubscriptionStore, idempotency: IdempotencyStore, clock: any TimeSource,
+    init(database: any Database, ledger: Ledger, subscriptions: SubscriptionStore, idempotency: IdempotencyStore, auth: AuthService, clock: any TimeSource,
          intervalSeconds: Double, logger: Logger) {
+        self.auth = auth
         self.database = database
         self.ledger = ledger
         self.subscriptions = subscriptions
@@ -65,6 +75,7 @@ struct LedgerSweeper: Service {
         let holds = try await ledger.expireHolds(database, limit: 500, logger: logger)
         let drips = try await monthlyDrip(now: now)
         let purged = try await database.transaction(logger: logger) { try await idempotency.purge($0, limit: 1000) }
+        _ = try await auth.purgeAttemptBudgets(limit: 1000, logger: logger)
         return (holds, drips, purged)
     }
 

@@ -10,6 +10,36 @@ info:
   description: |
     Accounts, family profiles, subscriptions, entitlements and an AI-generation token ledger.
     Every error is `application/problem+json` (RFC 9457) with a stable machine `code`.
+
+    **Statuses apps can rely on.** 401 means only that the request's own credentials (session or API key) are
+    missing, expired or revoked: the app should sign in again. A wrong password, PIN or code inside a valid session
+    is 403 (`invalid_password`, `invalid_pin`) or 400 (`invalid_otp`), never 401. Limits answer 429 with
+    `Retry-After`. A known path asked with another method answers 405 with `Allow`. Every response carries
+    `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
+    personal data) carries `Cache-Control: no-store`.
+
+    **Family profiles and account actions.** A session acts for the profile it selected. Account actions need the
+    owner's (default) profile; a session on another profile gets 403 `owner_profile_required` (profile management:
+    403 `forbidden`) and sees its own things only:
+
+    | what | owner (default) profile | other profiles |
+    |---|---|---|
+    | session, profiles list and select, sign-out of itself | yes | yes |
+    | plans, subscription, balance, feature access, entitlements, sticker packs | yes | yes |
+    | unlocks and purchases | yes | only with `canMakePurchases` |
+    | list or revoke other sessions, change password, rename or erase the account | yes | no (`owner_profile_required`) |
+    | token history of the account | yes | no (`owner_profile_required`) |
+    | create, change or delete profiles | yes | no (`forbidden`) |
+
+    Operations that need the owner's profile carry `x-owner-profile-required: true`.
+
+    **Limits.** Every limited attempt reserves its slot before any slow work (docs/security.md lists each limit,
+    its key and window): password checks per address (sign-in and every check behind a session: 4 free, then waits
+    of 1, 2, 4, 8, 16 s, the 10th locks 15 minutes), failed sign-ins per client IP (50, then 15 minutes), Argon2 runs
+    for unauthenticated requests per client IP (`IP_HASHES_PER_MINUTE`, default 30), code checks per address and
+    purpose (5 per code, for every address alike), PIN checks per profile (5, then 15 minutes), and mails per
+    address and purpose (verification, reset, notices: 60 s apart, 5 an hour). Text fields are limited in characters
+    and in bytes; passwords are at most 1 KiB.
 servers:
   - url: http://127.0.0.1:8080
 tags:
@@ -64,13 +94,17 @@ paths:
       description: >-
         `hb_requests` / `http_server_request_duration` (by route pattern, method and status), `argon2_queue_depth`,
         `argon2_wait`, `argon2_rejected`, `ledger_transfers` (by reason), `ledger_holds_pending`, `db_connections_in_use`
-        (by engine), `billing_events` (by provider and outcome). Expose it to your scraper only.
+        (by engine), `billing_events` (by provider and outcome). Needs `Authorization: Bearer <METRICS_TOKEN>`;
+        without a configured `METRICS_TOKEN` the route answers 404.
+      security: [{ metricsToken: [] }]
       responses:
         "200":
           description: The metrics.
           content:
             text/plain:
               schema: { type: string }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "404": { $ref: "#/components/responses/NotFound" }
   /openapi.yaml:
     get:
       tags: [system]
@@ -101,10 +135,13 @@ paths:
       operationId: signUp
       summary: Create an account and email a 6-digit code.
       description: |
-        The answer is identical for addresses that already have an account (their owner is mailed a notice
-        instead of a code), so the endpoint cannot be used to learn who has an account. Repeating a sign-up for
-        an unverified address replaces its password and name and re-sends a code within the mail limits
-        (60 s between mails, 5 per hour per address; over the limit nothing is sent, the answer is the same).
+        The answer is identical for every address: one that already has an account gets a notice instead of a
+        code, so the endpoint cannot be used to learn who has an account. A code activates exactly the password
+        (and name) of the sign-up that started the pending account: repeating a sign-up for an unverified address
+        within 24 hours changes nothing and only re-sends a code for that first password (like resend-otp); after
+        24 hours a new sign-up starts over with its own password. A sign-up that mails nothing (verification mails
+        are 60 s apart and 5 an hour per address) changes nothing. Argon2 runs are limited per client IP
+        (429 `rate_limited`, the same for every address).
       requestBody:
         required: true
         content:
@@ -114,8 +151,8 @@ paths:
               required: [email, password, name]
               properties:
                 email: { type: string, format: email, maxLength: 254, description: Trimmed and lower-cased. }
-                password: { type: string, minLength: 10, maxLength: 128, description: Any characters; common passwords are refused. }
-                name: { type: string, minLength: 1, maxLength: 100 }
+                password: { type: string, minLength: 10, maxLength: 128, description: "Any characters (at most 1,024 bytes); common passwords are refused." }
+                name: { type: string, minLength: 1, maxLength: 100, description: At most 400 bytes. }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -125,6 +162,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/SignUpResponse" }
         "400": { $ref: "#/components/responses/BadRequest" }
+        "429": { $ref: "#/components/responses/RateLimited" }
         "503": { $ref: "#/components/responses/Unavailable" }
   /api/verify-otp:
     post:
@@ -150,12 +188,20 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/VerifyOTPResponse" }
         "400":
-          description: "`invalid_otp` (with `attemptsRemaining`), `otp_expired` (codes live 10 minutes) or `validation_failed`."
+          description: |
+            `invalid_otp` (with `attemptsRemaining`), `otp_expired` (codes live 10 minutes; only said to the holder of the
+            code) or `validation_failed`. A wrong code answers the same, `attemptsRemaining` included, for a verified, a
+            pending and an unknown address.
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "409":
+          description: "`otp_already_used`: the right code, already used (the address is verified: sign in)."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
         "429":
-          description: "`too_many_attempts`: the fifth wrong code burned it; request a new one."
+          description: "`too_many_attempts`: the fifth wrong code burned it (for every address alike); request a new one."
           headers:
             Retry-After: { schema: { type: integer } }
           content:
@@ -165,7 +211,7 @@ paths:
     post:
       tags: [auth]
       operationId: resendOTP
-      summary: Mail a new sign-up code (60 s cooldown, 5 mails per hour per address, shared with sign-up and reset).
+      summary: Mail a new sign-up code for the pending sign-up (60 s cooldown, 5 verification mails per hour per address, shared with sign-up).
       requestBody:
         required: true
         content:
@@ -190,7 +236,9 @@ paths:
         Wrong passwords and unknown addresses get the same 401 after the same Argon2 work. From the fifth
         consecutive failure for an address each attempt must wait 1, 2, 4, 8, 16 s (429 `rate_limited`); the tenth
         locks sign-in for 15 minutes (429 `account_locked`, even with the right password) until it expires or the
-        password is reset. 50 failures from one IP lock that IP for 15 minutes.
+        password is reset. 50 failures from one IP lock that IP for 15 minutes. Each attempt is counted before the
+        password is checked, so parallel guesses get no more checks than sequential ones; the client IP is the socket
+        peer, or behind `TRUSTED_PROXIES` the rightmost untrusted `X-Forwarded-For` hop.
       parameters:
         - { name: User-Agent, in: header, required: false, schema: { type: string }, description: A new user agent or IP family is mailed to the owner. }
       requestBody:
@@ -266,8 +314,9 @@ paths:
     get:
       tags: [auth]
       operationId: listSessions
-      summary: The account's live sessions, most recently used first.
+      summary: The account's live sessions, most recently used first (owner profile only).
       security: [{ session: [] }]
+      x-owner-profile-required: true
       responses:
         "200":
           description: Sessions.
@@ -292,23 +341,29 @@ paths:
                         ip: { type: [string, "null"] }
                         current: { type: boolean }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/OwnerProfileRequired" }
   /api/auth/sessions/{id}:
     delete:
       tags: [auth]
       operationId: revokeSession
-      summary: Revoke one of your sessions (another account's id answers 404).
+      summary: Revoke one of your sessions (another account's id answers 404; another session needs the owner profile).
       security: [{ session: [] }]
+      x-owner-profile-required: true
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
       responses:
         "204": { description: Revoked. }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/OwnerProfileRequired" }
         "404": { $ref: "#/components/responses/NotFound" }
   /api/auth/forgot-password:
     post:
       tags: [auth]
       operationId: forgotPassword
       summary: Mail a password-reset code to a verified account (same answer for unknown addresses).
+      description: |
+        Reset mails have their own budget per address (60 s apart, 5 an hour), so sign-up mails never delay them.
+        Every address takes from its budget, so a throttled answer (429) is the same for known and unknown ones.
       requestBody:
         required: true
         content:
@@ -323,11 +378,15 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/Message" }
         "400": { $ref: "#/components/responses/BadRequest" }
+        "429": { $ref: "#/components/responses/RateLimited" }
   /api/auth/reset-password:
     post:
       tags: [auth]
       operationId: resetPassword
       summary: Set a new password with a reset code; revokes every session and lifts a sign-in lock.
+      description: |
+        The code is checked (its attempt counted first, for every address alike) before the new password is hashed, so
+        bogus resets cost no Argon2 work; wrong codes answer the same for known and unknown addresses.
       requestBody:
         required: true
         content:
@@ -348,17 +407,31 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/Message" }
         "400":
-          description: "`invalid_otp`, `otp_expired` or `validation_failed`."
+          description: "`invalid_otp` (with `attemptsRemaining`), `otp_expired` or `validation_failed`."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
-        "429": { $ref: "#/components/responses/RateLimited" }
+        "409":
+          description: "`otp_already_used`: the code was used already."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429":
+          description: "`too_many_attempts` (the fifth wrong code burned it) or `rate_limited` (Argon2 runs per client IP)."
+          headers:
+            Retry-After: { schema: { type: integer } }
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/auth/change-password:
     post:
       tags: [auth]
       operationId: changePassword
-      summary: Change the password (current one required); every other session is revoked.
+      summary: Change the password (current one required; owner profile only); every other session is revoked.
+      description: The current-password check shares the address's sign-in budget (waits, then a 15-minute lock).
       security: [{ session: [] }]
+      x-owner-profile-required: true
       requestBody:
         required: true
         content:
@@ -378,7 +451,10 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/Message" }
         "400": { $ref: "#/components/responses/BadRequest" }
-        "401": { $ref: "#/components/responses/InvalidCredentials" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/PasswordCheckFailed" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/user/me:
     get:
       tags: [account]
@@ -395,8 +471,9 @@ paths:
     patch:
       tags: [account]
       operationId: updateMe
-      summary: Change the name or the prompt-enhancement preference.
+      summary: Change the name or the prompt-enhancement preference (owner profile only).
       security: [{ session: [] }]
+      x-owner-profile-required: true
       requestBody:
         required: true
         content:
@@ -404,7 +481,7 @@ paths:
             schema:
               type: object
               properties:
-                name: { type: string, minLength: 1, maxLength: 100 }
+                name: { type: string, minLength: 1, maxLength: 100, description: At most 400 bytes. }
                 promptEnhancementEnabled: { type: boolean }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
@@ -416,12 +493,17 @@ paths:
               schema: { $ref: "#/components/schemas/User" }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/OwnerProfileRequired" }
     delete:
       tags: [account]
       operationId: deleteMe
       summary: Erase the account (email, name, password hash, profiles, devices) and revoke every session.
-      description: The user id stays, anonymous, so that token-ledger history keeps balancing.
+      description: |
+        Owner profile only, after the password check (the sign-in budget). The user id stays, anonymous, so that
+        token-ledger history keeps balancing; pending holds are voided and the remaining tokens forfeited (reason
+        `account_erased`), so the user can never be charged again (ledger writes for it answer 404).
       security: [{ session: [] }]
+      x-owner-profile-required: true
       requestBody:
         required: true
         content:
@@ -436,7 +518,10 @@ paths:
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "204": { description: Erased. }
         "400": { $ref: "#/components/responses/BadRequest" }
-        "401": { $ref: "#/components/responses/InvalidCredentials" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/PasswordCheckFailed" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/profiles/available:
     get:
       tags: [profiles]
@@ -459,8 +544,10 @@ paths:
       operationId: selectProfile
       summary: Bind a profile to the session (PIN profiles need their PIN).
       description: |
-        Wrong PINs count per profile (stored); the fifth locks it for 15 minutes (429 `pin_locked`); a correct PIN
-        resets the count. A profile beyond the plan's limit answers 403 `subscription_required`.
+        Each PIN check is counted per profile before the PIN is checked, so parallel guesses get no more checks than
+        sequential ones; the fifth wrong PIN locks the profile for 15 minutes (429 `pin_locked`); a correct PIN resets
+        the count. A wrong or missing PIN is 403 `invalid_pin` (not 401: the session stays signed in). A profile beyond
+        the plan's limit answers 403 `subscription_required`.
       security: [{ session: [] }]
       requestBody:
         required: true
@@ -487,22 +574,31 @@ paths:
                   message: { type: string }
                   selectedProfile: { $ref: "#/components/schemas/ListedProfile" }
         "400": { $ref: "#/components/responses/BadRequest" }
-        "401":
-          description: "`invalid_pin` (with `attemptsRemaining`) or `unauthorized`."
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`invalid_pin` (with `attemptsRemaining`) or `subscription_required`."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
-        "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
-        "429": { $ref: "#/components/responses/RateLimited" }
+        "429":
+          description: "`pin_locked`; wait `Retry-After` seconds."
+          headers:
+            Retry-After: { schema: { type: integer } }
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/family-profiles:
     post:
       tags: [profiles]
       operationId: createProfile
       summary: Create a profile (owner only, within the plan's limit).
       description: |
-        Only from the default profile (else 403 `forbidden`). Setting a PIN needs `currentPassword` or a sign-in
-        within the last 10 minutes. Beyond `maxFamilyProfiles` (the default counts): 403 `profile_limit_reached`.
+        Only from the default profile (else 403 `forbidden`). Setting a PIN needs `currentPassword` (checked in the
+        sign-in budget; wrong: 403 `invalid_password`) or a sign-in within the last 10 minutes. Beyond
+        `maxFamilyProfiles` (the default counts): 403 `profile_limit_reached`. Names are at most 30 characters and 120
+        bytes; an avatar is one emoji (at most 64 bytes) or an https URL (at most 512 bytes).
       security: [{ session: [] }]
       requestBody:
         required: true
@@ -518,8 +614,13 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/ListedProfile" }
         "400": { $ref: "#/components/responses/BadRequest" }
-        "401": { $ref: "#/components/responses/InvalidCredentials" }
-        "403": { $ref: "#/components/responses/Forbidden" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`forbidden` (not the owner's default profile), `invalid_password`, `profile_limit_reached`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
   /api/family-profiles/{id}:
     put:
       tags: [profiles]
@@ -542,8 +643,13 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/ListedProfile" }
         "400": { $ref: "#/components/responses/BadRequest" }
-        "401": { $ref: "#/components/responses/InvalidCredentials" }
-        "403": { $ref: "#/components/responses/Forbidden" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`forbidden` (not the owner's default profile), `invalid_password`, `profile_limit_reached`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
         "404": { $ref: "#/components/responses/NotFound" }
     delete:
       tags: [profiles]
@@ -900,8 +1006,9 @@ paths:
     get:
       tags: [ledger]
       operationId: getTokenHistory
-      summary: The signed-in user's token movements, newest first, cursor-paginated.
+      summary: The account's token movements, newest first, cursor-paginated (owner profile only).
       security: [{ session: [] }]
+      x-owner-profile-required: true
       parameters:
         - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 50 } }
         - { name: cursor, in: query, required: false, schema: { type: string }, description: nextCursor from the previous page. }
@@ -913,6 +1020,7 @@ paths:
               schema: { $ref: "#/components/schemas/TokenHistory" }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/OwnerProfileRequired" }
   /api/admin/users/{userId}/grants:
     post:
       tags: [operators]
@@ -1370,6 +1478,10 @@ components:
       type: http
       scheme: bearer
       description: The session token from sign-in or verify-otp (32 random bytes, base64url).
+    metricsToken:
+      type: http
+      scheme: bearer
+      description: The `METRICS_TOKEN` the service was started with.
     apiKey:
       type: http
       scheme: bearer
@@ -1396,7 +1508,7 @@ components:
               received: { type: boolean }
               outcome: { type: string, description: "applied, duplicate, stale, ignored, acknowledged, unmatched or conflict." }
     BillingRejected:
-      description: "`invalid_signed_payload` (Apple JWS, chain, OIDs, bundle or environment), `invalid_signature` (Stripe), or `validation_failed`; stored as rejected, nothing applied."
+      description: "`invalid_signed_payload` (Apple JWS, chain, OIDs, bundle or environment), `invalid_signature` (Stripe), or `validation_failed`; nothing applied. A payload that fails verification is not stored (only counted); a verified one that is refused is stored as rejected."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
@@ -1444,6 +1556,16 @@ components:
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
+    OwnerProfileRequired:
+      description: "`owner_profile_required`: an account action from a session on another profile than the owner's (default) one."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    PasswordCheckFailed:
+      description: "`invalid_password` (the current password is wrong; the session stays signed in) or `owner_profile_required`."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
     RateLimited:
       description: "`rate_limited` or `account_locked`; wait `Retry-After` seconds."
       headers:
@@ -1465,7 +1587,8 @@ components:
           type: string
           enum: [invalid_credentials, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
-            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked]
+            validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
+            invalid_password, otp_already_used, owner_profile_required, method_not_allowed]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -1572,7 +1695,7 @@ components:
         isEntitled: { type: boolean, description: Whether the subscribed plan applies now. }
         plan: { $ref: "#/components/schemas/SubscriptionPlan" }
     Metadata:
-      description: Free-form JSON (at most 4096 bytes), returned in history.
+      description: "Free-form JSON (at most 4096 bytes), returned in history. Numbers keep their exact value (integers within 64 bits; others to 38 significant digits), never rounded through floating point; the canonical form (sorted keys) decides whether a replayed request is the same."
     GrantRequest:
       type: object
       required: [userId, amount, bucket]

@@ -5,12 +5,16 @@ import NIOCore
 /// Per-request state: the core context plus the caller's address (for rate limits and audit).
 struct AppRequestContext: RequestContext {
     var coreContext: CoreRequestContextStorage
-    /// The peer's IP address as text, or "unknown" (router tests have no socket).
+    /// The socket peer's IP address as text, or "unknown" (router tests have no socket).
     let remoteIP: String
+    /// The client's IP address: the socket peer, or through trusted proxies the `X-Forwarded-For` hop
+    /// (``ClientAddressMiddleware``). Rate limits and the audit log use this one.
+    var clientIP: String
 
     init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.remoteIP = source.channel.remoteAddress?.ipAddress ?? "unknown"
+        self.clientIP = remoteIP
     }
 
     /// Bodies are limited to 1 MiB; larger ones get a 413 problem.

@@ -7,6 +7,8 @@ extension AuthError {
         switch self {
         case .validation(let detail): Problem.validation(detail)
         case .invalidCredentials: Problem(.unauthorized, code: "invalid_credentials", detail: "The email or password is incorrect.")
+        case .invalidPassword:
+            Problem(.forbidden, code: "invalid_password", detail: "The current password given is not correct; the session stays signed in.")
         case .emailNotVerified:
             Problem(.forbidden, code: "email_not_verified", detail: "Verify your email address first; POST /api/auth/resend-otp sends a new code.")
         case .accountLocked(let seconds):
@@ -16,15 +18,21 @@ extension AuthError {
         case .invalidOTP(let remaining):
             Problem(.badRequest, code: "invalid_otp", detail: "The code is not valid.").with("attemptsRemaining", .int(remaining))
         case .otpExpired: Problem(.badRequest, code: "otp_expired", detail: "The code has expired; request a new one.")
-        case .tooManyAttempts:
+        case .tooManyAttempts(let seconds):
             Problem(.tooManyRequests, code: "too_many_attempts", detail: "Too many wrong codes; this code no longer works. Request a new one.")
-                .retryAfter(seconds: 60)
+                .retryAfter(seconds: seconds)
+        case .otpAlreadyUsed:
+            Problem(.conflict, code: "otp_already_used", detail: "This code was already used. If the address is verified, sign in instead.")
+        case .ownerProfileRequired:
+            Problem(
+                .forbidden, code: "owner_profile_required",
+                detail: "This is an account action: it needs the account owner's (default) profile. Select it with POST /api/profiles/select.")
         case .unauthorized: Problem.unauthorized("The session is missing, expired or revoked; sign in again.")
         case .forbidden(let detail): Problem.forbidden(detail)
         case .notFound: Problem.notFound()
         case .conflict(let detail): Problem(.conflict, code: "validation_failed", detail: detail)
         case .invalidPIN(let remaining):
-            Problem(.unauthorized, code: "invalid_pin", detail: "This profile needs its PIN; the PIN given is missing or wrong.")
+            Problem(.forbidden, code: "invalid_pin", detail: "This profile needs its PIN; the PIN given is missing or wrong.")
                 .with("attemptsRemaining", .int(remaining))
         case .pinLocked(let seconds):
             Problem(.tooManyRequests, code: "pin_locked", detail: "Too many wrong PINs; this profile is locked for a while.").retryAfter(seconds: seconds)

@@ -64,6 +64,3 @@ struct Authenticator: Sendable {
     }
 }
 
-extension AppRequestContext {
-    var clientIP: String { remoteIP }
-}

@@ -1,10 +1,12 @@
 import Foundation
 
-/// Any JSON value (for free-form `metadata`), re-encoded canonically (sorted keys).
+/// Any JSON value (for free-form `metadata`), re-encoded canonically (sorted keys). Numbers keep their exact value:
+/// integers as `Int64`, other numbers as `Decimal` (38 significant digits), never through `Double`.
 indirect enum JSONValue: Codable, Sendable, Equatable {
     case null
     case bool(Bool)
-    case number(Double)
+    case integer(Int64)
+    case number(Decimal)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
@@ -13,10 +15,20 @@ indirect enum JSONValue: Codable, Sendable, Equatable {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() { self = .null }
         else if let b = try? container.decode(Bool.self) { self = .bool(b) }
-        else if let n = try? container.decode(Double.self) { self = .number(n) }
+        else if let n = try? container.decode(Int64.self) { self = .integer(n) }
+        else if let n = try? container.decode(Decimal.self) { self = Self.exact(n) }
         else if let s = try? container.decode(String.self) { self = .string(s) }
         else if let a = try? container.decode([JSONValue].self) { self = .array(a) }
         else { self = .object(try container.decode([String: JSONValue].self)) }
+    }
+
+    /// Integral decimals within `Int64` are integers, so `1.0` and `1` are one value.
+    static func exact(_ n: Decimal) -> JSONValue {
+        var value = n
+        var whole = Decimal()
+        NSDecimalRound(&whole, &value, 0, .plain)
+        if whole == n, n >= Decimal(Int64.min), n <= Decimal(Int64.max) { return .integer(NSDecimalNumber(decimal: n).int64Value) }
+        return .number(n)
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -24,7 +36,8 @@ indirect enum JSONValue: Codable, Sendable, Equatable {
         switch self {
         case .null: try container.encodeNil()
         case .bool(let b): try container.encode(b)
-        case .number(let n): if n == n.rounded(), abs(n) < 1e15 { try container.encode(Int64(n)) } else { try container.encode(n) }
+        case .integer(let n): try container.encode(n)
+        case .number(let n): try container.encode(n)
         case .string(let s): try container.encode(s)
         case .array(let a): try container.encode(a)
         case .object(let o): try container.encode(o)

@@ -10,6 +10,9 @@ import Storage
 /// Turns every error into a problem response. Known problems pass through; framework errors keep their
 /// status; storage outages become 503; anything else is logged with the request id and answered 500.
 struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// Known paths: a path routed for other methods answers 405 with `Allow`.
+    let allowedMethods: AllowedMethods
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
@@ -32,6 +35,16 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
             context.logger.error("storage error", metadata: ["error": "\(error)"])
             throw Problem.internalError
         } catch let error as any HTTPResponseError {
+            if error.status == .notFound {
+                let allowed = allowedMethods.methods(for: request.uri.path)
+                if !allowed.isEmpty {
+                    var problem = Problem(
+                        .methodNotAllowed, code: "method_not_allowed",
+                        detail: "\(request.uri.path) does not answer \(request.method); it answers \(allowed.joined(separator: ", ")).")
+                    problem.headers[.allow] = allowed.joined(separator: ", ")
+                    throw problem
+                }
+            }
             throw Self.problem(for: error.status, request: request)
         } catch is CancellationError {
             throw Problem.unavailable("The request was cancelled (server shutting down).")
@@ -45,7 +58,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         switch status {
         case .notFound: Problem.notFound("No route for \(request.method) \(request.uri.path).")
         case .contentTooLarge: Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
-        case .methodNotAllowed: Problem(.methodNotAllowed, code: "not_found", detail: "Method \(request.method) is not allowed here.")
+        case .methodNotAllowed: Problem(.methodNotAllowed, code: "method_not_allowed", detail: "Method \(request.method) is not allowed here.")
         case .unauthorized: Problem.unauthorized()
         default:
             status.code < 500
@@ -56,14 +69,16 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
 }
 
 /// One access-log line per request: method, path (no query string, no headers, no body), status,
-/// duration and the request id (in the logger's metadata). Also echoes the id as `X-Request-Id`.
+/// duration and the request id (in the logger's metadata). Also echoes the id as `X-Request-Id` and sets the headers every
+/// response carries: `X-Content-Type-Options: nosniff`, and `Cache-Control: no-store` on API responses that did not choose
+/// their own (they carry tokens or personal data).
 struct AccessLogMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
         let requestID = context.id
         do {
             var response = try await next(request, context)
-            response.headers[.requestID] = requestID
+            ResponseHeaders.add(to: &response.headers, requestID: requestID)
             log(request, context: context, status: response.status.code, start: start)
             return response
         } catch let error as any HTTPResponseError {
@@ -91,8 +106,17 @@ struct RequestIDError: HTTPResponseError {
     var status: HTTPResponse.Status { base.status }
     func response(from request: Request, context: some RequestContext) throws -> Response {
         var response = try base.response(from: request, context: context)
-        response.headers[.requestID] = requestID
+        ResponseHeaders.add(to: &response.headers, requestID: requestID)
         return response
+    }
+}
+
+/// The headers every response carries.
+enum ResponseHeaders {
+    static func add(to headers: inout HTTPFields, requestID: String) {
+        headers[.requestID] = requestID
+        headers[.xContentTypeOptions] = "nosniff"
+        if headers[.cacheControl] == nil { headers[.cacheControl] = "no-store" }
     }
 }
 

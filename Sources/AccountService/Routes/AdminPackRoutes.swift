@@ -22,7 +22,7 @@ struct AdminPackRoutes: Sendable {
             let actor = try await authenticator.requireOperator(request, context)
             var request = request
             let pack = try await request.decodeJSON(StickerPack.self, context: context)
-            try await save(pack, create: true, actor: actor, ip: context.remoteIP, context: context)
+            try await save(pack, create: true, actor: actor, ip: context.clientIP, context: context)
             return JSONResponse(pack, status: .created)
         }
         router.put("/api/admin/stickers/packs/:id") { request, context in
@@ -32,7 +32,7 @@ struct AdminPackRoutes: Sendable {
             let id = try context.parameters.require("id")
             guard pack.id == id else { throw Problem.validation("The body's id must match the path.") }
             pack.id = id
-            try await save(pack, create: false, actor: actor, ip: context.remoteIP, context: context)
+            try await save(pack, create: false, actor: actor, ip: context.clientIP, context: context)
             return JSONResponse(pack)
         }
         router.delete("/api/admin/stickers/packs/:id") { request, context in
@@ -40,7 +40,7 @@ struct AdminPackRoutes: Sendable {
             let id = try context.parameters.require("id")
             let found = try await database.transaction(logger: context.logger) { tx in
                 let found = try await packs.deactivate(tx, id: id)
-                if found { try await AuditLog.record(tx, at: clock.now(), actor: actor, action: "admin_pack_deactivated", subject: nil, ip: context.remoteIP, detail: id) }
+                if found { try await AuditLog.record(tx, at: clock.now(), actor: actor, action: "admin_pack_deactivated", subject: nil, ip: context.clientIP, detail: id) }
                 return found
             }
             guard found else { throw Problem.notFound("No such sticker pack.") }

@@ -114,7 +114,7 @@ struct AdminRoutes: Sendable {
             let userID = try await existingUser(context)
             var request = request
             let body = try await request.decodeJSON(ProfileRequest.self, context: context)
-            let profile = try await profiles.create(userID: userID, input: body.input, by: .operatorActor(actor, ip: context.remoteIP), logger: context.logger)
+            let profile = try await profiles.create(userID: userID, input: body.input, by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
             return JSONResponse(ProfileJSON(profile), status: .created)
         }
         router.put("/api/admin/users/:userId/profiles/:id") { request, context in
@@ -123,7 +123,7 @@ struct AdminRoutes: Sendable {
             var request = request
             let body = try await request.decodeJSON(ProfileRequest.self, context: context)
             let profile = try await profiles.update(
-                userID: userID, profileID: try context.parameters.require("id"), input: body.input, by: .operatorActor(actor, ip: context.remoteIP),
+                userID: userID, profileID: try context.parameters.require("id"), input: body.input, by: .operatorActor(actor, ip: context.clientIP),
                 logger: context.logger)
             return JSONResponse(ProfileJSON(profile))
         }
@@ -131,14 +131,14 @@ struct AdminRoutes: Sendable {
             let actor = try await authenticator.requireOperator(request, context)
             let userID = try await existingUser(context)
             try await profiles.delete(
-                userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.remoteIP), logger: context.logger)
+                userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
             return Response(status: .noContent)
         }
         router.post("/api/admin/users/:userId/profiles/:id/reset-pin") { request, context in
             let actor = try await authenticator.requireOperator(request, context)
             let userID = try await existingUser(context)
             let profile = try await profiles.resetPIN(
-                userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.remoteIP), logger: context.logger)
+                userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
             return JSONResponse(ProfileJSON(profile))
         }
         router.post("/api/admin/users/:userId/subscription") { request, context in
@@ -146,7 +146,7 @@ struct AdminRoutes: Sendable {
             let userID = try await existingUser(context)
             var request = request
             let body = try await request.decodeJSON(CompRequest.self, context: context)
-            return JSONResponse(try await comp(userID: userID, body: body, actor: actor, ip: context.remoteIP, logger: context.logger))
+            return JSONResponse(try await comp(userID: userID, body: body, actor: actor, ip: context.clientIP, logger: context.logger))
         }
         router.post("/api/admin/users/:userId/grants") { request, context in
             let actor = try await authenticator.requireOperator(request, context)
@@ -159,7 +159,7 @@ struct AdminRoutes: Sendable {
             if response.status == .created && response.headers[.idempotentReplayed] == nil {
                 try await subscriptionRoutes.database.transaction(logger: context.logger) { tx in
                     try await AuditLog.record(
-                        tx, at: subscriptionRoutes.clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: context.remoteIP,
+                        tx, at: subscriptionRoutes.clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: context.clientIP,
                         detail: "\(body.amount) \(body.bucket.rawValue)")
                 }
             }
@@ -187,7 +187,7 @@ struct AdminRoutes: Sendable {
             let ended = try await subscriptionRoutes.database.transaction(logger: context.logger) { tx in
                 let now = subscriptionRoutes.clock.now()
                 let ended = try await store.end(userID: userID, now: now, tx)
-                if ended { try await AuditLog.record(tx, at: now, actor: actor, action: "admin_subscription_ended", subject: userID, ip: context.remoteIP) }
+                if ended { try await AuditLog.record(tx, at: now, actor: actor, action: "admin_subscription_ended", subject: userID, ip: context.clientIP) }
                 return ended
             }
             guard ended else { throw Problem.notFound("This user has no subscription.") }

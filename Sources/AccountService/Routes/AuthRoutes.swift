@@ -140,7 +140,7 @@ struct AuthRoutes: Sendable {
     }
 
     func client(_ request: Request, _ context: AppRequestContext) -> ClientInfo {
-        ClientInfo(ip: context.remoteIP, userAgent: request.headers[.userAgent])
+        ClientInfo(ip: context.clientIP, userAgent: request.headers[.userAgent])
     }
 
     static func json(_ session: IssuedSession) -> SessionJSON { SessionJSON(id: session.id, token: session.token, expiresAt: iso(session.expiresAt)) }

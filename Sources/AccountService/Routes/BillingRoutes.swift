@@ -59,7 +59,7 @@ struct BillingRoutes: Sendable {
             _ = try billing.requireApple()
             let body = try await request.decodeJSON(VerifyRequest.self, context: context)
             let raw = body.signedTransaction  // the JWS itself is what is stored for audit
-            let (transaction, environment) = try await verifiedOrRecorded(provider: "apple", source: "verify", raw: raw, context: context) {
+            let (transaction, environment) = try await verified(provider: "apple", context: context) {
                 try await billing.verifyAppleTransaction(body.signedTransaction)
             }
             let userID = session.user.id
@@ -80,7 +80,7 @@ struct BillingRoutes: Sendable {
             var request = request
             _ = try billing.requireApple()
             let raw = String(decoding: Data(try await request.rawBody(context: context).readableBytesView), as: UTF8.self)
-            let notification = try await verifiedOrRecorded(provider: "apple", source: "notification", raw: raw, context: context) {
+            let notification = try await verified(provider: "apple", context: context) {
                 guard let body = try? JSONDecoder().decode(AppleNotificationBody.self, from: Data(raw.utf8)) else {
                     throw BillingError.malformed("The body must be {\"signedPayload\": \"<JWS>\"}.")
                 }
@@ -100,7 +100,7 @@ struct BillingRoutes: Sendable {
             let buffer = try await request.rawBody(context: context)
             let bytes = Array(buffer.readableBytesView)
             let raw = String(decoding: bytes, as: UTF8.self)
-            try await verifiedOrRecorded(provider: "stripe", source: "webhook", raw: raw, context: context) {
+            try await verified(provider: "stripe", context: context) {
                 try billing.verifyStripe(rawBody: bytes, header: request.headers[HTTPField.Name("Stripe-Signature")!])
             }
             let verdict = try await verifiedOrRecorded(provider: "stripe", source: "webhook", raw: raw, context: context) {
@@ -139,8 +139,21 @@ struct BillingRoutes: Sendable {
         }
     }
 
-    /// Runs a verification (or an application that can refuse the event); a refusal is stored (raw, with the
-    /// reason) in its own transaction and answered with its 4xx problem.
+    /// Runs a signature or payload verification. A payload that fails it is not stored (anyone can send one): it is
+    /// counted (`billing_events{outcome="unverified"}`), logged without its body, and answered with its 4xx problem.
+    func verified<T>(provider: String, context: AppRequestContext, _ verify: () async throws -> T) async throws -> T {
+        do {
+            return try await verify()
+        } catch let error as BillingError {
+            if case .notConfigured = error { throw error }
+            AppMetrics.billingEvent(provider: provider, outcome: "unverified")
+            context.logger.notice("billing payload failed verification", metadata: ["provider": "\(provider)", "reason": "\(error.problem.detail)"])
+            throw error
+        }
+    }
+
+    /// Applies a verified event that can still be refused (an unknown product, another account's purchase); a refusal is
+    /// stored (raw, with the reason) in its own transaction and answered with its 4xx problem.
     func verifiedOrRecorded<T>(
         provider: String, source: String, raw: String, context: AppRequestContext, _ verify: () async throws -> T
     ) async throws -> T {

@@ -172,14 +172,15 @@ struct EntitlementRoutes: Sendable {
         }
     }
 
-    /// 200 with an ETag, or 304 when `If-None-Match` names the current one.
+    /// 200 with an ETag, or 304 when `If-None-Match` names the current one. Not stored by caches (`no-store`, personal data):
+    /// clients keep the last body and send its ETag themselves.
     static func conditional(_ snapshot: RenderedSnapshot, request: Request) -> Response {
         let etag = snapshot.etag
         if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag }) {
-            return Response(status: .notModified, headers: [.eTag: etag, .cacheControl: "private, no-cache"])
+            return Response(status: .notModified, headers: [.eTag: etag])
         }
         return Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag, .cacheControl: "private, no-cache"],
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag],
             body: .init(byteBuffer: ByteBuffer(bytes: snapshot.body)))
     }
 }

@@ -226,6 +226,7 @@ struct TokenRoutes: Sendable {
         }
         router.get("/api/user/token-history") { request, context in
             let session = try await authenticator.session(request, context)
+            try authenticator.auth.requireOwnerProfile(session)
             return JSONResponse(try await history(userID: session.user.id, request: request, logger: context.logger))
         }
     }

@@ -15,10 +15,14 @@ struct SystemRoutes: Sendable {
         router.get("/ready") { _, context in try await ready(context: context) }
         router.get("/openapi.yaml") { _, _ in
             Response(
-                status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
+                status: .ok, headers: [.contentType: "application/yaml; charset=utf-8", .cacheControl: "public, max-age=300"],
                 body: .init(byteBuffer: ByteBuffer(string: OpenAPISpec.yaml)))
         }
-        router.get("/api/subscription-plans") { _, _ in JSONResponse(catalog.activePlans) }
+        router.get("/api/subscription-plans") { _, _ in
+            var response = JSONResponse(catalog.activePlans)
+            response.headers[.cacheControl] = "public, max-age=300"
+            return response
+        }
     }
 
     /// 200 when the database answers within 2 s, else a 503 problem.

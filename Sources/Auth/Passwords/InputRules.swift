@@ -1,11 +1,20 @@
 import Foundation
 
-/// Validation of what users type, shared by every flow.
+/// Validation of what users type, shared by every flow. Lengths people see are counted in characters (grapheme clusters);
+/// every string also has a byte limit, since one character can carry any number of combining marks.
 public enum InputRules {
+    public static let emailBytesMax = 254
+    public static let passwordCharactersMin = 10
+    public static let passwordCharactersMax = 128
+    public static let passwordBytesMax = 1024
+    public static let nameCharactersMax = 100
+    public static let nameBytesMax = 400
+
     /// Trimmed and lower-cased; nil unless it looks like one deliverable address.
     public static func normalizedEmail(_ raw: String) -> String? {
+        guard raw.utf8.count <= 4 * emailBytesMax else { return nil }
         let email = raw.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
-        guard email.utf8.count <= 254, !email.contains(where: { $0.isWhitespace || $0.isNewline }) else { return nil }
+        guard email.utf8.count <= emailBytesMax, !email.contains(where: { $0.isWhitespace || $0.isNewline }) else { return nil }
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard parts.count == 2, let local = parts.first, let domain = parts.last else { return nil }
         guard (1...64).contains(local.utf8.count), !local.hasPrefix("."), !local.hasSuffix("."), !local.contains("..") else { return nil }
@@ -17,21 +26,44 @@ public enum InputRules {
         return local.unicodeScalars.allSatisfy(allowedLocal.contains) ? email : nil
     }
 
-    /// 10–128 characters, any characters, not one of the common passwords.
+    /// 10–128 characters and at most 1 KiB, any characters, not one of the common passwords.
     public static func passwordProblem(_ password: String) -> String? {
+        if password.utf8.count > passwordBytesMax { return "Password must be at most \(passwordBytesMax) bytes." }
         let count = password.count
-        if count < 10 { return "Password must be at least 10 characters." }
-        if count > 128 { return "Password must be at most 128 characters." }
+        if count < passwordCharactersMin { return "Password must be at least \(passwordCharactersMin) characters." }
+        if count > passwordCharactersMax { return "Password must be at most \(passwordCharactersMax) characters." }
         if CommonPasswords.list.contains(password.lowercased()) { return "This password is too common; choose another." }
         return nil
     }
 
-    /// A display name: 1–100 characters after trimming, no control characters.
+    /// A display name: 1–100 characters (at most 400 bytes) after trimming, no control characters.
     public static func nameProblem(_ name: String) -> String? {
-        let trimmed = name.trimmingCharacters(in: .whitespacesAndNewlines)
-        if trimmed.isEmpty { return "Name must not be empty." }
-        if trimmed.count > 100 { return "Name must be at most 100 characters." }
-        if trimmed.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) { return "Name must not contain control characters." }
+        textProblem(name, field: "Name", charactersMax: nameCharactersMax, bytesMax: nameBytesMax)
+    }
+
+    /// The problem with a required one-line text field, or nil: empty after trimming, too many characters or bytes,
+    /// or control characters.
+    public static func textProblem(_ text: String, field: String, charactersMax: Int, bytesMax: Int) -> String? {
+        if text.utf8.count > bytesMax + 64 { return "\(field) must be at most \(bytesMax) bytes." }
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        if trimmed.isEmpty { return "\(field) must not be empty." }
+        if trimmed.utf8.count > bytesMax { return "\(field) must be at most \(bytesMax) bytes." }
+        if trimmed.count > charactersMax { return "\(field) must be at most \(charactersMax) characters." }
+        if trimmed.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) { return "\(field) must not contain control characters." }
         return nil
+    }
+
+    /// `text` cut to at most `bytes` UTF-8 bytes, on a character boundary.
+    public static func truncated(_ text: String, bytes: Int) -> String {
+        guard text.utf8.count > bytes else { return text }
+        var result = ""
+        var used = 0
+        for character in text {
+            let size = character.utf8.count
+            guard used + size <= bytes else { break }
+            result.append(character)
+            used += size
+        }
+        return result
     }
 }

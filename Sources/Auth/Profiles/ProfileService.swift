@@ -46,14 +46,15 @@ public struct ProfileService: Sendable {
     let clock: any TimeSource
     let policy: AuthPolicy
     let limits: any ProfilePlanLimits
-    public let pinAttemptsMax = 5
-    public let pinLockSeconds: Double = 15 * 60
+    let passwords: PasswordCheck
 
-    public init(database: any Database, hasher: PasswordHasher, clock: any TimeSource, policy: AuthPolicy = AuthPolicy(), limits: any ProfilePlanLimits) {
+    /// `passwords` is the auth service's (``AuthService/passwords``): PIN changes check the password in the same budget.
+    public init(database: any Database, hasher: PasswordHasher, clock: any TimeSource, policy: AuthPolicy, passwords: PasswordCheck, limits: any ProfilePlanLimits) {
         self.database = database
         self.hasher = hasher
         self.clock = clock
         self.policy = policy
+        self.passwords = passwords
         self.limits = limits
     }
 
@@ -69,48 +70,38 @@ public struct ProfileService: Sendable {
         return try rows.enumerated().map { index, row in ProfileView(profile: try FamilyProfile(row: row), isLocked: index >= limit) }
     }
 
-    /// Binds a profile to the session. A PIN profile needs its PIN; wrong PINs count per profile (stored),
-    /// the fifth locks it for 15 minutes. An attempt is reserved before the (slow) PIN check, so parallel
-    /// guesses cannot exceed the limit.
+    /// Binds a profile to the session. A PIN profile needs its PIN: each check reserves an attempt in the profile's PIN
+    /// budget before Argon2 runs (5 in a row, then a 15-minute lock), so parallel guesses cannot exceed the limit, and a
+    /// wrong PIN writes nothing afterwards. A right PIN starts the budget again.
     public func select(_ session: AuthenticatedSession, profileID: String, pin: String?, logger: Logger) async throws -> FamilyProfile {
         let userID = session.user.id
+        let key = BudgetKeys.pin(profileID: profileID)
+        let rule = policy.pinRule
         let reserved: (profile: FamilyProfile, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             guard let view = try await views(tx, userID: userID, now: now).first(where: { $0.profile.id == profileID }) else { throw AuthError.notFound }
             if view.isLocked { throw AuthError.subscriptionRequired("This profile is beyond your plan's profile limit; upgrade to use it.") }
-            let row = try await tx.first(
-                "SELECT pin_hash, pin_failed_attempts, pin_locked_until_ms FROM family_profiles WHERE id = ?" + tx.dialect.forUpdate, [profileID])
-            guard let row, let pinHash = row.optionalString("pin_hash") else { return (view.profile, nil, 0) }
-            if let lockedUntil = row.optionalDate("pin_locked_until_ms"), lockedUntil > now {
-                throw AuthError.pinLocked(retryAfterSeconds: Int(lockedUntil.timeIntervalSince(now).rounded(.up)))
+            let row = try await tx.first("SELECT pin_hash FROM family_profiles WHERE id = ?", [profileID])
+            guard let pinHash = row?.optionalString("pin_hash") else { return (view.profile, nil, 0) }
+            guard let pin, !pin.isEmpty else {
+                let (remaining, refusal) = try await AttemptBudget.peek(tx, key: key, rule: rule, now: now)
+                if case .refused(let seconds, _) = refusal { throw AuthError.pinLocked(retryAfterSeconds: seconds) }
+                throw AuthError.invalidPIN(attemptsRemaining: remaining)
             }
-            guard let pin, !pin.isEmpty else { throw AuthError.invalidPIN(attemptsRemaining: pinAttemptsMax - Int(try row.int("pin_failed_attempts"))) }
-            var attempts = Int(try row.int("pin_failed_attempts"))
-            if row.optionalInt("pin_locked_until_ms") != nil { attempts = 0 }  // an expired lock starts a fresh count
-            attempts += 1
-            try await tx.query(
-                "UPDATE family_profiles SET pin_failed_attempts = ?, pin_locked_until_ms = NULL WHERE id = ?", [attempts, profileID])
-            return (view.profile, pinHash, attempts)
+            switch try await AttemptBudget.reserve(tx, key: key, rule: rule, now: now) {
+            case .reserved(let attempt): return (view.profile, pinHash, attempt)
+            case .refused(let seconds, _): throw AuthError.pinLocked(retryAfterSeconds: seconds)
+            }
         }
-        if let pinHash = reserved.pinHash {
-            let correct = try await verify(pin ?? "", pinHash)
-            if !correct {
-                let locked = reserved.attempt >= pinAttemptsMax
-                try await database.transaction(logger: logger) { tx in
-                    let now = clock.now()
-                    if locked {
-                        try await tx.query("UPDATE family_profiles SET pin_locked_until_ms = ? WHERE id = ?", [now.addingTimeInterval(pinLockSeconds), profileID])
-                        try await AuditLog.record(tx, at: now, actor: userID, action: "profile_pin_locked", subject: userID, ip: nil, detail: profileID)
-                    }
-                }
-                if locked { throw AuthError.pinLocked(retryAfterSeconds: Int(pinLockSeconds)) }
-                throw AuthError.invalidPIN(attemptsRemaining: pinAttemptsMax - reserved.attempt)
+        if let pinHash = reserved.pinHash, !(try await verify(pin ?? "", pinHash)) {
+            guard reserved.attempt >= rule.limit else { throw AuthError.invalidPIN(attemptsRemaining: rule.limit - reserved.attempt) }
+            try await database.transaction(logger: logger) { tx in
+                try await AuditLog.record(tx, at: clock.now(), actor: userID, action: "profile_pin_locked", subject: userID, ip: nil, detail: profileID)
             }
+            throw AuthError.pinLocked(retryAfterSeconds: Int(rule.lockSeconds))
         }
         try await database.transaction(logger: logger) { tx in
-            if reserved.pinHash != nil {
-                try await tx.query("UPDATE family_profiles SET pin_failed_attempts = 0, pin_locked_until_ms = NULL WHERE id = ?", [profileID])
-            }
+            if reserved.pinHash != nil { try await AttemptBudget.succeeded(tx, key: key, attempt: reserved.attempt, now: clock.now()) }
             try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, session.sessionID])
         }
         return reserved.profile
@@ -164,11 +155,11 @@ public struct ProfileService: Sendable {
                     WHERE id = ? AND user_id = ?
                     """, [Self.trimmed(input.name), input.avatar, input.canMakePurchases, input.canUseCustomContentTypes, now, profileID, userID])
                 if let pinHash {
-                    try await tx.query(
-                        "UPDATE family_profiles SET pin_hash = ?, pin_failed_attempts = 0, pin_locked_until_ms = NULL WHERE id = ?", [pinHash, profileID])
+                    try await tx.query("UPDATE family_profiles SET pin_hash = ? WHERE id = ?", [pinHash, profileID])
+                    try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
                 } else if input.removePin {
-                    try await tx.query(
-                        "UPDATE family_profiles SET pin_hash = NULL, pin_failed_attempts = 0, pin_locked_until_ms = NULL WHERE id = ?", [profileID])
+                    try await tx.query("UPDATE family_profiles SET pin_hash = NULL WHERE id = ?", [profileID])
+                    try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
                 }
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_updated", profileID: profileID, now: now)
                 return try await load(tx, id: profileID, userID: userID)
@@ -186,6 +177,7 @@ public struct ProfileService: Sendable {
             let fallback = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
             try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE selected_profile_id = ?", [fallback, profileID])
             try await tx.query("DELETE FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
+            try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
             try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_deleted", profileID: profileID, now: now)
         }
     }
@@ -195,9 +187,8 @@ public struct ProfileService: Sendable {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             _ = try await load(tx, id: profileID, userID: userID)
-            try await tx.query(
-                "UPDATE family_profiles SET pin_hash = NULL, pin_failed_attempts = 0, pin_locked_until_ms = NULL, updated_at_ms = ? WHERE id = ?",
-                [now, profileID])
+            try await tx.query("UPDATE family_profiles SET pin_hash = NULL, updated_at_ms = ? WHERE id = ?", [now, profileID])
+            try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
             try await audit(tx, manager: manager, owner: false, userID: userID, action: "profile_pin_reset", profileID: profileID, now: now)
             return try await load(tx, id: profileID, userID: userID)
         }
@@ -212,7 +203,7 @@ public struct ProfileService: Sendable {
         let defaultID = try await database.withConnection(logger: logger) { tx in
             try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
         }
-        guard session.selectedProfileID == nil || session.selectedProfileID == defaultID else {
+        guard session.isOwnerProfile && (session.selectedProfileID == nil || session.selectedProfileID == defaultID) else {
             throw AuthError.forbidden("Only the account owner (the default profile) can manage profiles; switch to it first.")
         }
         guard settingPIN else { return true }
@@ -220,34 +211,32 @@ public struct ProfileService: Sendable {
         guard let currentPassword else {
             throw AuthError.forbidden("Changing a PIN needs currentPassword in the body (or a sign-in within the last 10 minutes).")
         }
-        let stored = try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT password_hash FROM users WHERE id = ?", [userID])?.optionalString("password_hash")
-        }
-        guard let stored, try await verify(currentPassword, stored) else { throw AuthError.invalidCredentials }
+        try await passwords.require(currentPassword, of: session.user, ip: nil, logger: logger)
         return true
     }
 
     static func validate(_ input: ProfileInput) throws {
-        let name = trimmed(input.name)
-        if name.isEmpty || name.count > 30 { throw AuthError.validation("Profile name must be 1 to 30 characters.") }
-        if name.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) {
-            throw AuthError.validation("Profile name must not contain control characters.")
+        if let problem = InputRules.textProblem(input.name, field: "Profile name", charactersMax: 30, bytesMax: 120) {
+            throw AuthError.validation(problem)
         }
         if let avatar = input.avatar, !isValidAvatar(avatar) {
-            throw AuthError.validation("Avatar must be one emoji or an https URL of at most 512 characters.")
+            throw AuthError.validation("Avatar must be one emoji (at most 64 bytes) or an https URL of at most 512 bytes.")
         }
-        if let pin = input.pin, !(4...6).contains(pin.count) || !pin.allSatisfy({ $0.isASCII && $0.isNumber }) {
+        if let pin = input.pin, !(4...6).contains(pin.utf8.count) || !pin.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
             throw AuthError.validation("PIN must be 4 to 6 digits.")
         }
         if input.pin != nil && input.removePin { throw AuthError.validation("Give either pin or removePin, not both.") }
     }
 
+    /// One emoji (at most 64 bytes: the longest standard emoji sequences are about 35) or an https URL.
     static func isValidAvatar(_ avatar: String) -> Bool {
+        guard avatar.utf8.count <= 512 else { return false }
         if avatar.count == 1, let scalar = avatar.unicodeScalars.first {
+            guard avatar.utf8.count <= 64 else { return false }
             return scalar.properties.isEmojiPresentation || (scalar.properties.isEmoji && avatar.unicodeScalars.count > 1)
                 || (scalar.properties.isEmoji && scalar.value > 0x2000)
         }
-        guard avatar.utf8.count <= 512, let url = URL(string: avatar), url.scheme == "https", let host = url.host, !host.isEmpty else { return false }
+        guard let url = URL(string: avatar), url.scheme == "https", let host = url.host, !host.isEmpty else { return false }
         return true
     }
 

@@ -1,0 +1,133 @@
+import Foundation
+import Logging
+import Storage
+
+extension AuthService {
+    /// Changes the account's name or prompt-enhancement setting (owner profile only).
+    public func updateMe(_ session: AuthenticatedSession, name: String?, promptEnhancementEnabled: Bool?, logger: Logger) async throws -> User {
+        try requireOwnerProfile(session)
+        if let name, let problem = InputRules.nameProblem(name) { throw AuthError.validation(problem) }
+        return try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            if let name {
+                try await tx.query(
+                    "UPDATE users SET name = ?, updated_at_ms = ? WHERE id = ?", [name.trimmingCharacters(in: .whitespacesAndNewlines), now, session.user.id])
+            }
+            if let promptEnhancementEnabled {
+                try await tx.query(
+                    "UPDATE users SET prompt_enhancement_enabled = ?, updated_at_ms = ? WHERE id = ?", [promptEnhancementEnabled, now, session.user.id])
+            }
+            return try await loadUser(tx, id: session.user.id)
+        }
+    }
+
+    /// Erases the account's personal data (email, name, hashes, profiles, devices) and revokes every session (owner
+    /// profile only, after the password check). The user id stays, anonymous, so ledger history keeps balancing; the
+    /// erasure hook closes what other modules keep (the ledger forfeits the balance in the same transaction).
+    public func deleteMe(_ session: AuthenticatedSession, password: String, client: ClientInfo, logger: Logger) async throws {
+        try requireOwnerProfile(session)
+        try await passwords.require(password, of: session.user, ip: client.ip, logger: logger)
+        let email = session.user.email
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let id = session.user.id
+            try await tx.query(
+                "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
+                [now, now, id])
+            try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, id])
+            try await tx.query("UPDATE sessions SET user_agent = NULL, ip = NULL WHERE user_id = ?", [id])
+            for profile in try await tx.query("SELECT id FROM family_profiles WHERE user_id = ?", [id]) {
+                try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: try profile.string("id")))
+            }
+            try await tx.query("DELETE FROM family_profiles WHERE user_id = ?", [id])
+            try await tx.query("DELETE FROM known_devices WHERE user_id = ?", [id])
+            try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email])
+            try await erasure.accountErased(userID: id, at: now, executor: tx)
+            try await AuditLog.record(tx, at: now, actor: id, action: "account_deleted", subject: id, ip: client.ip)
+        }
+    }
+
+    /// Creates a verified operator account (CLI `admin create`).
+    public func createAdmin(email rawEmail: String, password: String, name: String, logger: Logger) async throws -> User {
+        guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
+        if let problem = InputRules.passwordProblem(password) { throw AuthError.validation(problem) }
+        if let problem = InputRules.nameProblem(name) { throw AuthError.validation(problem) }
+        let hash = try await hashPassword(password)
+        do {
+            return try await database.transaction(logger: logger) { tx in
+                let now = clock.now()
+                let id = UUID().uuidString.lowercased()
+                try await tx.query(
+                    """
+                    INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
+                    VALUES (?, ?, ?, ?, ?, 'admin', ?, ?, ?)
+                    """, [id, email, name, hash, true, true, now, now])
+                _ = try await ensureDefaultProfile(tx, userID: id, name: name, now: now)
+                try await AuditLog.record(tx, at: now, actor: "cli", action: "admin_created", subject: id, ip: nil)
+                return try await loadUser(tx, id: id)
+            }
+        } catch StorageError.uniqueViolation {
+            throw AuthError.conflict("An account with this email already exists.")
+        }
+    }
+
+    public func user(id: String, logger: Logger) async throws -> User {
+        try await database.withConnection(logger: logger) { tx in try await loadUser(tx, id: id) }
+    }
+
+    /// The selected profile, or the default one when none is selected (or the selected one is gone): one query.
+    public func activeProfile(selectedID: String?, userID: String, logger: Logger) async throws -> FamilyProfile? {
+        try await database.withConnection(logger: logger) { tx in
+            try await tx.first(
+                """
+                SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND (is_default OR id = ?)
+                ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1
+                """, [userID, selectedID ?? "", selectedID ?? ""]).map(FamilyProfile.init)
+        }
+    }
+
+    public func profile(id: String, userID: String, logger: Logger) async throws -> FamilyProfile? {
+        try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [id, userID]).map(FamilyProfile.init)
+        }
+    }
+
+    /// Forgets expired attempt budgets (the sweeper calls it); returns how many rows went.
+    public func purgeAttemptBudgets(limit: Int, logger: Logger) async throws -> Int {
+        let now = clock.now()
+        return try await database.transaction(logger: logger) { tx in
+            try await AttemptBudget.purge(tx, idleBefore: now.addingTimeInterval(-2 * 3600), now: now, limit: limit)
+        }
+    }
+}
+
+/// A user as operators see it.
+public struct UserSummary: Sendable, Equatable {
+    public let user: User
+    public let createdAt: Date
+    public let deleted: Bool
+}
+
+extension AuthService {
+    /// Operator lookup: the user with exactly this address, or the newest users (at most `limit`, ≤ 100).
+    public func findUsers(email: String?, limit: Int, logger: Logger) async throws -> [UserSummary] {
+        let limit = min(max(limit, 1), 100)
+        let rows = try await database.withConnection(logger: logger) { tx in
+            if let email {
+                guard let normalized = InputRules.normalizedEmail(email) else { throw AuthError.validation("Enter a valid email address.") }
+                return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE email = ?", [normalized])
+            }
+            return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users ORDER BY created_at_ms DESC, id LIMIT ?", [limit])
+        }
+        return try rows.map { UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil) }
+    }
+
+    /// Operator lookup by id (deleted users included, anonymous).
+    public func findUser(id: String, logger: Logger) async throws -> UserSummary {
+        let row = try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE id = ?", [id])
+        }
+        guard let row else { throw AuthError.notFound }
+        return UserSummary(user: try User(row: row), createdAt: try row.date("created_at_ms"), deleted: row.optionalInt("deleted_at_ms") != nil)
+    }
+}

@@ -1,0 +1,71 @@
+import Foundation
+import Logging
+import Storage
+
+extension AuthService {
+    /// Mails a reset code to a verified account, within the reset mail budget (its own, so sign-up mail cannot starve it).
+    /// Every address takes from a budget and answers the same: 200, or 429 while throttled.
+    public func forgotPassword(email rawEmail: String, client: ClientInfo, logger: Logger) async throws {
+        guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
+        let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let user = try await startCodeMail(tx, .reset, email: email, now: now)
+            guard let user, try user.bool("email_verified") else { return [] }
+            let code = try await issueCode(tx, email: email, purpose: .reset, now: now)
+            try await AuditLog.record(tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: try user.string("id"), ip: client.ip)
+            return [Mails.resetCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60))]
+        }
+        await send(mails, logger: logger)
+    }
+
+    /// Sets a new password with a reset code: revokes every session and lifts a sign-in lock. The code is checked (its
+    /// attempt reserved first) before the new password is hashed, so bogus resets cost no Argon2 work; the code is used up
+    /// in the transaction that sets the password, so a failed hash leaves it usable.
+    public func resetPassword(email rawEmail: String, code: String, newPassword: String, client: ClientInfo, logger: Logger) async throws {
+        guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
+        try Self.checkCodeFormat(code)
+        if let problem = InputRules.passwordProblem(newPassword) { throw AuthError.validation(problem) }
+        let attempt = try await reserveCodeAttempt(.reset, email: email, logger: logger)
+        let check = try await database.transaction(logger: logger) { tx in
+            try await checkCode(tx, email: email, purpose: .reset, code: code, attempt: attempt, consume: false, now: clock.now())
+        }
+        guard case .ok = check else { throw check.error }
+        try await reserveHashing(ip: client.ip, logger: logger)
+        let newHash = try await hashPassword(newPassword)
+        let accountKey = keys.password(email: email)
+        let outcome: Result<[MailMessage], AuthError> = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let recheck = try await checkCode(tx, email: email, purpose: .reset, code: code, attempt: 0, consume: true, now: now)
+            guard case .ok = recheck else { return .failure(recheck == .used ? .otpAlreadyUsed : recheck.error) }
+            guard let user = try await tx.first("SELECT id FROM users WHERE email = ? AND deleted_at_ms IS NULL", [email]) else {
+                return .failure(.invalidOTP(attemptsRemaining: 0))
+            }
+            let userID = try user.string("id")
+            try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, userID])
+            try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, userID])
+            try await AttemptBudget.clear(tx, key: accountKey)
+            try await AuditLog.record(tx, at: now, actor: userID, action: "password_reset", subject: userID, ip: client.ip)
+            return .success([Mails.passwordChanged(to: email)])
+        }
+        await send(try outcome.get(), logger: logger)
+    }
+
+    /// Changes the password after checking the current one (owner profile only); every other session is revoked.
+    public func changePassword(
+        _ session: AuthenticatedSession, currentPassword: String, newPassword: String, client: ClientInfo, logger: Logger
+    ) async throws {
+        try requireOwnerProfile(session)
+        if let problem = InputRules.passwordProblem(newPassword) { throw AuthError.validation(problem) }
+        try await passwords.require(currentPassword, of: session.user, ip: client.ip, logger: logger)
+        let newHash = try await hashPassword(newPassword)
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, session.user.id])
+            try await tx.query(
+                "UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND id <> ? AND revoked_at_ms IS NULL", [now, session.user.id, session.sessionID])
+            try await tx.query("UPDATE sessions SET authenticated_at_ms = ? WHERE id = ?", [now, session.sessionID])
+            try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)
+        }
+        await send([Mails.passwordChanged(to: session.user.email)], logger: logger)
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import Logging
+import Storage
+
+extension AuthService {
+    /// The attempts one sign-in reserved before its password check.
+    struct SignInAttempt {
+        let accountKey: String
+        let account: Int
+        let networkKey: String
+        let network: Int
+    }
+
+    /// Checks the password and opens a session. Unknown addresses and wrong passwords answer the same, after the same
+    /// Argon2 work. Before the hash, one transaction reserves an attempt in three budgets (Argon2 runs per IP, failed
+    /// sign-ins per IP, password checks per address); a refusal in any of them answers 429 and reserves nothing.
+    public func signIn(email rawEmail: String, password: String, client: ClientInfo, logger: Logger) async throws -> (User, IssuedSession) {
+        guard password.utf8.count <= InputRules.passwordBytesMax else {
+            throw AuthError.validation("Password must be at most \(InputRules.passwordBytesMax) bytes.")
+        }
+        guard rawEmail.utf8.count <= InputRules.emailBytesMax else { throw AuthError.validation("Enter a valid email address.") }
+        let email = InputRules.normalizedEmail(rawEmail) ?? rawEmail.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
+        let row = try await database.withConnection(logger: logger) { tx in
+            try await tx.first(
+                "SELECT id, password_hash, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL AND password_hash IS NOT NULL", [email])
+        }
+        let storedHash = row?.optionalString("password_hash")
+        let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
+        guard matches, let row, let storedHash else {
+            try await recordFailure(attempt, userID: row?.optionalString("id"), client: client, logger: logger)
+            throw AuthError.invalidCredentials
+        }
+        let userID = try row.string("id")
+        let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
+        let outcome: Result<(User, IssuedSession, [MailMessage]), AuthError> = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
+            try await AttemptBudget.refund(tx, key: attempt.networkKey)
+            guard try row.bool("email_verified") else { return .failure(.emailNotVerified) }
+            if let rehash { try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [rehash, now, userID]) }
+            let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
+            let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
+            let newDevice = try await rememberDevice(tx, userID: userID, client: client, now: now)
+            try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in", subject: userID, ip: client.ip)
+            let user = try await loadUser(tx, id: userID)
+            let notify = newDevice ? try await takeMailBudget(tx, .notice, email: user.email, now: now) == .allowed : false
+            return .success((user, session, notify ? [Mails.newDevice(to: user.email, client: client, at: now)] : []))
+        }
+        let (user, session, mails) = try outcome.get()
+        await send(mails, logger: logger)
+        return (user, session)
+    }
+
+    /// Reserves the sign-in's attempts in one transaction: all three or none.
+    func reserveSignIn(email: String, ip: String, logger: Logger) async throws -> SignInAttempt {
+        let accountKey = keys.password(email: email)
+        let networkKey = keys.network(ip: ip)
+        let hashingKey = keys.hashing(ip: ip)
+        return try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            if case .refused(let seconds, _) = try await AttemptBudget.reserve(tx, key: hashingKey, rule: policy.hashingRule, now: now) {
+                throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many sign-ins from this network; try again shortly.")
+            }
+            let network = try await AttemptBudget.reserve(tx, key: networkKey, rule: policy.networkRule, now: now)
+            guard case .reserved(let networkAttempt) = network else {
+                throw AuthError.rateLimited(retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
+            }
+            let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: policy.passwordRule, now: now))
+            return SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)
+        }
+    }
+
+    /// A failed password check writes nothing to the budgets (the reservation was the count); the attempt that reached a
+    /// limit audits the lock it set, and the owner of a locked address is told (within the notice mail budget).
+    func recordFailure(_ attempt: SignInAttempt, userID: String?, client: ClientInfo, logger: Logger) async throws {
+        let accountLocked = attempt.account >= policy.passwordRule.limit
+        let networkLocked = attempt.network >= policy.networkRule.limit
+        guard accountLocked || networkLocked else { return }
+        let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            if networkLocked { try await AuditLog.record(tx, at: now, actor: "system", action: "ip_locked", subject: nil, ip: client.ip) }
+            guard accountLocked else { return [] }
+            try await AuditLog.record(tx, at: now, actor: "system", action: "account_locked", subject: userID, ip: client.ip)
+            guard let userID, let email = try await tx.first("SELECT email FROM users WHERE id = ?", [userID])?.optionalString("email"),
+                try await takeMailBudget(tx, .notice, email: email, now: now) == .allowed
+            else { return [] }
+            return [Mails.accountLocked(to: email, minutes: Int(policy.lockSeconds / 60))]
+        }
+        await send(mails, logger: logger)
+    }
+}
+
+extension AttemptReservation {
+    var retryAfterSeconds: Int {
+        if case .refused(let seconds, _) = self { return seconds }
+        return 0
+    }
+}

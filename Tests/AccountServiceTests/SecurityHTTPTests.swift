@@ -1,0 +1,330 @@
+import Auth
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountService
+
+/// The attacks of the security review, each replayed in process on both engines (scripts/attack replays them against
+/// real processes). Parallel requests run in task groups; the test clock stands still, so delays hold throughout.
+@Suite("Attacks that must fail")
+struct SecurityHTTPTests {
+    static let password = "correct horse battery"
+
+    /// Sends `count` requests at once and returns their problem codes ("ok" for a 2xx).
+    static func burst(_ count: Int, _ send: @escaping @Sendable (Int) async throws -> TestResponse) async throws -> [String] {
+        try await withThrowingTaskGroup(of: String.self) { group in
+            for i in 0..<count {
+                group.addTask {
+                    let response = try await send(i)
+                    return response.status.code < 300 ? "ok" : try response.problem().code
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func parallelWrongSignInsGetNoMoreGuessesThanTheDelaysAllow(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: { $0.authPolicy.ipHashesPerMinute = 1000 }) { client, app in
+            _ = try await client.signUpAndVerify(app, email: "burst@example.com")
+            let codes = try await Self.burst(25) { _ in try await client.signIn("burst@example.com", "wrong password \(UUID())") }
+            #expect(codes.filter { $0 == "invalid_credentials" }.count == 5, "4 free failures, the 5th starts the delays: \(codes)")
+            #expect(codes.filter { $0 == "rate_limited" }.count == 20)
+            // Space the guesses as the delays demand: the tenth failure locks, and the right password then gets nothing.
+            var checked = 5
+            for _ in 0..<10 {
+                app.clock.advance(seconds: 17)
+                if try await client.signIn("burst@example.com", "wrong password again").status == .unauthorized { checked += 1 }
+            }
+            #expect(checked == 10)
+            let right = try await client.signIn("burst@example.com", Self.password)
+            #expect(right.status == .tooManyRequests)
+            #expect(try right.problem().code == "account_locked")
+            // Parallel guesses from one network stop at its limit too (50 failures per IP, whatever the addresses).
+            let network = try await Self.burst(60) { i in try await client.signIn("nobody\(i)@example.com", "wrong password here") }
+            #expect(network.filter { $0 == "invalid_credentials" }.count <= 50 - 10)
+            #expect(network.contains("rate_limited"))
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func aSecondSignUpCannotChooseThePasswordOfAPendingAccount(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let victim = #"{"email":"pending@example.com","password":"the victims passphrase","name":"Victim"}"#
+            let attacker = #"{"email":"pending@example.com","password":"the attackers passphrase","name":"Mallory"}"#
+            let first = try await client.post("/api/auth/sign-up", json: victim)
+            let firstCode = try app.lastCode(to: "pending@example.com")
+            let second = try await client.post("/api/auth/sign-up", json: attacker)
+            #expect(first.status == .ok && second.text == first.text)
+            #expect(try app.mails(to: "pending@example.com").count == 1, "the repeat inside the cooldown mails nothing")
+            // After the cooldown the repeat mails a new code, still for the first sign-up's password and name.
+            app.clock.advance(seconds: 61)
+            #expect(try await client.post("/api/auth/sign-up", json: attacker).text == first.text)
+            let secondCode = try app.lastCode(to: "pending@example.com")
+            let mailed = try app.mails(to: "pending@example.com").count
+            #expect(mailed == 2 && (secondCode != firstCode || mailed == 2))
+            let verified = try await client.post("/api/verify-otp", json: #"{"email":"pending@example.com","code":"\#(secondCode)"}"#)
+            #expect(verified.status == .ok)
+            #expect(try verified.json(SeedVerifyOTPResponse.self).user?.name == "Victim")
+            #expect(try await client.signIn("pending@example.com", "the victims passphrase").status == .ok)
+            #expect(try await client.signIn("pending@example.com", "the attackers passphrase").status == .unauthorized)
+            // A pending sign-up older than a day can be started again, with a new password.
+            try await client.post("/api/auth/sign-up", json: #"{"email":"stale@example.com","password":"forgotten passphrase","name":"Old"}"#)
+            app.clock.advance(seconds: 25 * 3600)
+            try await client.post("/api/auth/sign-up", json: #"{"email":"stale@example.com","password":"remembered passphrase","name":"New"}"#)
+            let code = try app.lastCode(to: "stale@example.com")
+            #expect(try await client.post("/api/verify-otp", json: #"{"email":"stale@example.com","code":"\#(code)"}"#).status == .ok)
+            #expect(try await client.signIn("stale@example.com", "remembered passphrase").status == .ok)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func parallelPINGuessesStopAtFive(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "pins@example.com", name: "Owner")
+            let key = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "pro_monthly", key: key).status == .ok)
+            let kid = try await client.createProfile(token, #"{"name":"Kid","pin":"4321","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            let kidID = try kid.json(ProfileBody.self).id
+            let codes = try await Self.burst(20) { i in
+                try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidID)","pin":"\#(String(format: "%04d", i))"}"#)
+            }
+            #expect(codes.filter { $0 == "invalid_pin" }.count <= 5 && codes.filter { $0 == "pin_locked" }.count >= 15, "\(codes)")
+            let right = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidID)","pin":"4321"}"#)
+            #expect(right.status == .tooManyRequests)
+            #expect(try right.problem().code == "pin_locked")
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func wrongCodesAnswerTheSameForEveryAddress(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            _ = try await client.signUpAndVerify(app, email: "verified@example.com")
+            try await client.post("/api/auth/sign-up", json: #"{"email":"pending2@example.com","password":"correct horse battery","name":"P"}"#)
+            func wrong(_ email: String) throws -> String {
+                let codes = try app.mails(to: email).compactMap { mail in mail.range(of: #"\d{6}"#, options: .regularExpression).map { String(mail[$0]) } }
+                return codes.contains("000000") ? "111111" : "000000"
+            }
+            let addresses = ["verified@example.com", "pending2@example.com", "unknown@example.com"]
+            for _ in 0..<6 {
+                var answers: [String] = []
+                for email in addresses {
+                    let r = try await client.post("/api/verify-otp", json: #"{"email":"\#(email)","code":"\#(try wrong(email))"}"#)
+                    answers.append("\(r.status.code) \(r.text)")
+                }
+                #expect(Set(answers).count == 1, "\(answers)")
+            }
+            app.clock.advance(seconds: 61)
+            for email in ["verified@example.com", "unknown@example.com"] {
+                #expect(try await client.post("/api/auth/forgot-password", json: #"{"email":"\#(email)"}"#).status == .ok)
+            }
+            for _ in 0..<6 {
+                var answers: [String] = []
+                for email in ["verified@example.com", "unknown@example.com"] {
+                    let r = try await client.post(
+                        "/api/auth/reset-password", json: #"{"email":"\#(email)","code":"\#(try wrong(email))","newPassword":"another long passphrase"}"#)
+                    answers.append("\(r.status.code) \(r.text)")
+                }
+                #expect(Set(answers).count == 1, "\(answers)")
+            }
+            // Bogus resets never reach Argon2: the network's hashing budget still holds the two sign-ups of its old window.
+            let hashing = try await app.rows("SELECT attempts FROM attempt_budgets WHERE budget_key LIKE 'hash-ip:%'")
+            #expect(try hashing.map { try $0.int("attempts") } == [2], "only the sign-ups hashed")
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func passwordChecksBehindASessionShareTheSignInBudget(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "stolen@example.com")
+            let codes = try await Self.burst(15) { _ in
+                try await client.send(.post, "/api/auth/change-password", token: token, json: #"{"currentPassword":"guess guess guess","newPassword":"brand new passphrase"}"#)
+            }
+            #expect(codes.filter { $0 == "invalid_password" }.count == 5, "\(codes)")
+            #expect(codes.filter { $0 == "rate_limited" }.count == 10)
+            let erase = try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"guess guess guess"}"#)
+            #expect(erase.status == .tooManyRequests)
+            #expect(try await client.signIn("stolen@example.com", Self.password).status == .tooManyRequests, "sign-in waits as well")
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func textLimitsCountBytesToo(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let heavyName = String(repeating: "a", count: 99) + "e" + String(repeating: "\u{301}", count: 240_000)
+            #expect(heavyName.count == 100)
+            let signUp = try await client.post(
+                "/api/auth/sign-up", json: #"{"email":"heavy@example.com","password":"correct horse battery","name":"\#(heavyName)"}"#)
+            #expect(signUp.status == .badRequest)
+            #expect(try signUp.problem().detail.contains("bytes"))
+            let heavyPassword = String(repeating: "x" + String(repeating: "\u{301}", count: 40_000), count: 10)
+            #expect(heavyPassword.count == 10)
+            #expect(try await client.post("/api/auth/sign-up", json: #"{"email":"heavy@example.com","password":"\#(heavyPassword)","name":"H"}"#).status == .badRequest)
+            #expect(try await client.signIn("heavy@example.com", heavyPassword).status == .badRequest)
+            let token = try await client.signUpAndVerify(app, email: "light@example.com")
+            #expect(try await client.send(.patch, "/api/user/me", token: token, json: #"{"name":"\#(heavyName)"}"#).status == .badRequest)
+            let heavyAvatar = "👍" + String(repeating: "\u{FE0F}", count: 100_000)
+            #expect(heavyAvatar.count == 1)
+            let profile = try await client.createProfile(token, #"{"name":"Kid","avatar":"\#(heavyAvatar)","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            #expect(profile.status == .badRequest)
+            #expect(try await client.get("/api/auth/session", token: token).body.readableBytes < 4096)
+            // Real emoji sequences still pass.
+            let family = try await client.send(.put, "/api/family-profiles/\(try await defaultProfileID(client, token))", token: token,
+                json: #"{"name":"Ada","avatar":"👩🏽‍🤝‍👨🏻","canMakePurchases":true,"canUseCustomContentTypes":true}"#)
+            #expect(family.status == .ok)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func aRestrictedProfileCannotManageTheAccount(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let owner = try await client.signUpAndVerify(app, email: "family@example.com", name: "Owner")
+            let key = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: owner), plan: "pro_monthly", key: key).status == .ok)
+            let kidID = try await client.createProfile(owner, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+                .json(ProfileBody.self).id
+            let child = try await client.signIn("family@example.com", Self.password).json(SeedSignInResponse.self).session
+            #expect(try await client.send(.post, "/api/profiles/select", token: child.token, json: #"{"profileId":"\#(kidID)"}"#).status == .ok)
+            struct Current: Decodable { struct Session: Decodable { let id: String }; let session: Session }
+            let ownerSessionID = try await client.get("/api/auth/session", token: owner).json(Current.self).session.id
+            for (method, path, body) in [
+                (HTTPRequest.Method.patch, "/api/user/me", #"{"name":"Pwned"}"#), (.get, "/api/auth/sessions", nil),
+                (.delete, "/api/auth/sessions/\(ownerSessionID)", nil), (.get, "/api/user/token-history", nil),
+                (.post, "/api/auth/change-password", #"{"currentPassword":"correct horse battery","newPassword":"brand new passphrase"}"#),
+                (.delete, "/api/user/me", #"{"password":"correct horse battery"}"#),
+                (.post, "/api/family-profiles", #"{"name":"Another","canMakePurchases":true,"canUseCustomContentTypes":true}"#),
+            ] {
+                let response = try await client.send(method, path, token: child.token, json: body)
+                #expect(response.status == .forbidden, "\(method) \(path)")
+                #expect(try ["owner_profile_required", "forbidden"].contains(response.problem().code), "\(method) \(path)")
+            }
+            #expect(try await client.get("/api/auth/session", token: owner).status == .ok, "the owner's session survived")
+            for path in ["/api/auth/session", "/api/profiles/available", "/api/entitlements", "/api/user/token-balance", "/api/user/feature-access"] {
+                #expect(try await client.get(path, token: child.token).status == .ok, "\(path)")
+            }
+            #expect(try await client.send(.post, "/api/auth/sign-out", token: child.token).status == .ok, "a profile may sign its own session out")
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func mailBudgetsArePerPurpose(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            _ = try await client.signUpAndVerify(app, email: "mail@example.com")
+            // Right after the verification mail, a reset code still goes out.
+            #expect(try await client.post("/api/auth/forgot-password", json: #"{"email":"mail@example.com"}"#).status == .ok)
+            #expect(try app.mails(to: "mail@example.com").last?.contains("password reset code") == true)
+            // Spending the verification budget does not starve resets, and a throttled answer is the same for every address.
+            for _ in 0..<6 {
+                app.clock.advance(seconds: 61)
+                try await client.post("/api/auth/resend-otp", json: #"{"email":"mail@example.com"}"#)
+            }
+            let before = try app.mails(to: "mail@example.com").count
+            #expect(try await client.post("/api/auth/forgot-password", json: #"{"email":"mail@example.com"}"#).status == .ok)
+            #expect(try app.mails(to: "mail@example.com").count == before + 1)
+            let known = try await client.post("/api/auth/forgot-password", json: #"{"email":"mail@example.com"}"#)
+            try await client.post("/api/auth/forgot-password", json: #"{"email":"ghost@example.com"}"#)
+            let unknown = try await client.post("/api/auth/forgot-password", json: #"{"email":"ghost@example.com"}"#)
+            #expect(known.status == .tooManyRequests && known.text == unknown.text && known.headers[.retryAfter] == unknown.headers[.retryAfter])
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func responsesCarryTheirSecurityHeaders(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "headers@example.com")
+            for path in ["/api/auth/session", "/api/user/me", "/api/auth/sessions", "/api/entitlements", "/api/nope"] {
+                let response = try await client.get(path, token: token)
+                #expect(response.headers[.cacheControl] == "no-store", "\(path)")
+                #expect(response.headers[.xContentTypeOptions] == "nosniff", "\(path)")
+            }
+            let signIn = try await client.signIn("headers@example.com", Self.password)
+            #expect(signIn.headers[.cacheControl] == "no-store")
+            #expect(try await client.get("/api/subscription-plans", token: nil).headers[.cacheControl] == "public, max-age=300")
+            let wrongMethod = try await client.send(.delete, "/api/auth/sign-in", token: nil)
+            #expect(wrongMethod.status == .methodNotAllowed)
+            #expect(wrongMethod.headers[.allow] == "POST")
+            #expect(try wrongMethod.problem().code == "method_not_allowed")
+            let me = try await client.send(.put, "/api/user/me", token: token)
+            #expect(me.status == .methodNotAllowed && me.headers[.allow] == "DELETE, GET, PATCH")
+            let withParameter = try await client.send(.get, "/api/auth/sessions/abc", token: token)
+            #expect(withParameter.status == .methodNotAllowed && withParameter.headers[.allow] == "DELETE")
+            #expect(try await client.get("/api/auth/nothing-here", token: nil).status == .notFound)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func metricsAreOffWithoutAToken(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: { $0.metricsToken = nil }) { client, _ in
+            let metrics = try await client.get("/metrics", token: nil)
+            #expect(metrics.status == .notFound)
+        }
+    }
+
+    func defaultProfileID(_ client: some TestClientProtocol, _ token: String) async throws -> String {
+        try #require(try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first { $0.isDefault }).id
+    }
+}
+
+@Suite("Client address behind proxies")
+struct TrustedProxiesTests {
+    @Test func onlyTrustedHopsMayNameTheClient() throws {
+        let none = TrustedProxies.none
+        #expect(none.clientIP(peer: "10.0.0.5", forwardedFor: ["1.2.3.4"]) == "10.0.0.5")
+        let proxies = try TrustedProxies.parse("10.0.0.0/8, 127.0.0.1/32, ::1/128").get()
+        #expect(proxies.clientIP(peer: "203.0.113.9", forwardedFor: ["1.2.3.4"]) == "203.0.113.9", "an untrusted peer is the client")
+        #expect(proxies.clientIP(peer: "10.1.2.3", forwardedFor: ["203.0.113.7"]) == "203.0.113.7")
+        #expect(proxies.clientIP(peer: "10.1.2.3", forwardedFor: ["6.6.6.6, 203.0.113.7"]) == "203.0.113.7", "the spoofed left part is ignored")
+        #expect(proxies.clientIP(peer: "10.1.2.3", forwardedFor: ["6.6.6.6", "203.0.113.7, 10.9.9.9"]) == "203.0.113.7", "trusted hops are skipped")
+        #expect(proxies.clientIP(peer: "10.1.2.3", forwardedFor: ["garbage"]) == "10.1.2.3")
+        #expect(proxies.clientIP(peer: "10.1.2.3", forwardedFor: []) == "10.1.2.3")
+        #expect(proxies.clientIP(peer: "::1", forwardedFor: ["2001:db8::1"]) == "2001:db8::1")
+        #expect(proxies.clientIP(peer: "::ffff:127.0.0.1", forwardedFor: ["198.51.100.1"]) == "198.51.100.1", "IPv4-mapped peers")
+        #expect(throws: Never.self) { try TrustedProxies.parse("").get() }
+        if case .failure(let invalid) = TrustedProxies.parse("10.0.0.0/8, nonsense") { #expect(invalid.entry == "nonsense") } else { Issue.record("accepted nonsense") }
+        #expect(IPNetwork("10.0.0.0/33") == nil && IPNetwork("::/129") == nil && IPNetwork("10.0.0.0/0")?.contains([1, 2, 3, 4]) == true)
+    }
+}
+
+@Suite("Ledger edges found by the security review")
+struct LedgerEdgeTests {
+    @Test(arguments: TestDatabase.engines)
+    func metadataNumbersAreExactAndErasedUsersCannotBeCharged(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "edges@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write", "admin"])
+            let exact = #"{"userId":"\#(user)","amount":5,"bucket":"purchased","metadata":{"n":9007199254740993,"big":123456789012345678901234567890,"f":0.1,"one":1.0}}"#
+            #expect(try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "exact", json: exact).status == .created)
+            let history = try await client.get("/api/admin/users/\(user)/token-history", token: key).text
+            #expect(history.contains(#""n":9007199254740993"#) && history.contains("123456789012345678901234567890"), "\(history)")
+            #expect(history.contains(#""f":0.1"#) && history.contains(#""one":1"#))
+            let nearby = exact.replacingOccurrences(of: "9007199254740993", with: "9007199254740992")
+            let conflict = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "exact", json: nearby)
+            #expect(conflict.status == .conflict)
+            #expect(try conflict.problem().code == "idempotency_conflict")
+            // Erasure forfeits the balance; afterwards every write for the user is a 404, on every spend path.
+            let hold = try await client.ledger("/api/ledger/holds", key: key, idempotencyKey: "h", json: #"{"userId":"\#(user)","amount":2,"reason":"job"}"#)
+            #expect(hold.status == .created)
+            #expect(try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+            for (path, body) in [
+                ("/api/ledger/spend", #"{"userId":"\#(user)","amount":1,"reason":"x"}"#), ("/api/ledger/holds", #"{"userId":"\#(user)","amount":1,"reason":"x"}"#),
+                ("/api/ledger/grants", #"{"userId":"\#(user)","amount":1,"bucket":"bonus"}"#),
+            ] {
+                let response = try await client.ledger(path, key: key, idempotencyKey: "after-\(path)", json: body)
+                #expect(response.status == .notFound, "\(path): \(response.text)")
+            }
+            struct Hold: Decodable { let id: String }
+            let holdID = try hold.json(Hold.self).id
+            let capture = try await client.ledger("/api/ledger/holds/\(holdID)/capture", key: key, idempotencyKey: "c", json: nil)
+            #expect(capture.status == .conflict, "the erasure voided the hold")
+            let verify = try await client.get("/api/admin/ledger/verify", token: key)
+            #expect(verify.text.contains(#""ok":true"#))
+        }
+    }
+}
