@@ -88,6 +88,7 @@ class Service:
             "SERVER_SECRET": "fault-test-secret-0123456789abcdef0123456789", "DATA_DIR": self.workdir,
             "MAIL_TRANSPORT": f"file:{self.workdir}/mail", "PLANS_FILE": os.path.join(ROOT, "plans.json"),
             "ARGON2_MEMORY_KIB": "64", "ARGON2_ITERATIONS": "1", "SWEEP_INTERVAL_SECONDS": self.sweep, "LOG_LEVEL": "warning",
+            "IP_HASHES_PER_MINUTE": "1000000",
         })
         env.update(self.extra)
         return env
