@@ -14,10 +14,10 @@ indirect enum JSONValue: Codable, Sendable, Equatable {
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() { self = .null }
+        else if let s = try? container.decode(String.self) { self = .string(s) }
         else if let b = try? container.decode(Bool.self) { self = .bool(b) }
         else if let n = try? container.decode(Int64.self) { self = .integer(n) }
         else if let n = try? container.decode(Decimal.self) { self = Self.exact(n) }
-        else if let s = try? container.decode(String.self) { self = .string(s) }
         else if let a = try? container.decode([JSONValue].self) { self = .array(a) }
         else { self = .object(try container.decode([String: JSONValue].self)) }
     }
