@@ -80,12 +80,13 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .executableTarget(
-            name: "AccountService",
+        // HTTP: Hummingbird controllers (one per file), middleware, problems, configuration and the wiring that builds the
+        // application from the domain services. Tests import this library; the executable only adds the command line.
+        .target(
+            name: "AccountAPI",
             dependencies: [
                 "Auth", "Ledger", "Entitlements", "Storage",
                 .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -93,6 +94,19 @@ let package = Package(
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The executable: a thin main (the command line) around AccountAPI.
+        .executableTarget(
+            name: "AccountService",
+            dependencies: [
+                "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -118,9 +132,9 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "AccountServiceTests",
+            name: "AccountAPITests",
             dependencies: [
-                "AccountService", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -7,21 +7,21 @@ import Storage
 
 /// Everything the service reads from the environment, parsed and validated once at start-up.
 /// Handlers never read the environment. `description` never prints secrets.
-struct AppConfig: Sendable, CustomStringConvertible {
-    var host = "127.0.0.1"
-    var port = 8080
+public struct AppConfig: Sendable, CustomStringConvertible {
+    public var host = "127.0.0.1"
+    public var port = 8080
     var database = DatabaseLocation.sqlite(path: "data/account-service.sqlite")
-    var plansFile = "plans.json"
+    public var plansFile = "plans.json"
     var mailTransport = MailTransport.log
     var mailFrom = "Account Service <no-reply@localhost>"
-    var logLevel = Logger.Level.info
-    var logFormat = LogFormat.text
+    public var logLevel = Logger.Level.info
+    public var logFormat = LogFormat.text
     /// Where generated secrets (the server HMAC key) live when not given in the environment.
     var dataDirectory = "data"
     /// Server secret for OTP HMACs, from `SERVER_SECRET` (hex or text, ≥ 32 bytes) or `data/server-secret`.
     var serverSecret: String?
     /// Argon2id cost (DESIGN.md defaults); `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`.
-    var argon2 = Argon2Parameters.owasp
+    public var argon2 = Argon2Parameters.owasp
     /// Hashing threads (`ARGON2_THREADS`, default: cores) and how many hashes may wait (`ARGON2_QUEUE_LIMIT`).
     var argon2Threads = System.coreCount
     var argon2QueueLimit = 64
@@ -53,10 +53,12 @@ struct AppConfig: Sendable, CustomStringConvertible {
         var acceptSandbox: Bool
     }
 
-    enum LogFormat: String, Sendable { case text, json }
+    public enum LogFormat: String, Sendable { case text, json }
+
+    public init() {}
 
     /// Parses `environment`, collecting every problem before failing.
-    static func from(environment env: [String: String]) throws(ConfigError) -> AppConfig {
+    public static func from(environment env: [String: String]) throws(ConfigError) -> AppConfig {
         var config = AppConfig()
         var problems: [String] = []
         func value(_ key: String) -> String? {
@@ -160,7 +162,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
         return AppleSettings(rootCertificatePaths: roots, bundleID: bundle, appAppleID: appID, environment: environment, acceptSandbox: acceptSandbox)
     }
 
-    var description: String {
+    public var description: String {
         let db: String =
             switch database {
             case .sqlite(let path): "sqlite:\(path)"
@@ -171,7 +173,7 @@ struct AppConfig: Sendable, CustomStringConvertible {
 }
 
 /// Every configuration problem, listed together.
-struct ConfigError: Error, CustomStringConvertible {
-    let problems: [String]
-    var description: String { "invalid configuration:\n" + problems.map { "  - \($0)" }.joined(separator: "\n") }
+public struct ConfigError: Error, CustomStringConvertible {
+    public let problems: [String]
+    public var description: String { "invalid configuration:\n" + problems.map { "  - \($0)" }.joined(separator: "\n") }
 }

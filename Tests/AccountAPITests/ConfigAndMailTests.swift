@@ -5,7 +5,7 @@ import Logging
 import Storage
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 @Suite("Configuration")
 struct ConfigTests {
@@ -123,8 +123,8 @@ struct MailTests {
         logger.info("again", metadata: ["shared": "call"])
         let written = lines.text.split(separator: "\n").map(String.init)
         #expect(written.count == 2)
-        #expect(written.first?.hasSuffix(" info unit: connection=7 request=r1 shared=provider trace=t1 [AccountServiceTests] hello") == true)
-        #expect(written.last?.hasSuffix(" info unit: connection=7 shared=call trace=t1 [AccountServiceTests] again") == true)
+        #expect(written.first?.hasSuffix(" info unit: connection=7 request=r1 shared=provider trace=t1 [AccountAPITests] hello") == true)
+        #expect(written.last?.hasSuffix(" info unit: connection=7 shared=call trace=t1 [AccountAPITests] again") == true)
     }
 
     @Test func logTransportRedactsSecrets() {

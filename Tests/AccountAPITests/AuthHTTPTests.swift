@@ -7,7 +7,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 @Suite("Accounts and sessions over HTTP")
 struct AuthHTTPTests {

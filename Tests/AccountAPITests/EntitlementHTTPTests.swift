@@ -7,7 +7,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 extension TestClientProtocol {
     func createPack(_ key: String, id: String, premium: Bool, price: Int, plans: [String] = []) async throws -> TestResponse {

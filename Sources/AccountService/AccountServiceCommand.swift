@@ -1,3 +1,4 @@
+import AccountAPI
 import ArgumentParser
 import Auth
 import Entitlements
@@ -5,8 +6,8 @@ import Foundation
 import Hummingbird
 import Ledger
 import Logging
+import NIOCore
 import NIOPosix
-import PostgresNIO
 import Storage
 
 @main
@@ -29,42 +30,12 @@ struct AccountServiceCommand: AsyncParsableCommand {
     }
 }
 
-/// Shared start-up: configuration from the environment and the logging backend.
-enum Startup {
+/// Configuration from the environment, as a command-line error when it is invalid.
+enum CLI {
     static func config() throws -> AppConfig {
         do { return try AppConfig.from(environment: ProcessInfo.processInfo.environment) } catch {
             throw ValidationError(error.description)
         }
-    }
-
-    /// For one-shot commands: opens the database (running the PostgreSQL pool meanwhile), migrates, runs `body`.
-    static func withMigratedDatabase(
-        config: AppConfig, logger: Logger, _ body: @Sendable (Dependencies, [Migration]) async throws -> Void
-    ) async throws {
-        let dependencies = try await Dependencies.make(config: config, logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            if let client = dependencies.postgresClient { group.addTask { await client.run() } }
-            defer { group.cancelAll() }
-            let database = dependencies.database
-            try await body(dependencies, try await database.migrate(database.engine.migrations, logger: logger))
-        }
-        try await dependencies.database.close()
-    }
-
-    static func bootstrapLogging(_ config: AppConfig) -> Logger {
-        let level = config.logLevel
-        switch config.logFormat {
-        case .json: LoggingSystem.bootstrap { label in JSONLogHandler(label: label, logLevel: level) }
-        case .text:
-            LoggingSystem.bootstrap { label in
-                var handler = TextLogHandler(label: label)
-                handler.logLevel = level
-                return handler
-            }
-        }
-        var logger = Logger(label: "account-service")
-        logger.logLevel = level
-        return logger
     }
 }
 
@@ -72,7 +43,7 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Apply migrations and serve HTTP (the default).")
 
     func run() async throws {
-        let config = try Startup.config()
+        let config = try CLI.config()
         let logger = Startup.bootstrapLogging(config)
         logger.info("starting", metadata: ["config": "\(config)"])
         let dependencies = try await Dependencies.make(config: config, logger: logger)
@@ -85,7 +56,7 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Apply pending database migrations and exit.")
 
     func run() async throws {
-        let config = try Startup.config()
+        let config = try CLI.config()
         let logger = Startup.bootstrapLogging(config)
         try await Startup.withMigratedDatabase(config: config, logger: logger) { dependencies, applied in
             print("applied \(applied.count) migration(s) on \(dependencies.database.engine): \(applied.map(\.file).joined(separator: ", "))")
@@ -129,14 +100,14 @@ struct Admin: AsyncParsableCommand {
             guard let secret = passwordStdin ? readLine(strippingNewline: true) : password else {
                 throw ValidationError("give --password or --password-stdin")
             }
-            let config = try Startup.config()
+            let config = try CLI.config()
             let logger = Startup.bootstrapLogging(config)
             try await Startup.withMigratedDatabase(config: config, logger: logger) { dependencies, _ in
                 do {
                     let user = try await dependencies.auth.createAdmin(email: email, password: secret, name: name, logger: logger)
                     print("created admin \(user.email) with id \(user.id)")
                 } catch let error as AuthError {
-                    throw ValidationError(error.problem.detail)
+                    throw ValidationError(error.message)
                 }
             }
         }
@@ -153,7 +124,7 @@ struct APIKeyCommand: AsyncParsableCommand {
         @Option(name: .long, help: "Comma-separated: admin, ledger:write, ledger:read, entitlements:read.") var scopes: String
 
         func run() async throws {
-            let config = try Startup.config()
+            let config = try CLI.config()
             try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
                 do {
                     let (key, secret) = try await dependencies.apiKeys.create(
@@ -161,7 +132,7 @@ struct APIKeyCommand: AsyncParsableCommand {
                     print("created API key \(key.id) (\(key.scopes.sorted().joined(separator: ","))); store it now, it is not shown again:")
                     print(secret)
                 } catch let error as AuthError {
-                    throw ValidationError(error.problem.detail)
+                    throw ValidationError(error.message)
                 }
             }
         }
@@ -170,7 +141,7 @@ struct APIKeyCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List keys (never their secrets).")
         func run() async throws {
-            let config = try Startup.config()
+            let config = try CLI.config()
             try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
                 for key in try await dependencies.apiKeys.list(logger: Logger(label: "cli")) {
                     let state = key.revokedAt == nil ? "active" : "revoked"
@@ -184,7 +155,7 @@ struct APIKeyCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Revoke a key by id.")
         @Argument(help: "The key id (from api-key list).") var id: String
         func run() async throws {
-            let config = try Startup.config()
+            let config = try CLI.config()
             try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
                 guard try await dependencies.apiKeys.revoke(id: id, logger: Logger(label: "cli")) else {
                     throw ValidationError("no active key with id \(id)")
@@ -207,7 +178,7 @@ struct Argon2Command: AsyncParsableCommand {
         static func fixed(_ value: Double) -> String { String(Double(Int((value * 100).rounded())) / 100) }
 
         func run() async throws {
-            let config = try Startup.config()
+            let config = try CLI.config()
             var samples: [Double] = []
             for i in 0..<max(3, count) {
                 let start = ContinuousClock.now
@@ -240,7 +211,7 @@ struct LedgerCommand: AsyncParsableCommand {
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Recompute every balance from the transfers; non-zero exit on any difference.")
         func run() async throws {
-            let config = try Startup.config()
+            let config = try CLI.config()
             try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
                 let report = try await dependencies.database.withConnection(logger: Logger(label: "cli")) { try await dependencies.ledger.verify($0) }
                 print("ledger verify: \(report.ok ? "OK" : "DIFFERENCES") — \(report.accountsChecked) accounts, \(report.transfersChecked) transfers")

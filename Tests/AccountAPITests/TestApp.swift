@@ -7,7 +7,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 /// The repository root (tests read plans.json, openapi.yaml and migrations from it).
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -4,7 +4,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 @Suite("Contract")
 struct ContractTests {

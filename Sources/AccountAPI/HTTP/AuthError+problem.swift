@@ -44,3 +44,8 @@ extension AuthError {
         }
     }
 }
+
+extension AuthError {
+    /// The text the problem's `detail` carries, for the command line.
+    public var message: String { problem.detail }
+}

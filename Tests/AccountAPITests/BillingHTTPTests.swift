@@ -8,7 +8,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 /// Signs StoreKit payloads and Stripe events the way Apple and Stripe do, for a test app configured to trust them.
 struct BillingFixture: Sendable {

@@ -9,7 +9,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 @Suite("Foundation over HTTP")
 struct FoundationHTTPTests {

@@ -8,7 +8,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 extension TestApp {
     /// An API key with `scopes` (its secret).

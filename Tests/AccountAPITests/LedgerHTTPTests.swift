@@ -10,7 +10,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 extension TestClientProtocol {
     func ledger(_ path: String, key: String?, idempotencyKey: String?, json: String?) async throws -> TestResponse {

@@ -6,7 +6,7 @@ import ServiceLifecycle
 import Storage
 
 /// The one entry point that `serve` and the tests share: wires stores, services and routes.
-func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some ApplicationProtocol {
+public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some ApplicationProtocol {
     let router = buildRouter(dependencies)
     var app = Application(
         router: router,

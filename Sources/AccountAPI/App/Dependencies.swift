@@ -8,26 +8,26 @@ import Storage
 import X509
 
 /// Everything the routes need, built once from the configuration (or by tests).
-struct Dependencies: Sendable {
-    let config: AppConfig
-    let database: any Database
+public struct Dependencies: Sendable {
+    public let config: AppConfig
+    public let database: any Database
     let catalog: PlanCatalog
     let mailer: any Mailer
     let clock: any TimeSource
     /// The PostgreSQL pool, when that is the engine: the application runs it as a service.
-    let postgresClient: PostgresClient?
+    public let postgresClient: PostgresClient?
     /// The Argon2 pool (a service: its threads stop with the app).
     let hasher: PasswordHasher
-    let auth: AuthService
-    let apiKeys: APIKeyService
+    public let auth: AuthService
+    public let apiKeys: APIKeyService
     let profiles: ProfileService
     let subscriptions: SubscriptionStore
-    let ledger: Ledger
+    public let ledger: Ledger
     let idempotency: IdempotencyStore
     let billing: BillingService
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
-    static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
+    public static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
         -> Dependencies
     {
         let catalog: PlanCatalog
@@ -89,7 +89,7 @@ struct Dependencies: Sendable {
     }
 }
 
-struct StartupError: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
+public struct StartupError: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
 }

@@ -8,7 +8,7 @@ import Storage
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 /// The attacks of the security review, each replayed in process on both engines (scripts/attack replays them against
 /// real processes). Parallel requests run in task groups; the test clock stands still, so delays hold throughout.

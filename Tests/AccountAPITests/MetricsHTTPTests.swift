@@ -5,7 +5,7 @@ import HummingbirdTesting
 import TestSupport
 import Testing
 
-@testable import AccountService
+@testable import AccountAPI
 
 @Suite("Metrics")
 struct MetricsHTTPTests {

@@ -1,0 +1,37 @@
+import Logging
+import PostgresNIO
+import Storage
+
+/// What every command does before its work: the logging backend, and for one-shot commands a migrated database.
+public enum Startup {
+    /// For one-shot commands: opens the database (running the PostgreSQL pool meanwhile), migrates, runs `body`.
+    public static func withMigratedDatabase(
+        config: AppConfig, logger: Logger, _ body: @Sendable (Dependencies, [Migration]) async throws -> Void
+    ) async throws {
+        let dependencies = try await Dependencies.make(config: config, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if let client = dependencies.postgresClient { group.addTask { await client.run() } }
+            defer { group.cancelAll() }
+            let database = dependencies.database
+            try await body(dependencies, try await database.migrate(database.engine.migrations, logger: logger))
+        }
+        try await dependencies.database.close()
+    }
+
+    /// Bootstraps swift-log with the configured format and level (once per process) and returns the service's logger.
+    public static func bootstrapLogging(_ config: AppConfig) -> Logger {
+        let level = config.logLevel
+        switch config.logFormat {
+        case .json: LoggingSystem.bootstrap { label in JSONLogHandler(label: label, logLevel: level) }
+        case .text:
+            LoggingSystem.bootstrap { label in
+                var handler = TextLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        }
+        var logger = Logger(label: "account-service")
+        logger.logLevel = level
+        return logger
+    }
+}
