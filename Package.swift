@@ -126,7 +126,7 @@ let package = Package(
         .testTarget(
             name: "EntitlementsTests",
             dependencies: [
-                "Entitlements", "Ledger", "Storage", "TestSupport",
+                "Entitlements", "Ledger", "Storage", "TestSupport", "Auth",
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -213,7 +213,7 @@ struct LedgerCommand: AsyncParsableCommand {
         func run() async throws {
             let config = try CLI.config()
             try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
-                let report = try await dependencies.database.withConnection(logger: Logger(label: "cli")) { try await dependencies.ledger.verify($0) }
+                let report = try await dependencies.ledger.verify(logger: Logger(label: "cli"))
                 print("ledger verify: \(report.ok ? "OK" : "DIFFERENCES") — \(report.accountsChecked) accounts, \(report.transfersChecked) transfers")
                 for difference in report.differences { print("  - \(difference)") }
                 if !report.ok { throw ExitCode(2) }

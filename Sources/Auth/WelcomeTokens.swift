@@ -19,14 +19,3 @@ public struct RecordedWelcomeTokenGrant: WelcomeTokenGrant {
         return rows.isEmpty ? 0 : amountTokens
     }
 }
-
-/// Security-relevant and operator actions: who, what, when, from where.
-public enum AuditLog {
-    public static func record(
-        _ executor: any SQLExecutor, at: Date, actor: String, action: String, subject: String?, ip: String?, detail: String? = nil
-    ) async throws {
-        try await executor.query(
-            "INSERT INTO audit_log (id, at_ms, actor, action, subject, ip, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [UUID().uuidString.lowercased(), at, actor, action, subject, ip, detail])
-    }
-}

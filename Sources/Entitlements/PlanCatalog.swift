@@ -12,7 +12,15 @@ public struct SubscriptionFeatures: Codable, Sendable, Equatable {
     public let savings: String?
 }
 
-/// One plan: every field of the seed's `SubscriptionPlan`, plus `maxRollover` and `includedStickerPacks`.
+/// How long a plan's billing period is. Tokens are granted monthly either way: a yearly plan gets its `monthlyTokens`
+/// each month of its period (``SubscriptionMachine/dripYearlyPlans``).
+public enum PlanInterval: String, Codable, Sendable, Equatable {
+    case month, year
+
+    var calendarComponent: Calendar.Component { self == .year ? .year : .month }
+}
+
+/// One plan: every field of the seed's `SubscriptionPlan`, plus `interval`, `maxRollover` and `includedStickerPacks`.
 public struct SubscriptionPlan: Codable, Sendable, Equatable {
     public let id: String
     public let name: String
@@ -21,6 +29,8 @@ public struct SubscriptionPlan: Codable, Sendable, Equatable {
     /// In cents (the seed declares it as a Double).
     public let price: Double
     public let currency: String
+    /// The billing period (`month` or `year`).
+    public let interval: PlanInterval
     public let features: SubscriptionFeatures
     public let platform: String
     public let appleProductId: String?
@@ -124,7 +134,7 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
     static let allowedKeys: [String: Set<String>] = [
         "catalog": ["welcomeTokens", "plans", "tokenPacks"],
         "plan": [
-            "id", "name", "description", "monthlyTokens", "price", "currency", "features", "platform", "appleProductId", "stripePriceId",
+            "id", "name", "description", "monthlyTokens", "price", "currency", "interval", "features", "platform", "appleProductId", "stripePriceId",
             "trialDays", "isActive", "sortOrder", "hasQualitySelector", "hasCommercialLicense", "hasModelSelector", "hasImageUpload",
             "maxFamilyProfiles", "isFreeTier", "maxRollover", "includedStickerPacks",
         ],

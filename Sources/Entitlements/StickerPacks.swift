@@ -64,6 +64,8 @@ public struct StickerPack: Codable, Sendable, Equatable {
 /// Why a check or an unlock is refused.
 public enum EntitlementError: Error, Equatable, Sendable {
     case packNotFound
+    /// A pack with this id exists (create refuses to replace it).
+    case packExists(String)
     case alreadyUnlocked(String)
     case purchaseNotAllowed
     case invalid([String])

@@ -72,6 +72,14 @@ public struct SubscriptionStore: Sendable {
         return plan
     }
 
+    /// The subscription record, the plan that applies at `now`, and whether the record entitles the user to it.
+    public func view(userID: String, now: Date, _ tx: any SQLExecutor) async throws -> SubscriptionView {
+        let subscription = try await subscription(userID: userID, tx)
+        let entitled = subscription?.isEntitled(at: now) ?? false
+        let plan = entitled ? subscription.flatMap { catalog.plan(id: $0.planID) } ?? catalog.freePlan : catalog.freePlan
+        return SubscriptionView(subscription: subscription, plan: plan, isEntitled: entitled)
+    }
+
     /// An operator comp: the user is on `planID` from `now` until `periodEnd`, provider `manual`, not renewing.
     public func startManual(userID: String, planID: String, now: Date, periodEnd: Date, _ tx: any SQLExecutor) async throws -> Subscription {
         try await tx.query(

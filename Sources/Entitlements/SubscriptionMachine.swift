@@ -41,7 +41,7 @@ public enum SubscriptionEvent: Sendable, Equatable {
     }
 }
 
-/// The outcome of applying an event.
+/// The outcome of applying an event (stored in `subscription_events.outcome`).
 public enum EventOutcome: String, Sendable, Equatable {
     case applied
     /// The same provider event id was applied before: nothing happened again.
@@ -52,57 +52,112 @@ public enum EventOutcome: String, Sendable, Equatable {
     case ignored
 }
 
-/// The one entry point that changes subscriptions. Each event applies once per (provider, event id), in one
-/// transaction with its token effects (periods through the ledger's exactly-once rollover path).
+/// What applying an event did: its outcome, a note for operators, and the tokens a refund clawed back.
+public struct EventResult: Sendable, Equatable {
+    public let outcome: EventOutcome
+    public let detail: String?
+    /// A refund's clawback (stored in `subscription_events.clawed_tokens`, which a refund reversal gives back).
+    public let clawedTokens: Int64?
+
+    init(_ outcome: EventOutcome, _ detail: String? = nil, clawedTokens: Int64? = nil) {
+        self.outcome = outcome
+        self.detail = detail
+        self.clawedTokens = clawedTokens
+    }
+}
+
+/// The provider's own ids for a subscription, recorded when an event that names them applies.
+public struct ProviderBinding: Sendable, Equatable {
+    public let subscriptionID: String?
+    public let customerID: String?
+
+    public init(subscriptionID: String?, customerID: String?) {
+        self.subscriptionID = subscriptionID
+        self.customerID = customerID
+    }
+}
+
+/// The one entry point that changes subscriptions: provider events (``apply``), operator comps and ends, and the monthly
+/// drip of yearly plans. Each event applies once per (provider, event id), in one transaction with its token effects
+/// (periods through the ledger's exactly-once rollover path, keyed by ``periodKey(_:month:)``).
 public struct SubscriptionMachine: Sendable {
     let store: SubscriptionStore
     let ledger: Ledger
     let clock: any TimeSource
+    let audit: any AuditTrail
 
-    public init(store: SubscriptionStore, ledger: Ledger, clock: any TimeSource) {
+    public init(store: SubscriptionStore, ledger: Ledger, clock: any TimeSource, audit: any AuditTrail = NoAuditTrail()) {
         self.store = store
         self.ledger = ledger
         self.clock = clock
+        self.audit = audit
     }
 
     public func apply(
-        _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, occurredAt: Date, event: SubscriptionEvent
-    ) async throws -> EventOutcome {
+        _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, occurredAt: Date, event: SubscriptionEvent,
+        binding: ProviderBinding? = nil
+    ) async throws -> EventResult {
         let now = clock.now()
         let claimed = try await tx.query(
             """
             INSERT INTO subscription_events (provider, event_id, user_id, kind, occurred_at_ms, outcome, recorded_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)
             ON CONFLICT (provider, event_id) DO NOTHING RETURNING event_id
             """, [provider.rawValue, eventID, userID, event.kind, occurredAt, now])
-        guard !claimed.isEmpty else { return .duplicate }
+        guard !claimed.isEmpty else {
+            let earlier = try await tx.first("SELECT detail FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])
+            return EventResult(.duplicate, earlier?.optionalString("detail") ?? "\(event.kind) duplicate")
+        }
         let current = try await store.subscription(userID: userID, tx)
         let lastEvent = try await tx.first("SELECT last_event_at_ms FROM subscriptions WHERE user_id = ?", [userID])?.optionalDate("last_event_at_ms")
-        var outcome = EventOutcome.applied
-        var detail: String?
+        var result: EventResult
         if let lastEvent, occurredAt < lastEvent {
-            outcome = .stale
+            result = EventResult(.stale)
             // A paid period is a fact even when it arrives after a newer event: its tokens are granted (once, by
             // period key), but the newer state (plan flags, status) is kept.
             if case .renew(let start, _, let planID) = event, let current, start > current.currentPeriodStart,
                 let plan = store.catalog.plan(id: planID ?? current.pendingPlanID ?? current.planID), !plan.isFreeTier
             {
                 try await startPeriod(tx, userID: userID, plan: plan, start: start)
-                detail = "late period: tokens granted, newer state kept"
+                result = EventResult(.stale, "late period: tokens granted, newer state kept")
             }
         } else {
-            (outcome, detail) = try await transition(tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt)
-            if outcome == .applied {
+            result = try await transition(tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt)
+            if result.outcome == .applied {
                 try await tx.query("UPDATE subscriptions SET last_event_at_ms = ?, updated_at_ms = ? WHERE user_id = ?", [occurredAt, now, userID])
+                if let binding { try await bind(tx, userID: userID, binding) }
             }
         }
         try await tx.query(
-            "UPDATE subscription_events SET outcome = ?, detail = ? WHERE provider = ? AND event_id = ?", [outcome.rawValue, detail, provider.rawValue, eventID])
-        return outcome
+            "UPDATE subscription_events SET outcome = ?, detail = ?, clawed_tokens = ? WHERE provider = ? AND event_id = ?",
+            [result.outcome.rawValue, result.detail, result.clawedTokens, provider.rawValue, eventID])
+        return EventResult(result.outcome, result.detail ?? "\(event.kind) \(result.outcome.rawValue)", clawedTokens: result.clawedTokens)
+    }
+
+    /// Records the provider's ids of the user's subscription (kept when an event does not name them).
+    func bind(_ tx: any SQLExecutor, userID: String, _ binding: ProviderBinding) async throws {
+        guard binding.subscriptionID != nil || binding.customerID != nil else { return }
+        try await tx.query(
+            """
+            UPDATE subscriptions SET provider_subscription_id = COALESCE(?, provider_subscription_id), provider_customer_id = COALESCE(?, provider_customer_id)
+            WHERE user_id = ?
+            """, [binding.subscriptionID, binding.customerID, userID])
     }
 
     func transition(
         _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date
-    ) async throws -> (EventOutcome, String?) {
+    ) async throws -> EventResult {
+        switch event {
+        case .start, .renew, .changePlanNow: try await periodTransition(tx, provider: provider, userID: userID, current: current, event: event, at: at)
+        case .refund: try await refund(tx, userID: userID, current: current, at: at)
+        case .reverseRefund: try await reverseRefund(tx, userID: userID, current: current, at: at)
+        default: try await stateTransition(tx, userID: userID, current: current, event: event)
+        }
+    }
+
+    /// Events that start a paid period: a start, a renewal, a plan change that applies now.
+    func periodTransition(
+        _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date
+    ) async throws -> EventResult {
         switch event {
         case .start(let planID, let start, let end, let trial, let willRenew):
             let plan = try requirePlan(planID)
@@ -110,66 +165,72 @@ public struct SubscriptionMachine: Sendable {
             try await upsert(tx, userID: userID, planID: plan.id, status: trial ? .trialing : .active, provider: provider, start: start, end: periodEnd,
                              willRenew: willRenew, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
-            return (.applied, nil)
         case .renew(let start, let end, let planID):
-            guard let current else { return (.ignored, "no subscription to renew") }
+            guard let current else { return EventResult(.ignored, "no subscription to renew") }
             let plan = try requirePlan(planID ?? current.pendingPlanID ?? current.planID)
             try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end, willRenew: true, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
-            return (.applied, nil)
         case .changePlanNow(let planID, let end, let start):
-            guard let current else { return (.ignored, "no subscription to change") }
+            guard let current else { return EventResult(.ignored, "no subscription to change") }
             let plan = try requirePlan(planID)
             let start = start ?? at
             try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end ?? current.currentPeriodEnd,
                              willRenew: current.willRenew, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
-            return (.applied, nil)
+        default:
+            preconditionFailure("not a period event: \(event.kind)")
+        }
+        return EventResult(.applied)
+    }
+
+    /// Events that change the record's state without a new period.
+    func stateTransition(_ tx: any SQLExecutor, userID: String, current: Subscription?, event: SubscriptionEvent) async throws -> EventResult {
+        guard let current else { return EventResult(.ignored, "no subscription") }
+        switch event {
         case .changePlanAtRenewal(let planID):
-            guard let current else { return (.ignored, "no subscription to change") }
             _ = try requirePlan(planID)
             // Renewing into the current plan cancels a pending change.
             try await tx.query("UPDATE subscriptions SET pending_plan_id = ? WHERE user_id = ?", [planID == current.planID ? nil : planID, userID])
-            return (.applied, nil)
         case .setWillRenew(let renew):
-            guard current != nil else { return (.ignored, "no subscription") }
             try await tx.query("UPDATE subscriptions SET will_renew = ? WHERE user_id = ?", [renew, userID])
-            return (.applied, nil)
         case .grace(let until):
-            guard current != nil else { return (.ignored, "no subscription") }
             try await tx.query("UPDATE subscriptions SET status = 'grace', current_period_end_ms = ? WHERE user_id = ?", [until, userID])
-            return (.applied, nil)
         case .pastDue:
-            guard current != nil else { return (.ignored, "no subscription") }
             try await tx.query("UPDATE subscriptions SET status = 'past_due' WHERE user_id = ?", [userID])
-            return (.applied, nil)
         case .expire:
-            guard current != nil else { return (.ignored, "no subscription") }
             try await tx.query("UPDATE subscriptions SET status = 'expired', will_renew = ? WHERE user_id = ?", [false, userID])
-            return (.applied, nil)
-        case .refund:
-            guard let current else { return (.ignored, "no subscription") }
-            let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: Self.periodKey(current.currentPeriodStart)) ?? 0
-            var detail = "clawed 0"
-            if granted > 0 {
-                let (clawed, shortfall) = try await ledger.clawback(tx, userID: userID, amountTokens: granted, bucket: .subscription, reason: "refund_clawback")
-                detail = "clawed \(clawed) shortfall \(shortfall)"
-            }
-            try await tx.query("UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ? WHERE user_id = ?", [false, at, userID])
-            return (.applied, detail)
-        case .reverseRefund:
-            guard current != nil else { return (.ignored, "no subscription") }
-            let last = try await tx.first(
-                "SELECT detail FROM subscription_events WHERE user_id = ? AND kind = 'refund' AND outcome = 'applied' ORDER BY occurred_at_ms DESC LIMIT 1",
-                [userID])?.optionalString("detail")
-            let clawed = Int64(last?.split(separator: " ").dropFirst().first ?? "0") ?? 0
-            if clawed > 0 {
-                _ = try await ledger.grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed")
-            }
-            let end = Calendar(identifier: .gregorian).date(byAdding: .month, value: 1, to: current!.currentPeriodStart) ?? at
-            try await tx.query("UPDATE subscriptions SET status = 'active', current_period_end_ms = ? WHERE user_id = ?", [max(end, at), userID])
-            return (.applied, "restored \(clawed)")
+        default:
+            preconditionFailure("not a state event: \(event.kind)")
         }
+        return EventResult(.applied)
+    }
+
+    /// Access ends now and the period's tokens are clawed back (never below zero; the shortfall is noted).
+    func refund(_ tx: any SQLExecutor, userID: String, current: Subscription?, at: Date) async throws -> EventResult {
+        guard let current else { return EventResult(.ignored, "no subscription") }
+        let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: Self.periodKey(current.currentPeriodStart)) ?? 0
+        var (clawed, shortfall): (Int64, Int64) = (0, 0)
+        if granted > 0 {
+            (clawed, shortfall) = try await ledger.clawback(tx, userID: userID, amountTokens: granted, bucket: .subscription, reason: "refund_clawback")
+        }
+        try await tx.query("UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ? WHERE user_id = ?", [false, at, userID])
+        return EventResult(.applied, "clawed \(clawed) shortfall \(shortfall)", clawedTokens: clawed)
+    }
+
+    /// A reversed refund: access and the tokens the last refund clawed back return.
+    func reverseRefund(_ tx: any SQLExecutor, userID: String, current: Subscription?, at: Date) async throws -> EventResult {
+        guard let current else { return EventResult(.ignored, "no subscription") }
+        let clawed = try await tx.first(
+            """
+            SELECT clawed_tokens FROM subscription_events WHERE user_id = ? AND kind = 'refund' AND outcome = 'applied'
+            ORDER BY occurred_at_ms DESC LIMIT 1
+            """, [userID])?.optionalInt("clawed_tokens") ?? 0
+        if clawed > 0 {
+            _ = try await ledger.grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed")
+        }
+        let end = Calendar(identifier: .gregorian).date(byAdding: .month, value: 1, to: current.currentPeriodStart) ?? at
+        try await tx.query("UPDATE subscriptions SET status = 'active', current_period_end_ms = ? WHERE user_id = ?", [max(end, at), userID])
+        return EventResult(.applied, "restored \(clawed)")
     }
 
     func requirePlan(_ id: String) throws -> SubscriptionPlan {
@@ -191,18 +252,23 @@ public struct SubscriptionMachine: Sendable {
             """, [userID, planID, status.rawValue, provider.rawValue, start, end, willRenew, pending, clock.now()])
     }
 
-    /// Rollover then the plan's monthly tokens, once per period (the key every path uses: comps, drips, events).
-    func startPeriod(_ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, start: Date) async throws {
-        _ = try await ledger.startPeriod(
-            tx, userID: userID, periodKey: Self.periodKey(start), planID: plan.id, monthlyTokens: Int64(plan.monthlyTokens),
+    /// Rollover then the plan's monthly tokens, once per period month (the key every path uses: comps, drips, events).
+    @discardableResult
+    func startPeriod(_ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, start: Date, month: Int = 0) async throws -> Bool {
+        try await ledger.startPeriod(
+            tx, userID: userID, periodKey: Self.periodKey(start, month: month), planID: plan.id, monthlyTokens: Int64(plan.monthlyTokens),
             maxRolloverTokens: Int64(plan.maxRollover))
     }
 
-    public static func periodKey(_ start: Date) -> String { "period:\(start.epochMilliseconds)" }
+    /// The ledger's key for month `month` of the period that started at `start` (0: the period's start). The ledger runs
+    /// each key once, so a period's tokens are granted once whichever path (event, comp, drip) gets there first.
+    public static func periodKey(_ start: Date, month: Int = 0) -> String {
+        month == 0 ? "period:\(start.epochMilliseconds)" : "period:\(start.epochMilliseconds):month:\(month)"
+    }
 
     static func defaultEnd(start: Date, plan: SubscriptionPlan, trial: Bool) -> Date {
         let calendar = Calendar(identifier: .gregorian)
         if trial && plan.trialDays > 0 { return calendar.date(byAdding: .day, value: plan.trialDays, to: start)! }
-        return calendar.date(byAdding: plan.id.hasSuffix("_yearly") ? .year : .month, value: 1, to: start)!
+        return calendar.date(byAdding: plan.interval.calendarComponent, value: 1, to: start)!
     }
 }

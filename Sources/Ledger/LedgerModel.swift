@@ -13,6 +13,10 @@ public enum LedgerError: Error, Equatable, Sendable {
     /// The hold already resolved (or expired); carries its final state.
     case holdResolved(HoldState)
     case invalid(String)
+    /// No live user has this id (unknown, or erased).
+    case userNotFound(String)
+    /// The idempotency key was used with another request; these fields differ.
+    case idempotencyConflict(fields: [String])
 }
 
 /// What a user can spend now, per bucket, plus what pending holds reserve.

@@ -16,13 +16,22 @@ public struct Migration: Sendable, Equatable {
         self.sql = sql
     }
 
+    /// `shared` with each engine override in place of the shared migration of its version (or added, for a migration only
+    /// that engine needs), in version order.
+    public static func merged(_ shared: [Migration], overrides: [Migration]) -> [Migration] {
+        var byVersion = Dictionary(uniqueKeysWithValues: shared.map { ($0.version, $0) })
+        for migration in overrides { byVersion[migration.version] = migration }
+        return byVersion.values.sorted { $0.version < $1.version }
+    }
+
     /// SHA-256 of the file's text, recorded when applied; a later difference refuses start-up.
     public var checksum: String {
         hexString(SHA256.hash(data: Data(sql.utf8)))
     }
 
     /// The file split into single statements (drivers prepare one statement at a time). Knows about
-    /// quotes, `--` comments and `$$` bodies, which may contain semicolons.
+    /// quotes, `--` comments, `$$` bodies and SQLite trigger bodies (`CREATE TRIGGER … BEGIN … END;`), which may contain
+    /// semicolons.
     public var statements: [String] { Self.split(sql) }
 
     static func split(_ sql: String) -> [String] {
@@ -54,6 +63,8 @@ public struct Migration: Sendable, Equatable {
                 inDollar = true
                 current.append("$$")
                 i += 1
+            } else if ch == ";" && Self.inTriggerBody(current) {
+                current.append(ch)
             } else if ch == ";" {
                 let trimmed = current.trimmingCharacters(in: .whitespacesAndNewlines)
                 if !trimmed.isEmpty { statements.append(trimmed) }
@@ -66,6 +77,15 @@ public struct Migration: Sendable, Equatable {
         let trimmed = current.trimmingCharacters(in: .whitespacesAndNewlines)
         if !trimmed.isEmpty { statements.append(trimmed) }
         return statements
+    }
+}
+
+extension Migration {
+    /// True while `statement` is a `CREATE TRIGGER` whose body has not reached its `END` yet.
+    static func inTriggerBody(_ statement: String) -> Bool {
+        let text = statement.trimmingCharacters(in: .whitespacesAndNewlines).uppercased()
+        guard text.hasPrefix("CREATE TRIGGER"), text.contains("BEGIN") else { return false }
+        return !(text.hasSuffix("END") && (text.dropLast(3).last.map { $0.isWhitespace || $0 == ";" } ?? false))
     }
 }
 

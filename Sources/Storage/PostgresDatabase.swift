@@ -433,7 +433,7 @@ final class PreparedStatements: Sendable {
     }
 }
 
-protocol PreparedSlot { static var index: Int { get } }
+protocol PreparedSlot: SendableMetatype { static var index: Int { get } }
 
 struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
     typealias Row = PostgresRow

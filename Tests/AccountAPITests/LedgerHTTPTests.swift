@@ -110,7 +110,7 @@ struct LedgerHTTPTests {
                     answers.append("\(response.status.code) \(response.headers[.idempotentReplayed] ?? "-") \(body)")
                 }
                 let spendsBefore = try await client.oneStatementSpends()
-                let soon = AuthRoutes.iso(app.clock.now().addingTimeInterval(60))
+                let soon = ISODate.string(app.clock.now().addingTimeInterval(60))
                 try await send("/api/ledger/grants", "g1", #"{"userId":"\#(user)","amount":10,"bucket":"bonus","expiresAt":"\#(soon)"}"#)
                 try await send("/api/ledger/grants", "g2", #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
                 try await send("/api/ledger/grants", "g3", #"{"userId":"\#(user)","amount":7,"bucket":"subscription"}"#)
@@ -127,9 +127,7 @@ struct LedgerHTTPTests {
                 try await send("/api/ledger/spend", "s5", spend(1000))  // too few tokens: 402, remembered
                 try await send("/api/ledger/spend", "s5", spend(1000))
                 try await send("/api/ledger/spend", "s6", spend(2))
-                let report = try await app.dependencies.database.withConnection(logger: TestDatabase.logger) {
-                    try await app.dependencies.ledger.verify($0)
-                }
+                let report = try await app.dependencies.ledger.verify(logger: TestDatabase.logger)
                 #expect(report.ok, "\(report.differences)")
                 if engine == .postgres && oneStatement {
                     // s1, s2, s3 and s6 took the one statement (other tests may add to the process-wide counter).

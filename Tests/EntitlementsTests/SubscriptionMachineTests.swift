@@ -1,3 +1,4 @@
+import Auth
 import Entitlements
 import Foundation
 import Ledger
@@ -19,7 +20,7 @@ struct SubscriptionMachineTests {
 
         func apply(_ id: String, _ event: SubscriptionEvent, at: Date? = nil, user: String = "u") async throws -> EventOutcome {
             try await db.transaction(logger: TestDatabase.logger) { tx in
-                try await machine.apply(tx, provider: .apple, eventID: id, userID: user, occurredAt: at ?? clock.now(), event: event)
+                try await machine.apply(tx, provider: .apple, eventID: id, userID: user, occurredAt: at ?? clock.now(), event: event).outcome
             }
         }
         func plan(_ user: String = "u") async throws -> String {
@@ -133,7 +134,9 @@ struct SubscriptionMachineTests {
     func oneStatementSnapshotMatchesTheFullOne(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
-            let service = EntitlementService(subscriptions: w.store, packs: StickerPackStore(catalog: w.store.catalog, clock: w.clock), ledger: w.ledger, clock: w.clock)
+            let service = EntitlementService(
+                database: db, subscriptions: w.store, packs: StickerPackStore(catalog: w.store.catalog, clock: w.clock), ledger: w.ledger,
+                accounts: TestAccounts(), clock: w.clock)
             try await db.transaction(logger: TestDatabase.logger) { tx in
                 for (id, isDefault, purchases) in [("d", true, true), ("p", false, false)] {
                     try await tx.query(
@@ -147,19 +150,19 @@ struct SubscriptionMachineTests {
             let parent = ProfilePermissions(id: "d", name: "Parent", canMakePurchases: true, canUseCustomContentTypes: true)
             // The selected profile, the default one when none is selected or the selected one is gone, none for services.
             for (selected, expected) in [("p", Optional(profile)), (nil, parent), ("gone", parent)] as [(String?, ProfilePermissions?)] {
-                #expect(try await service.snapshot(reading: db, userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger).profile == expected)
+                #expect(try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger).profile == expected)
             }
-            #expect(try await service.snapshot(reading: db, userID: "u", withProfile: false, selectedProfileID: "p", logger: TestDatabase.logger).profile == nil)
+            #expect(try await service.snapshot(userID: "u", withProfile: false, selectedProfileID: "p", logger: TestDatabase.logger).profile == nil)
             func compare(_ label: String) async throws -> EntitlementSnapshot {
-                let fast = try await service.snapshot(reading: db, userID: "u", withProfile: true, selectedProfileID: "p", logger: TestDatabase.logger)
+                let fast = try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: "p", logger: TestDatabase.logger)
                 let full = try await db.readTransaction(logger: TestDatabase.logger) { try await service.snapshot($0, userID: "u", profile: profile) }
                 #expect(fast == full, "\(label)")
                 // A rendering reused from an earlier call is byte-identical to a fresh one (a new service has none kept).
                 let subject = SnapshotSubject.user("u", withProfile: true, selectedProfileID: "p")
-                let reused = try #require(try await service.rendered(reading: db, subject: subject, logger: TestDatabase.logger)?.snapshot)
+                let reused = try #require(try await service.rendered(subject: subject, logger: TestDatabase.logger)?.snapshot)
                 let fresh = try #require(
-                    try await EntitlementService(subscriptions: w.store, packs: service.packs, ledger: w.ledger, clock: w.clock)
-                        .rendered(reading: db, subject: subject, logger: TestDatabase.logger)?.snapshot)
+                    try await EntitlementService(database: db, subscriptions: w.store, packs: service.packs, ledger: w.ledger, accounts: TestAccounts(), clock: w.clock)
+                        .rendered(subject: subject, logger: TestDatabase.logger)?.snapshot)
                 #expect(reused.body == fresh.body && reused.etag == fresh.etag && reused.snapshot == fast, "\(label)")
                 return fast
             }
@@ -200,4 +203,11 @@ struct SubscriptionMachineTests {
             #expect(try await compare("period over").unlockedStickerPacks == ["bought"])
         }
     }
+}
+
+/// Auth's answers, as the application wires them (users and profiles are Auth's tables).
+struct TestAccounts: AccountDirectory {
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await AuthService.isActiveUser(userID, tx) }
+    func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
+    func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
 }

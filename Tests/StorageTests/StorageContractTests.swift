@@ -317,18 +317,37 @@ struct SQLHelperTests {
         #expect(statements.count == 2)
         #expect(statements[0] == "CREATE TABLE a (x TEXT DEFAULT ';')")
         #expect(statements[1].hasSuffix("LANGUAGE plpgsql"))
+        let trigger = "CREATE TRIGGER t BEFORE DELETE ON a\nBEGIN\n    SELECT RAISE(ABORT, 'no; never');\n    SELECT 1;\nEND;\nCREATE INDEX i ON a (x);"
+        let split = Migration(version: 1, file: "x.sql", sql: trigger).statements
+        #expect(split.count == 2 && split[0].hasSuffix("END") && split[1] == "CREATE INDEX i ON a (x)", "\(split)")
     }
 
+    /// One source per statement: `migrations/NNNN_*.sql` for both engines, `migrations/<engine>/` only where the SQL
+    /// differs (or only one engine needs it); the compiled copies equal the files, each version once per engine.
     @Test func embeddedMigrationsMatchTheFiles() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        func sqlFiles(_ folder: String) throws -> [String] {
+            try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("migrations/\(folder)").path)
+                .filter { $0.range(of: #"^\d{4}_.+\.sql$"#, options: .regularExpression) != nil }.sorted()
+        }
+        let shared = try sqlFiles("")
         for engine in Engine.allCases {
-            let folder = root.appendingPathComponent("migrations/\(engine.rawValue)")
-            let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".sql") }.sorted()
-            #expect(files.map { "\(engine.rawValue)/\($0)" } == engine.migrations.map(\.file), "run scripts/embed-resources")
-            for (file, migration) in zip(files, engine.migrations) {
-                let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
-                #expect(text == migration.sql, "\(file) differs from the compiled copy: run scripts/embed-resources")
-                #expect(text.hasPrefix("-- Why:"), "\(file) must open with a why-comment")
+            let overrides = try sqlFiles(engine.rawValue)
+            var expected: [Int: String] = [:]
+            for file in shared { expected[Int(file.prefix(4))!] = file }
+            for file in overrides { expected[Int(file.prefix(4))!] = "\(engine.rawValue)/\(file)" }
+            #expect(engine.migrations.map(\.file) == expected.keys.sorted().map { expected[$0]! }, "run scripts/embed-resources")
+            for migration in engine.migrations {
+                let text = try String(contentsOf: root.appendingPathComponent("migrations/\(migration.file)"), encoding: .utf8)
+                #expect(text == migration.sql, "\(migration.file) differs from the compiled copy: run scripts/embed-resources")
+                #expect(text.hasPrefix("-- Why:"), "\(migration.file) must open with a why-comment")
+            }
+        }
+        // An override exists only where the SQL really differs.
+        for engine in Engine.allCases {
+            for file in try sqlFiles(engine.rawValue) where shared.contains(file) {
+                let own = try String(contentsOf: root.appendingPathComponent("migrations/\(engine.rawValue)/\(file)"), encoding: .utf8)
+                #expect(own != (try String(contentsOf: root.appendingPathComponent("migrations/\(file)"), encoding: .utf8)), "\(file) overrides nothing")
             }
         }
     }

@@ -5,7 +5,7 @@ import Logging
 import ServiceLifecycle
 import Storage
 
-/// The one entry point that `serve` and the tests share: wires stores, services and routes.
+/// The one entry point that `serve` and the tests share: the application with its services, migrated before it serves.
 public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some ApplicationProtocol {
     let router = buildRouter(dependencies)
     var app = Application(
@@ -15,10 +15,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     )
     if let client = dependencies.postgresClient { app.addServices(client) }
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
-    app.addServices(
-        LedgerSweeper(
-            database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, idempotency: dependencies.idempotency,
-            auth: dependencies.auth, clock: dependencies.clock, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
+    app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)
@@ -27,8 +24,9 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     return app
 }
 
-/// All routes, with the problem and access-log middleware around them.
-func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
+/// Every controller's routes, behind the middleware: access log and response headers, request metrics, problems (with
+/// 405 for known paths), the client's address.
+func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AppMetrics.bootstrap
     let router = Router(context: AppRequestContext.self)
     router.add(middleware: AccessLogMiddleware())
@@ -37,38 +35,22 @@ func buildRouter(_ dependencies: Dependencies) -> Router<AppRequestContext> {
     router.add(middleware: RequestMetricsMiddleware())
     let allowedMethods = AllowedMethods()
     router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
-    router.add(middleware: ClientAddressMiddleware(proxies: dependencies.config.trustedProxies))
-    MetricsRoutes(database: dependencies.database, token: dependencies.config.metricsToken).register(on: router)
-    SystemRoutes(database: dependencies.database, catalog: dependencies.catalog).register(on: router)
-    let authenticator = Authenticator(auth: dependencies.auth, apiKeys: dependencies.apiKeys)
-    AuthRoutes(auth: dependencies.auth, authenticator: authenticator).register(on: router)
-    ProfileRoutes(profiles: dependencies.profiles, authenticator: authenticator).register(on: router)
-    let subscriptionRoutes = SubscriptionRoutes(
-        database: dependencies.database, subscriptions: dependencies.subscriptions, clock: dependencies.clock, authenticator: authenticator)
-    subscriptionRoutes.register(on: router)
-    let writer = IdempotentWrite(database: dependencies.database, store: dependencies.idempotency)
-    let ledgerRoutes = LedgerRoutes(
-        ledger: dependencies.ledger, writer: writer, authenticator: authenticator, oneStatementSpends: dependencies.config.oneStatementSpends)
-    ledgerRoutes.register(on: router)
-    let tokenRoutes = TokenRoutes(
-        database: dependencies.database, ledger: dependencies.ledger, subscriptions: dependencies.subscriptions, clock: dependencies.clock,
-        authenticator: authenticator)
-    tokenRoutes.register(on: router)
-    let packs = StickerPackStore(catalog: dependencies.catalog, clock: dependencies.clock)
-    let entitlements = EntitlementService(subscriptions: dependencies.subscriptions, packs: packs, ledger: dependencies.ledger, clock: dependencies.clock)
-    EntitlementRoutes(
-        database: dependencies.database, entitlements: entitlements, ledger: dependencies.ledger, auth: dependencies.auth, writer: writer,
-        authenticator: authenticator, clock: dependencies.clock
-    ).register(on: router)
-    BillingRoutes(
-        database: dependencies.database, billing: dependencies.billing, authenticator: authenticator, subscriptionRoutes: subscriptionRoutes,
-        tokenRoutes: tokenRoutes
-    ).register(on: router)
-    AdminPackRoutes(database: dependencies.database, packs: packs, clock: dependencies.clock, authenticator: authenticator).register(on: router)
-    AdminRoutes(
-        auth: dependencies.auth, profiles: dependencies.profiles, subscriptionRoutes: subscriptionRoutes, authenticator: authenticator,
-        ledger: dependencies.ledger, ledgerRoutes: ledgerRoutes, tokenRoutes: tokenRoutes
-    ).register(on: router)
+    router.add(middleware: ClientAddressMiddleware(proxies: d.config.trustedProxies))
+    let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys)
+    SystemController(database: d.database, catalog: d.catalog).addRoutes(to: router)
+    MetricsController(ledger: d.ledger, token: d.config.metricsToken).addRoutes(to: router)
+    AuthController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)
+    AccountController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)
+    ProfileController(profiles: d.profiles, authenticator: authenticator).addRoutes(to: router)
+    TokenController(entitlements: d.entitlements, ledger: d.ledger, auth: d.auth, authenticator: authenticator).addRoutes(to: router)
+    LedgerController(ledger: d.ledger, authenticator: authenticator, oneStatementSpends: d.config.oneStatementSpends).addRoutes(to: router)
+    EntitlementController(entitlements: d.entitlements, auth: d.auth, authenticator: authenticator).addRoutes(to: router)
+    StickerController(stickers: d.stickers, authenticator: authenticator).addRoutes(to: router)
+    BillingController(billing: d.billing, entitlements: d.entitlements, authenticator: authenticator).addRoutes(to: router)
+    AdminUserController(auth: d.auth, profiles: d.profiles, authenticator: authenticator).addRoutes(to: router)
+    AdminAccountController(subscriptions: d.subscriptions, entitlements: d.entitlements, ledger: d.ledger, authenticator: authenticator)
+        .addRoutes(to: router)
+    AdminCatalogController(stickers: d.stickers, billing: d.billing, authenticator: authenticator).addRoutes(to: router)
     allowedMethods.record(router)
     return router
 }

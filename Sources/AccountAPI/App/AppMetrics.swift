@@ -31,34 +31,4 @@ enum AppMetrics {
     }
 
     static var holdsPending: CoreMetrics.Gauge { CoreMetrics.Gauge(label: "ledger_holds_pending") }
-
-    /// Billing events by provider and outcome (`billing_events{provider,outcome}`).
-    static func billingEvent(provider: String, outcome: String) {
-        Counter(label: "billing_events", dimensions: [("provider", provider), ("outcome", outcome)]).increment()
-    }
-}
-
-/// `GET /metrics`: Prometheus text format; gauges that need the database are read at scrape time. Only with
-/// `Authorization: Bearer <METRICS_TOKEN>`; without a configured token the route answers 404 (the series name routes and
-/// error counts, which are nobody's business on the API port).
-struct MetricsRoutes: Sendable {
-    let database: any Database
-    let token: String?
-
-    func register(on router: Router<AppRequestContext>) {
-        router.get("/metrics") { request, context in
-            guard let token else { throw Problem.notFound("Metrics are off; set METRICS_TOKEN to scrape GET /metrics with it as a bearer token.") }
-            guard let given = Authenticator.bearerToken(request), SecretHasher.constantTimeEqual(SecretHasher.tokenHash(given), SecretHasher.tokenHash(token)) else {
-                throw Problem.unauthorized("GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.")
-            }
-            if let row = try? await database.withConnection(logger: context.logger, { try await $0.first("SELECT COUNT(*) AS n FROM ledger_holds WHERE status = 'pending'") }) {
-                AppMetrics.holdsPending.record(Double((try? row.int("n")) ?? 0))
-            }
-            var buffer: [UInt8] = []
-            buffer.reserveCapacity(16 * 1024)
-            AppMetrics.registry.emit(into: &buffer)
-            return Response(
-                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
-        }
-    }
 }

@@ -7,7 +7,7 @@ import PostgresNIO
 import Storage
 import X509
 
-/// Everything the routes need, built once from the configuration (or by tests).
+/// Every service, built once from the configuration (or by tests): store → service → controller, injected by hand.
 public struct Dependencies: Sendable {
     public let config: AppConfig
     public let database: any Database
@@ -21,9 +21,10 @@ public struct Dependencies: Sendable {
     public let auth: AuthService
     public let apiKeys: APIKeyService
     let profiles: ProfileService
-    let subscriptions: SubscriptionStore
-    public let ledger: Ledger
-    let idempotency: IdempotencyStore
+    public let ledger: LedgerService
+    let entitlements: EntitlementService
+    let subscriptions: SubscriptionService
+    let stickers: StickerService
     let billing: BillingService
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
@@ -33,28 +34,8 @@ public struct Dependencies: Sendable {
         let catalog: PlanCatalog
         do { catalog = try PlanCatalog.load(path: config.plansFile) } catch { throw StartupError(message: error.description) }
         // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
-        var apple: AppleSignedDataVerifier?
-        if let settings = config.apple {
-            let roots: [Certificate]
-            do { roots = try AppleConfig.loadCertificates(paths: settings.rootCertificatePaths) } catch {
-                throw StartupError(message: "APPLE_ROOT_CERTIFICATES: \((error as? AppleVerificationError)?.detail ?? "not a PEM or DER certificate")")
-            }
-            apple = AppleSignedDataVerifier(
-                config: AppleConfig(
-                    rootCertificates: roots, bundleID: settings.bundleID, appAppleID: settings.appAppleID, environment: settings.environment,
-                    acceptSandbox: settings.acceptSandbox))
-        }
-        let database: any Database
-        var postgresClient: PostgresClient?
-        switch config.database {
-        case .sqlite(let path):
-            database = try await SQLiteDatabase.open(path: path, logger: logger)
-        case .postgres(let url):
-            let configurations = try PostgresDatabase.configurations(url: url)
-            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
-            postgresClient = client
-            database = PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds)
-        }
+        let apple = try appleVerifier(config)
+        let (database, postgresClient) = try await open(config, logger: logger)
         let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
         let secrets = SecretHasher(serverSecret: try serverSecret(config))
@@ -62,17 +43,51 @@ public struct Dependencies: Sendable {
         let auth = AuthService(
             database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, policy: config.authPolicy,
             welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens, erasure: LedgerErasureHook(ledger: ledger))
-        let subscriptions = SubscriptionStore(catalog: catalog)
-        let profiles = ProfileService(
-            database: database, hasher: hasher, clock: clock, policy: config.authPolicy, passwords: auth.passwords,
-            limits: CatalogProfileLimits(subscriptions: subscriptions))
-        let billing = BillingService(
-            machine: SubscriptionMachine(store: subscriptions, ledger: ledger, clock: clock), apple: apple,
-            stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets), clock: clock)
+        let store = SubscriptionStore(catalog: catalog)
+        let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared)
+        let idempotency = IdempotencyStore(clock: clock)
+        let packs = StickerPackStore(catalog: catalog, clock: clock)
         return Dependencies(
-            config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
-            auth: auth, apiKeys: APIKeyService(database: database, clock: clock), profiles: profiles, subscriptions: subscriptions, ledger: ledger,
-            idempotency: IdempotencyStore(clock: clock), billing: billing)
+            config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher, auth: auth,
+            apiKeys: APIKeyService(database: database, clock: clock),
+            profiles: ProfileService(
+                database: database, hasher: hasher, clock: clock, policy: config.authPolicy, passwords: auth.passwords,
+                limits: CatalogProfileLimits(subscriptions: store)),
+            ledger: LedgerService(
+                database: database, ledger: ledger, idempotency: idempotency, users: AuthDirectory(), audit: AuditLog.shared, clock: clock),
+            entitlements: EntitlementService(database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock),
+            subscriptions: SubscriptionService(database: database, machine: machine),
+            stickers: StickerService(
+                database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared, clock: clock),
+            billing: BillingService(
+                database: database, machine: machine, apple: apple,
+                stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
+                accounts: AuthDirectory(), clock: clock))
+    }
+
+    /// The Apple verifier when Apple billing is configured (its roots read now: a bad file stops start-up).
+    static func appleVerifier(_ config: AppConfig) throws -> AppleSignedDataVerifier? {
+        guard let settings = config.apple else { return nil }
+        let roots: [Certificate]
+        do { roots = try AppleConfig.loadCertificates(paths: settings.rootCertificatePaths) } catch {
+            throw StartupError(message: "APPLE_ROOT_CERTIFICATES: \((error as? AppleVerificationError)?.detail ?? "not a PEM or DER certificate")")
+        }
+        return AppleSignedDataVerifier(
+            config: AppleConfig(
+                rootCertificates: roots, bundleID: settings.bundleID, appAppleID: settings.appAppleID, environment: settings.environment,
+                acceptSandbox: settings.acceptSandbox))
+    }
+
+    /// The configured engine (the PostgreSQL pool runs as a service of the application).
+    static func open(_ config: AppConfig, logger: Logger) async throws -> (any Database, PostgresClient?) {
+        switch config.database {
+        case .sqlite(let path):
+            return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
+        case .postgres(let url):
+            let configurations = try PostgresDatabase.configurations(url: url)
+            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
+            return (PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds), client)
+        }
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).

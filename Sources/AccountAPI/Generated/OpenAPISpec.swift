@@ -1885,7 +1885,7 @@ components:
         savings: { type: [string, "null"] }
     SubscriptionPlan:
       type: object
-      required: [id, name, description, monthlyTokens, price, currency, features, platform, trialDays, isActive, sortOrder,
+      required: [id, name, description, monthlyTokens, price, currency, interval, features, platform, trialDays, isActive, sortOrder,
         hasQualitySelector, hasCommercialLicense, hasModelSelector, hasImageUpload, maxFamilyProfiles, isFreeTier, maxRollover]
       properties:
         id: { type: string, examples: [pro_monthly] }
@@ -1894,6 +1894,7 @@ components:
         monthlyTokens: { type: integer, minimum: 0 }
         price: { type: number, description: In cents. }
         currency: { type: string }
+        interval: { type: string, enum: [month, year], description: "The billing period; tokens are granted monthly either way (yearly plans get monthlyTokens each month)." }
         features: { $ref: "#/components/schemas/SubscriptionFeatures" }
         platform: { type: string, enum: [web, ios, both] }
         appleProductId: { type: [string, "null"] }

@@ -1,3 +1,4 @@
+import Auth
 import Hummingbird
 import Logging
 import NIOCore
@@ -19,4 +20,11 @@ struct AppRequestContext: RequestContext {
 
     /// Bodies are limited to 1 MiB; larger ones get a 413 problem.
     var maxUploadSize: Int { 1 << 20 }
+}
+
+extension AppRequestContext {
+    /// Who is calling and from where, for limits, devices and the audit log.
+    func client(_ request: Request) -> ClientInfo {
+        ClientInfo(ip: clientIP, userAgent: request.headers[.userAgent])
+    }
 }

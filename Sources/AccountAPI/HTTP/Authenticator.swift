@@ -42,6 +42,13 @@ struct Authenticator: Sendable {
         return key
     }
 
+    /// The `userId` path parameter of an operator route, when such a user exists (else 404).
+    func existingUser(_ context: AppRequestContext) async throws -> String {
+        let id = try context.parameters.require("userId")
+        _ = try await auth.findUser(id: id, logger: context.logger)
+        return id
+    }
+
     /// The session's selected profile (the default one when none is selected).
     func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
         try await auth.activeProfile(selectedID: session.selectedProfileID, userID: session.user.id, logger: context.logger).map {

@@ -44,6 +44,13 @@ struct Problem: Error, HTTPResponseError, Sendable {
         return members
     }
 
+    /// The problem body as JSON text (sorted keys), as stored for idempotent replays.
+    func jsonText() throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return String(decoding: try encoder.encode(body), as: UTF8.self)
+    }
+
     func response(from request: Request, context: some RequestContext) throws -> Response {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

@@ -27,13 +27,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as BillingError {
             throw error.problem
         } catch let error as StorageError {
-            if case .nulCharacter = error { throw Problem.validation("Text fields must not contain NUL (U+0000) characters.") }
-            if case .unavailable(let why) = error {
-                context.logger.warning("database unavailable", metadata: ["reason": "\(why)"])
-                throw Problem.unavailable("The database is unavailable; try again shortly.")
-            }
-            context.logger.error("storage error", metadata: ["error": "\(error)"])
-            throw Problem.internalError
+            throw error.problem(logger: context.logger)
         } catch let error as any HTTPResponseError {
             if error.status == .notFound {
                 let allowed = allowedMethods.methods(for: request.uri.path)

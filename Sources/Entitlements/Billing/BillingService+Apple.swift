@@ -53,7 +53,7 @@ extension BillingService {
             tx, provider: "apple", source: "notification", dedupeKey: "apple:\(notification.notificationUUID)",
             externalID: notification.notificationUUID, eventType: Self.typeName(notification), originalID: notification.transaction?.originalTransactionId,
             environment: notification.environment.rawValue, signedAt: Date(epochMilliseconds: notification.signedDate), raw: raw)
-        else { return BillingVerdict(verdict: "duplicate", detail: "already received; no effect", userID: nil) }
+        else { return BillingVerdict(outcome: .duplicate, detail: "already received; no effect", userID: nil) }
         let verdict = try await applyAppleNotification(tx, notification)
         try await settle(tx, eventID: eventID, verdict)
         return verdict
@@ -87,8 +87,8 @@ extension BillingService {
         switch try await appleOwner(tx, transaction, environment: notification.environment) {
         case .user(let id): userID = id
         case .unmatched:
-            return BillingVerdict(verdict: "unmatched", detail: "no account for originalTransactionId yet; applied when the purchase is verified", userID: nil)
-        case .conflict(let why): return BillingVerdict(verdict: "conflict", detail: why, userID: nil)
+            return BillingVerdict(outcome: .unmatched, detail: "no account for originalTransactionId yet; applied when the purchase is verified", userID: nil)
+        case .conflict(let why): return BillingVerdict(outcome: .conflict, detail: why, userID: nil)
         }
         let at = Date(epochMilliseconds: notification.signedDate)
         let eventID = "notification:\(notification.notificationUUID)"
@@ -100,7 +100,7 @@ extension BillingService {
             if notification.subtype == "UPGRADE" { return try await applyAppleTransaction(tx, userID: userID, transaction: transaction, at: at) }
             let next = renewal?.autoRenewProductId ?? transaction.productId
             guard let plan = catalog.plans.first(where: { $0.appleProductId == next }) else {
-                return BillingVerdict(verdict: "ignored", detail: "unknown autoRenewProductId \(next)", userID: userID)
+                return BillingVerdict(outcome: .ignored, detail: "unknown autoRenewProductId \(next)", userID: userID)
             }
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .changePlanAtRenewal(planID: plan.id))
         case "DID_CHANGE_RENEWAL_STATUS":
@@ -122,13 +122,13 @@ extension BillingService {
                 return verdict
             }
             guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) else {
-                return BillingVerdict(verdict: "ignored", detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
+                return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }
             return try await applyMachine(tx, provider: .apple, eventID: "refund:\(transaction.transactionId)", userID: userID, at: at, .refund)
         case "REFUND_REVERSED":
             if let verdict = try await restorePack(tx, provider: "apple", sourceID: transaction.transactionId) { return verdict }
             guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) else {
-                return BillingVerdict(verdict: "ignored", detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
+                return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }
             return try await applyMachine(tx, provider: .apple, eventID: "refund_reversed:\(transaction.transactionId)", userID: userID, at: at, .reverseRefund)
         default:
@@ -139,13 +139,13 @@ extension BillingService {
     /// What a transaction buys: a plan period (start, renewal or immediate change) or a token pack. Keyed by the
     /// transaction id, so the device's verify and Apple's notification for one purchase take effect once.
     func applyAppleTransaction(_ tx: any SQLExecutor, userID: String, transaction: AppleTransaction, at: Date) async throws -> BillingVerdict {
-        if transaction.revocationDate != nil { return BillingVerdict(verdict: "ignored", detail: "the transaction is revoked", userID: userID) }
+        if transaction.revocationDate != nil { return BillingVerdict(outcome: .ignored, detail: "the transaction is revoked", userID: userID) }
         if let pack = catalog.tokenPacks.first(where: { $0.appleProductId == transaction.productId }) {
             return try await grantPack(
                 tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, pack: pack, quantity: transaction.quantity ?? 1, paymentRef: nil)
         }
         guard let plan = catalog.plans.first(where: { $0.appleProductId == transaction.productId }) else {
-            return BillingVerdict(verdict: "ignored", detail: "unknown productId \(transaction.productId)", userID: userID)
+            return BillingVerdict(outcome: .ignored, detail: "unknown productId \(transaction.productId)", userID: userID)
         }
         let start = Date(epochMilliseconds: transaction.purchaseDate)
         let end = transaction.expiresDate.map(Date.init(epochMilliseconds:))
@@ -155,7 +155,7 @@ extension BillingService {
         let verdict = try await applyMachine(
             tx, provider: .apple, eventID: "txn:\(transaction.transactionId)", userID: userID, at: at, event,
             providerSubscriptionID: transaction.originalTransactionId)
-        if verdict.verdict == "applied" || verdict.verdict == "stale" {
+        if verdict.outcome == .applied || verdict.outcome == .stale {
             try await recordPeriod(
                 tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, planID: plan.id, paymentRef: nil, start: start)
         }
@@ -174,7 +174,7 @@ extension BillingService {
                 let notification = try? await apple.verifyNotification(body.signedPayload)
             else { continue }
             let verdict = try await applyAppleNotification(tx, notification)
-            try await settle(tx, eventID: id, BillingVerdict(verdict: verdict.verdict, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
+            try await settle(tx, eventID: id, BillingVerdict(outcome: verdict.outcome, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
         }
     }
 }

@@ -98,7 +98,7 @@ extension BillingService {
             tx, provider: "stripe", source: "webhook", dedupeKey: "stripe:\(event.id)", externalID: event.id, eventType: event.type,
             originalID: originalID, environment: event.livemode == false ? "test" : "live", signedAt: Date(timeIntervalSince1970: Double(event.created)),
             raw: raw)
-        else { return BillingVerdict(verdict: "duplicate", detail: "already received; no effect", userID: nil) }
+        else { return BillingVerdict(outcome: .duplicate, detail: "already received; no effect", userID: nil) }
         let verdict = try await applyStripe(tx, event)
         try await settle(tx, eventID: eventID, verdict)
         return verdict
@@ -113,12 +113,12 @@ extension BillingService {
             return try await completeCheckout(tx, event)
         case "invoice.paid":
             guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
-            guard let invoiceID = object.id else { return BillingVerdict(verdict: "ignored", detail: "invoice without id", userID: userID) }
+            guard let invoiceID = object.id else { return BillingVerdict(outcome: .ignored, detail: "invoice without id", userID: userID) }
             if object.billing_reason == "subscription_create" || object.billing_reason == "subscription_update" {
                 return .acknowledged("\(object.billing_reason!) invoice: the checkout or plan change already started the period", user: userID)
             }
             guard let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
-                return BillingVerdict(verdict: "ignored", detail: "no plan for the invoice's price", userID: userID)
+                return BillingVerdict(outcome: .ignored, detail: "no plan for the invoice's price", userID: userID)
             }
             let line = object.lines?.data?.first
             let start = Date(timeIntervalSince1970: Double(line?.period?.start ?? event.created))
@@ -127,7 +127,7 @@ extension BillingService {
                 tx, userID: userID, plan: plan, provider: .stripe, providerSubscriptionID: object.subscriptionID ?? "", start: start, end: end, trial: false)
             let verdict = try await applyMachine(
                 tx, provider: .stripe, eventID: "invoice:\(invoiceID)", userID: userID, at: at, event, providerSubscriptionID: object.subscriptionID)
-            if verdict.verdict == "applied" || verdict.verdict == "stale" {
+            if verdict.outcome == .applied || verdict.outcome == .stale {
                 try await recordPeriod(tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
             }
             return verdict
@@ -166,7 +166,7 @@ extension BillingService {
     }
 
     static let unmatched = BillingVerdict(
-        verdict: "unmatched", detail: "no account for this subscription or customer yet; applied when its checkout completes", userID: nil)
+        outcome: .unmatched, detail: "no account for this subscription or customer yet; applied when its checkout completes", userID: nil)
 
     func stripeOwner(_ tx: any SQLExecutor, _ object: StripeObject) async throws -> String? {
         if let sub = object.object == "subscription" ? object.id : object.subscriptionID,
@@ -185,35 +185,35 @@ extension BillingService {
         let session = event.data.object
         guard let sessionID = session.id else { throw BillingError.malformed("The checkout session has no id.") }
         guard let userID = try await existingUser(tx, session.client_reference_id) else {
-            return BillingVerdict(verdict: "ignored", detail: "client_reference_id is not a known account", userID: nil)
+            return BillingVerdict(outcome: .ignored, detail: "client_reference_id is not a known account", userID: nil)
         }
         guard session.payment_status == "paid" || session.payment_status == "no_payment_required" else {
-            return BillingVerdict(verdict: "ignored", detail: "payment_status \(session.payment_status ?? "missing"): not paid yet", userID: userID)
+            return BillingVerdict(outcome: .ignored, detail: "payment_status \(session.payment_status ?? "missing"): not paid yet", userID: userID)
         }
         do {
             if let customer = session.customer?.value { _ = try await bind(tx, provider: "stripe", externalID: "cus:\(customer)", userID: userID, environment: nil) }
             if let sub = session.subscriptionID { _ = try await bind(tx, provider: "stripe", externalID: "sub:\(sub)", userID: userID, environment: nil) }
         } catch BillingError.boundToAnotherAccount {
-            return BillingVerdict(verdict: "conflict", detail: "the Stripe customer or subscription belongs to another account", userID: nil)
+            return BillingVerdict(outcome: .conflict, detail: "the Stripe customer or subscription belongs to another account", userID: nil)
         }
         let verdict: BillingVerdict
         let priceID = session.firstPriceID
         if session.mode == "subscription" {
             guard let priceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
-                return BillingVerdict(verdict: "ignored", detail: "no plan for price \(priceID ?? "missing")", userID: userID)
+                return BillingVerdict(outcome: .ignored, detail: "no plan for price \(priceID ?? "missing")", userID: userID)
             }
             let start = Date(timeIntervalSince1970: Double(event.created))
             verdict = try await applyMachine(
                 tx, provider: .stripe, eventID: "checkout:\(sessionID)", userID: userID, at: start,
                 .start(planID: plan.id, periodStart: start, periodEnd: nil, trial: false, willRenew: true),
                 providerSubscriptionID: session.subscriptionID, providerCustomerID: session.customer?.value)
-            if verdict.verdict == "applied" || verdict.verdict == "stale" {
+            if verdict.outcome == .applied || verdict.outcome == .stale {
                 try await recordPeriod(
                     tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, planID: plan.id, paymentRef: session.invoice?.value, start: start)
             }
         } else {
             guard let priceID, let pack = catalog.tokenPacks.first(where: { $0.stripePriceId == priceID }) else {
-                return BillingVerdict(verdict: "ignored", detail: "no token pack for price \(priceID ?? "missing")", userID: userID)
+                return BillingVerdict(outcome: .ignored, detail: "no token pack for price \(priceID ?? "missing")", userID: userID)
             }
             verdict = try await grantPack(
                 tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, pack: pack,
@@ -235,14 +235,14 @@ extension BillingService {
             let userID = try grant.string("user_id")
             if try grant.string("kind") == "tokens" {
                 return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: refunded * 100_000 / amount)
-                    ?? BillingVerdict(verdict: "ignored", detail: "no grant", userID: userID)
+                    ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
             }
             guard refunded == amount else {
                 return .acknowledged("partial refund of a subscription payment: access and tokens unchanged", user: userID)
             }
             return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund)
         }
-        return BillingVerdict(verdict: "unmatched", detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
+        return BillingVerdict(outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
     }
 
     /// Stripe events stored as unmatched for these ids, applied now (oldest first).
@@ -254,8 +254,8 @@ extension BillingService {
             for row in rows {
                 guard let event = try? JSONDecoder().decode(StripeEvent.self, from: Data(try row.string("raw").utf8)) else { continue }
                 let verdict = try await applyStripe(tx, event)
-                guard verdict.verdict != "unmatched" else { continue }
-                try await settle(tx, eventID: try row.string("id"), BillingVerdict(verdict: verdict.verdict, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
+                guard verdict.outcome != .unmatched else { continue }
+                try await settle(tx, eventID: try row.string("id"), BillingVerdict(outcome: verdict.outcome, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
             }
         }
     }

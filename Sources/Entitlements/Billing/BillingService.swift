@@ -16,13 +16,34 @@ public enum BillingError: Error, Equatable, Sendable {
     case transactionRevoked
 }
 
-/// What happened to one received event (stored as the event's verdict).
+/// What a received event did (stored as `billing_events.verdict`).
+public enum BillingOutcome: String, Sendable, Equatable, Codable {
+    /// Stored, being applied (only inside the transaction that applies it).
+    case processing
+    case applied
+    /// The provider sent it before: no effect.
+    case duplicate
+    /// Older than the newest applied event: recorded, not applied (a paid period still grants its tokens once).
+    case stale
+    /// Makes no sense in the current state: recorded, not applied.
+    case ignored
+    /// Informational (TEST and other types): stored and acknowledged.
+    case acknowledged
+    /// No account is bound to its purchase yet: applied when the purchase is verified or its checkout arrives.
+    case unmatched
+    /// The purchase belongs to another account: recorded, never moved silently.
+    case conflict
+    /// Verified but refused (an unknown product, another account's token): stored with the reason.
+    case rejected
+}
+
+/// What happened to one received event.
 public struct BillingVerdict: Sendable, Equatable {
-    public let verdict: String
+    public let outcome: BillingOutcome
     public let detail: String?
     public let userID: String?
 
-    static func acknowledged(_ detail: String, user: String? = nil) -> BillingVerdict { BillingVerdict(verdict: "acknowledged", detail: detail, userID: user) }
+    static func acknowledged(_ detail: String, user: String? = nil) -> BillingVerdict { BillingVerdict(outcome: .acknowledged, detail: detail, userID: user) }
 }
 
 /// One stored billing event, for operators.
@@ -35,7 +56,7 @@ public struct BillingEvent: Sendable {
     public let userID: String?
     public let originalID: String?
     public let environment: String?
-    public let verdict: String
+    public let outcome: BillingOutcome
     public let detail: String?
     public let signedAt: Date?
     public let receivedAt: Date
@@ -64,18 +85,26 @@ public struct BillingCursor: Sendable, CustomStringConvertible {
 /// event is stored with its verdict (deduplicated by the provider's event id), every purchase is bound to one
 /// account, and every grant or clawback is keyed by the provider's transaction / session / invoice id.
 public struct BillingService: Sendable {
+    let database: any Database
     public let machine: SubscriptionMachine
     public let apple: AppleSignedDataVerifier?
     public let stripe: StripeSignatureVerifier?
+    /// Which user ids are live accounts (owned by Auth).
+    let accounts: any AccountDirectory
     let clock: any TimeSource
 
     /// Raw bodies of rejected (unverified) events are kept only up to this size: enough for audit, not a free store.
     public static let rejectedRawBytesMax = 16 * 1024
 
-    public init(machine: SubscriptionMachine, apple: AppleSignedDataVerifier?, stripe: StripeSignatureVerifier?, clock: any TimeSource) {
+    public init(
+        database: any Database, machine: SubscriptionMachine, apple: AppleSignedDataVerifier?, stripe: StripeSignatureVerifier?,
+        accounts: any AccountDirectory, clock: any TimeSource
+    ) {
+        self.database = database
         self.machine = machine
         self.apple = apple
         self.stripe = stripe
+        self.accounts = accounts
         self.clock = clock
     }
 
@@ -113,7 +142,7 @@ public struct BillingService: Sendable {
     func settle(_ tx: any SQLExecutor, eventID: String, _ verdict: BillingVerdict) async throws {
         try await tx.query(
             "UPDATE billing_events SET verdict = ?, detail = ?, user_id = COALESCE(?, user_id), applied_at_ms = ? WHERE id = ?",
-            [verdict.verdict, verdict.detail, verdict.userID, clock.now(), eventID])
+            [verdict.outcome.rawValue, verdict.detail, verdict.userID, clock.now(), eventID])
     }
 
     /// Records an event that failed verification (its own transaction: the request itself fails).
@@ -144,7 +173,8 @@ public struct BillingService: Sendable {
             BillingEvent(
                 id: try row.string("id"), provider: try row.string("provider"), source: try row.string("source"), externalID: row.optionalString("external_id"),
                 eventType: row.optionalString("event_type"), userID: row.optionalString("user_id"), originalID: row.optionalString("original_id"),
-                environment: row.optionalString("environment"), verdict: try row.string("verdict"), detail: row.optionalString("detail"),
+                environment: row.optionalString("environment"), outcome: BillingOutcome(rawValue: try row.string("verdict")) ?? .rejected,
+                detail: row.optionalString("detail"),
                 signedAt: row.optionalDate("signed_at_ms"), receivedAt: try row.date("received_at_ms"), appliedAt: row.optionalDate("applied_at_ms"),
                 raw: try row.string("raw"), rawSHA256: try row.string("raw_sha256"))
         }
@@ -171,7 +201,7 @@ public struct BillingService: Sendable {
 
     func existingUser(_ tx: any SQLExecutor, _ id: String?) async throws -> String? {
         guard let id = id?.lowercased(), !id.isEmpty, id.utf8.count <= 64 else { return nil }
-        return try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL", [id])?.optionalString("id")
+        return try await accounts.isActiveUser(id, tx) ? id : nil
     }
 
     /// Grants a token pack once per provider purchase (purchased tokens never expire).
@@ -185,9 +215,9 @@ public struct BillingService: Sendable {
             INSERT INTO billing_grants (provider, source_id, user_id, kind, product_id, payment_ref, tokens, created_at_ms, updated_at_ms)
             VALUES (?, ?, ?, 'tokens', ?, ?, ?, ?, ?) ON CONFLICT (provider, source_id) DO NOTHING RETURNING source_id
             """, [provider, sourceID, userID, pack.id, paymentRef, tokens, now, now])
-        guard !inserted.isEmpty else { return BillingVerdict(verdict: "duplicate", detail: "\(pack.id) already granted for \(sourceID)", userID: userID) }
+        guard !inserted.isEmpty else { return BillingVerdict(outcome: .duplicate, detail: "\(pack.id) already granted for \(sourceID)", userID: userID) }
         _ = try await ledger.grant(tx, userID: userID, amountTokens: tokens, bucket: .purchased, reason: "purchase.\(provider).\(pack.id)")
-        return BillingVerdict(verdict: "applied", detail: "granted \(tokens) purchased tokens (\(pack.id))", userID: userID)
+        return BillingVerdict(outcome: .applied, detail: "granted \(tokens) purchased tokens (\(pack.id))", userID: userID)
     }
 
     /// Records what a subscription period granted, so a refund of that payment can find it.
@@ -214,12 +244,12 @@ public struct BillingService: Sendable {
         let tokens = try grant.int("tokens")
         let done = try grant.int("clawed_tokens") + grant.int("shortfall_tokens")
         let target = tokens * min(max(share, 0), 100_000) / 100_000
-        guard target > done else { return BillingVerdict(verdict: "duplicate", detail: "already clawed back \(done) of \(tokens)", userID: userID) }
+        guard target > done else { return BillingVerdict(outcome: .duplicate, detail: "already clawed back \(done) of \(tokens)", userID: userID) }
         let (clawed, shortfall) = try await ledger.clawback(tx, userID: userID, amountTokens: target - done, bucket: .purchased, reason: "refund_clawback")
         try await tx.query(
             "UPDATE billing_grants SET clawed_tokens = clawed_tokens + ?, shortfall_tokens = shortfall_tokens + ?, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
             [clawed, shortfall, clock.now(), provider, sourceID])
-        return BillingVerdict(verdict: "applied", detail: "clawed \(clawed) shortfall \(shortfall) of \(tokens)", userID: userID)
+        return BillingVerdict(outcome: .applied, detail: "clawed \(clawed) shortfall \(shortfall) of \(tokens)", userID: userID)
     }
 
     /// A reversed refund gives back what the refund took.
@@ -233,7 +263,7 @@ public struct BillingService: Sendable {
         try await tx.query(
             "UPDATE billing_grants SET clawed_tokens = 0, shortfall_tokens = 0, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
             [clock.now(), provider, sourceID])
-        return BillingVerdict(verdict: "applied", detail: "restored \(clawed)", userID: userID)
+        return BillingVerdict(outcome: .applied, detail: "restored \(clawed)", userID: userID)
     }
 
     /// Applies one subscription event through the state machine and maps its outcome to a verdict.
@@ -241,17 +271,10 @@ public struct BillingService: Sendable {
         _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, at: Date, _ event: SubscriptionEvent,
         providerSubscriptionID: String? = nil, providerCustomerID: String? = nil
     ) async throws -> BillingVerdict {
-        let outcome = try await machine.apply(tx, provider: provider, eventID: eventID, userID: userID, occurredAt: at, event: event)
-        if outcome == .applied, providerSubscriptionID != nil || providerCustomerID != nil {
-            try await tx.query(
-                """
-                UPDATE subscriptions SET provider_subscription_id = COALESCE(?, provider_subscription_id), provider_customer_id = COALESCE(?, provider_customer_id)
-                WHERE user_id = ?
-                """, [providerSubscriptionID, providerCustomerID, userID])
-        }
-        let detail = try await tx.first("SELECT detail FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])?
-            .optionalString("detail")
-        return BillingVerdict(verdict: outcome.rawValue, detail: detail ?? "\(event.kind) \(outcome.rawValue)", userID: userID)
+        let result = try await machine.apply(
+            tx, provider: provider, eventID: eventID, userID: userID, occurredAt: at, event: event,
+            binding: ProviderBinding(subscriptionID: providerSubscriptionID, customerID: providerCustomerID))
+        return BillingVerdict(outcome: BillingOutcome(result.outcome), detail: result.detail, userID: userID)
     }
 
     /// The event for a paid subscription period: a renewal of the same provider subscription, else a new start.
@@ -266,5 +289,17 @@ public struct BillingService: Sendable {
             return .changePlanNow(planID: plan.id, periodEnd: end, periodStart: start)
         }
         return .start(planID: plan.id, periodStart: start, periodEnd: end, trial: trial, willRenew: true)
+    }
+}
+
+extension BillingOutcome {
+    /// A subscription event's outcome as a billing outcome (the same names).
+    init(_ outcome: EventOutcome) {
+        switch outcome {
+        case .applied: self = .applied
+        case .duplicate: self = .duplicate
+        case .stale: self = .stale
+        case .ignored: self = .ignored
+        }
     }
 }

@@ -1,0 +1,53 @@
+import Auth
+import Entitlements
+import Foundation
+import Ledger
+import Logging
+import ServiceLifecycle
+import Storage
+
+/// Background work, on one node at a time (a database lease): each pass asks the owners to do their part — the ledger
+/// releases expired holds and purges idempotency records past retention, subscriptions drip yearly plans' monthly
+/// tokens, auth forgets idle attempt budgets. The decisions are theirs; this only schedules.
+struct BackgroundSweeper: Service {
+    let dependencies: Dependencies
+    let intervalSeconds: Double
+    let logger: Logger
+    let lease: JobLease
+
+    init(dependencies: Dependencies, intervalSeconds: Double, logger: Logger) {
+        self.dependencies = dependencies
+        self.intervalSeconds = intervalSeconds
+        self.logger = logger
+        self.lease = JobLease(name: "ledger-sweeper", holder: UUID().uuidString, ttlSeconds: max(30, intervalSeconds * 3))
+    }
+
+    func run() async throws {
+        guard intervalSeconds > 0 else {
+            try? await gracefulShutdown()
+            return
+        }
+        // A graceful shutdown cancels the loop (and its sleep) at once. The first sweep waits one interval, so it
+        // never races the start-up migrations (expired holds are settled on access meanwhile).
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: .seconds(intervalSeconds))
+                do { _ = try await sweepOnce() } catch is CancellationError { return } catch {
+                    logger.warning("background sweep failed", metadata: ["error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    /// One pass; nil when another node holds the lease.
+    func sweepOnce() async throws -> (holds: Int, drips: Int, purged: Int)? {
+        let database = dependencies.database
+        let ledger = dependencies.ledger
+        guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
+        let holds = try await ledger.ledger.expireHolds(database, limit: 500, logger: logger)
+        let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: 500, logger: logger)
+        let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
+        _ = try await dependencies.auth.purgeAttemptBudgets(limit: 1000, logger: logger)
+        return (holds, drips, purged)
+    }
+}

@@ -1,0 +1,83 @@
+import Auth
+import Foundation
+import Hummingbird
+
+/// Operators find users and manage their family profiles. Every change is audited.
+struct AdminUserController: Sendable {
+    let auth: AuthService
+    let profiles: ProfileService
+    let authenticator: Authenticator
+
+    struct UserJSON: Encodable, Sendable {
+        let id: String; let email: String?; let name: String; let role: String; let emailVerified: Bool; let createdAt: String; let deleted: Bool
+        init(_ s: UserSummary) {
+            (id, email, name, role) = (s.user.id, s.user.email.isEmpty ? nil : s.user.email, s.user.name, s.user.role)
+            (emailVerified, createdAt, deleted) = (s.user.emailVerified, ISODate.string(s.createdAt), s.deleted)
+        }
+    }
+    struct UsersResponse: Encodable, Sendable { let users: [UserJSON] }
+
+    func addRoutes(to router: Router<AppRequestContext>) {
+        router.get("/api/admin/users", use: users)
+        router.get("/api/admin/users/:userId", use: user)
+        router.get("/api/admin/users/:userId/profiles", use: userProfiles)
+        router.post("/api/admin/users/:userId/profiles", use: createProfile)
+        router.put("/api/admin/users/:userId/profiles/:id", use: updateProfile)
+        router.delete("/api/admin/users/:userId/profiles/:id", use: deleteProfile)
+        router.post("/api/admin/users/:userId/profiles/:id/reset-pin", use: resetPIN)
+    }
+
+    @Sendable func users(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UsersResponse> {
+        _ = try await authenticator.requireOperator(request, context)
+        let email = request.uri.queryParameters["email"].map(String.init)
+        let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) } ?? 50
+        return JSONResponse(UsersResponse(users: try await auth.findUsers(email: email, limit: limit, logger: context.logger).map(UserJSON.init)))
+    }
+
+    @Sendable func user(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UserJSON> {
+        _ = try await authenticator.requireOperator(request, context)
+        return JSONResponse(UserJSON(try await auth.findUser(id: try context.parameters.require("userId"), logger: context.logger)))
+    }
+
+    @Sendable func userProfiles(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[ProfileJSON]> {
+        _ = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        return JSONResponse(try await profiles.available(userID: userID, logger: context.logger).map(ProfileJSON.init))
+    }
+
+    @Sendable func createProfile(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<ProfileJSON> {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        var request = request
+        let body = try await request.decodeJSON(ProfileRequest.self, context: context)
+        let profile = try await profiles.create(userID: userID, input: body.input, by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
+        return JSONResponse(ProfileJSON(profile), status: .created)
+    }
+
+    @Sendable func updateProfile(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<ProfileJSON> {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        var request = request
+        let body = try await request.decodeJSON(ProfileRequest.self, context: context)
+        let profile = try await profiles.update(
+            userID: userID, profileID: try context.parameters.require("id"), input: body.input, by: .operatorActor(actor, ip: context.clientIP),
+            logger: context.logger)
+        return JSONResponse(ProfileJSON(profile))
+    }
+
+    @Sendable func deleteProfile(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        try await profiles.delete(
+            userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
+        return Response(status: .noContent)
+    }
+
+    @Sendable func resetPIN(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<ProfileJSON> {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        let profile = try await profiles.resetPIN(
+            userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
+        return JSONResponse(ProfileJSON(profile))
+    }
+}

@@ -1,0 +1,39 @@
+import Auth
+import Entitlements
+import Hummingbird
+import Ledger
+
+/// Sticker packs for the signed-in user: the catalog with what is locked, and unlocks paid with tokens.
+struct StickerController: Sendable {
+    let stickers: StickerService
+    let authenticator: Authenticator
+
+    struct PacksResponse: Encodable, Sendable { let packs: [StickerPackJSON] }
+
+    func addRoutes(to router: Router<AppRequestContext>) {
+        router.get("/api/stickers/packs", use: packs)
+        router.post("/api/stickers/packs/:id/unlock", use: unlock)
+    }
+
+    @Sendable func packs(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<PacksResponse> {
+        let session = try await authenticator.session(request, context)
+        return JSONResponse(PacksResponse(packs: try await stickers.packs(for: session.user.id, logger: context.logger).map(StickerPackJSON.init)))
+    }
+
+    /// Charged once; with an `Idempotency-Key` a retry replays the first answer (a refusal too).
+    @Sendable func unlock(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let session = try await authenticator.session(request, context)
+        let packID = try context.parameters.require("id")
+        let canMakePurchases = try await authenticator.permissions(session, context)?.canMakePurchases ?? true
+        let userID = session.user.id
+        guard request.headers[.idempotencyKey] != nil else {
+            let result = try await stickers.unlock(userID: userID, packID: packID, canMakePurchases: canMakePurchases, logger: context.logger)
+            return try JSONResponse(UnlockJSON(result)).response(from: request, context: context)
+        }
+        let identity = IdempotentRequest(
+            caller: "user:\(userID)", key: try IdempotentResponse.key(request), fields: ["endpoint": "unlock", "packId": packID])
+        let answer = try await stickers.unlock(
+            identity, userID: userID, packID: packID, canMakePurchases: canMakePurchases, format: IdempotentResponse.unlock, logger: context.logger)
+        return IdempotentResponse.response(answer)
+    }
+}

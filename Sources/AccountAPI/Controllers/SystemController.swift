@@ -1,0 +1,54 @@
+import Entitlements
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Storage
+
+/// Public routes: liveness, readiness, the contract and the plan catalog.
+struct SystemController: Sendable {
+    let database: any Database
+    let catalog: PlanCatalog
+
+    func addRoutes(to router: Router<AppRequestContext>) {
+        router.get("/health", use: health)
+        router.get("/ready", use: ready)
+        router.get("/openapi.yaml", use: openAPI)
+        router.get("/api/subscription-plans", use: plans)
+    }
+
+    @Sendable func health(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[String: String]> {
+        JSONResponse(["status": "ok"])
+    }
+
+    /// 200 when the database answers within 2 s, else a 503 problem.
+    @Sendable func ready(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[String: String]> {
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await database.ping(timeoutSeconds: 2, logger: context.logger) }
+                group.addTask {
+                    try await Task.sleep(for: .seconds(2))
+                    throw StorageError.unavailable("ping timed out")
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        } catch {
+            context.logger.warning("readiness check failed", metadata: ["error": "\(error)"])
+            throw Problem.unavailable("The database is not reachable.")
+        }
+        return JSONResponse(["status": "ready", "database": database.engine.rawValue])
+    }
+
+    @Sendable func openAPI(_ request: Request, context: AppRequestContext) async throws -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/yaml; charset=utf-8", .cacheControl: "public, max-age=300"],
+            body: .init(byteBuffer: ByteBuffer(string: OpenAPISpec.yaml)))
+    }
+
+    @Sendable func plans(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[SubscriptionPlan]> {
+        var response = JSONResponse(catalog.activePlans)
+        response.headers[.cacheControl] = "public, max-age=300"
+        return response
+    }
+}

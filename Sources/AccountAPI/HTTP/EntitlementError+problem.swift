@@ -1,0 +1,15 @@
+import Entitlements
+import HTTPTypes
+
+extension EntitlementError {
+    var problem: Problem {
+        switch self {
+        case .packNotFound: Problem.notFound("No such sticker pack.")
+        case .packExists(let id): Problem(.conflict, code: "validation_failed", detail: "A pack with id '\(id)' exists; use PUT to change it.")
+        case .alreadyUnlocked(let detail): Problem(.conflict, code: "already_unlocked", detail: detail)
+        case .purchaseNotAllowed:
+            Problem(.forbidden, code: "purchase_not_allowed", detail: "This profile cannot make purchases; switch to a profile that can.")
+        case .invalid(let problems): Problem.validation(problems.joined(separator: "; "))
+        }
+    }
+}

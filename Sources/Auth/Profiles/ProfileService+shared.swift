@@ -1,0 +1,52 @@
+import Foundation
+import Storage
+
+/// What other modules may know of profiles, without reading `family_profiles` themselves.
+extension ProfileService {
+    /// How many profiles the account has (the default one included).
+    public static func count(userID: String, _ tx: any SQLExecutor) async throws -> Int {
+        Int(try await tx.first("SELECT COUNT(*) AS n FROM family_profiles WHERE user_id = ?", [userID])?.optionalInt("n") ?? 0)
+    }
+
+    /// The profile part of the entitlement snapshot statement. The embedding statement provides `x.id` (the user),
+    /// `x.selected_profile_id` and `n.with_profile`. Yields the selected profile, or the account's default one when none
+    /// is selected or it is gone; all NULL without `with_profile`. Columns: `profile_id`, `profile_name`,
+    /// `profile_can_make_purchases`, `profile_can_use_custom_content_types` (`ProfileFragmentTests` pins them).
+    ///
+    /// The selected profile is a lookup by primary key and, only when there is none, the default one by its unique partial
+    /// index. On PostgreSQL each is a lateral subquery with `LIMIT 1`, which keeps the planner from flattening it into a
+    /// plain join (flattened, the default profile was looked up for every session; callgrind: 4.8 % fewer instructions per
+    /// 8-session statement). SQLite has no LATERAL; it tests a join's conditions on outer tables before scanning the inner one.
+    public static func snapshotFragment(engine: Engine) -> SQLJoinFragment {
+        let select = """
+            COALESCE(ps.id, pd.id) AS profile_id, COALESCE(ps.name, pd.name) AS profile_name,
+              COALESCE(ps.can_make_purchases, pd.can_make_purchases) AS profile_can_make_purchases,
+              COALESCE(ps.can_use_custom_content_types, pd.can_use_custom_content_types) AS profile_can_use_custom_content_types
+            """
+        let columns = ["profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types"]
+        guard engine == .postgres else {
+            return SQLJoinFragment(
+                select: select,
+                joins: """
+                    LEFT JOIN family_profiles ps ON n.with_profile AND ps.id = x.selected_profile_id AND ps.user_id = x.id
+                    LEFT JOIN family_profiles pd ON n.with_profile AND ps.id IS NULL AND pd.user_id = x.id AND pd.is_default
+                    """, columns: columns)
+        }
+        let profile = "id, name, can_make_purchases, can_use_custom_content_types"
+        return SQLJoinFragment(
+            select: select,
+            joins: """
+                LEFT JOIN LATERAL (
+                  SELECT \(profile) FROM family_profiles WHERE n.with_profile AND id = x.selected_profile_id AND user_id = x.id LIMIT 1) ps ON TRUE
+                LEFT JOIN LATERAL (
+                  SELECT \(profile) FROM family_profiles WHERE n.with_profile AND ps.id IS NULL AND user_id = x.id AND is_default LIMIT 1) pd ON TRUE
+                """, columns: columns)
+    }
+}
+
+extension AuthService {
+    /// True when `userID` is a live (not erased) user; in the caller's transaction.
+    public static func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool {
+        try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL", [userID]) != nil
+    }
+}

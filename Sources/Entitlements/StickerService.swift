@@ -1,0 +1,95 @@
+import Foundation
+import Ledger
+import Logging
+import Storage
+
+/// A pack as one user sees it.
+public struct PackView: Sendable, Equatable {
+    public let pack: StickerPack
+    public let isLocked: Bool
+}
+
+/// What an unlock did: the tokens it spent and the balances after them (nil when the pack was free to unlock).
+public struct UnlockResult: Sendable, Equatable {
+    public let packID: String
+    public let spent: LedgerResult?
+}
+
+/// Sticker packs as apps and operators use them; each call one transaction (an unlock with its spend and, with an
+/// idempotency key, its stored answer; an operator change with its audit row).
+public struct StickerService: Sendable {
+    let database: any Database
+    let packs: StickerPackStore
+    let subscriptions: SubscriptionStore
+    let ledger: Ledger
+    let idempotency: IdempotencyStore
+    let audit: any AuditTrail
+    let clock: any TimeSource
+
+    public init(
+        database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, ledger: Ledger, idempotency: IdempotencyStore,
+        audit: any AuditTrail, clock: any TimeSource
+    ) {
+        self.database = database
+        self.packs = packs
+        self.subscriptions = subscriptions
+        self.ledger = ledger
+        self.idempotency = idempotency
+        self.audit = audit
+        self.clock = clock
+    }
+
+    /// Active packs in catalog order, each locked or not for this user.
+    public func packs(for userID: String, logger: Logger) async throws -> [PackView] {
+        try await database.readTransaction(logger: logger) { tx in
+            let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+            let bought = try await packs.unlockedIDs(tx, userID: userID)
+            return try await packs.all(tx, activeOnly: true).map { PackView(pack: $0, isLocked: packs.isLocked($0, plan: plan, bought: bought)) }
+        }
+    }
+
+    /// Buys a pack with tokens (``StickerPackStore/unlock``): charged once, even for parallel taps.
+    public func unlock(userID: String, packID: String, canMakePurchases: Bool, logger: Logger) async throws -> UnlockResult {
+        try await database.transaction(logger: logger) { tx in try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases) }
+    }
+
+    /// The same with an `Idempotency-Key`: a retry replays the first answer, a refusal included.
+    public func unlock(
+        _ request: IdempotentRequest, userID: String, packID: String, canMakePurchases: Bool, format: AnswerFormat<UnlockResult>, logger: Logger
+    ) async throws -> IdempotentAnswer {
+        try await idempotency.run(
+            database, caller: request.caller, key: request.key, request: request.fields, successStatus: 200, logger: logger, encode: format.encode,
+            failure: format.failure
+        ) { tx in try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases) }
+    }
+
+    func unlock(_ tx: any SQLExecutor, userID: String, packID: String, canMakePurchases: Bool) async throws -> UnlockResult {
+        let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+        let spent = try await packs.unlock(tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: canMakePurchases)
+        return UnlockResult(packID: packID, spent: spent)
+    }
+
+    // MARK: - Operators
+
+    /// Every pack, inactive ones too.
+    public func catalog(logger: Logger) async throws -> [StickerPack] {
+        try await database.withConnection(logger: logger) { try await packs.all($0, activeOnly: false) }
+    }
+
+    /// Creates a pack (`create`; an existing id is `packExists`) or replaces one (an unknown id is `packNotFound`), audited.
+    public func save(_ pack: StickerPack, create: Bool, actor: String, ip: String?, logger: Logger) async throws {
+        try await database.transaction(logger: logger) { tx in
+            guard try await packs.save(tx, pack, create: create) else { throw EntitlementError.packExists(pack.id) }
+            try await audit.record(
+                tx, at: clock.now(), actor: actor, action: create ? "admin_pack_created" : "admin_pack_updated", subject: nil, ip: ip, detail: pack.id)
+        }
+    }
+
+    /// Deactivates a pack (unlocks are kept), audited; an unknown id is `packNotFound`.
+    public func deactivate(id: String, actor: String, ip: String?, logger: Logger) async throws {
+        try await database.transaction(logger: logger) { tx in
+            guard try await packs.deactivate(tx, id: id) else { throw EntitlementError.packNotFound }
+            try await audit.record(tx, at: clock.now(), actor: actor, action: "admin_pack_deactivated", subject: nil, ip: ip, detail: id)
+        }
+    }
+}

@@ -1,0 +1,32 @@
+import Foundation
+import Logging
+import Storage
+
+/// Operators' changes to subscriptions, each one transaction through the ``SubscriptionMachine`` (with its audit row).
+public struct SubscriptionService: Sendable {
+    let database: any Database
+    let machine: SubscriptionMachine
+
+    public init(database: any Database, machine: SubscriptionMachine) {
+        self.database = database
+        self.machine = machine
+    }
+
+    /// A comp (``SubscriptionMachine/comp``); answers the subscription as it is afterwards.
+    public func comp(userID: String, planID: String, periodEnd: Date?, actor: String, ip: String?, logger: Logger) async throws -> SubscriptionView {
+        try await database.transaction(logger: logger) { tx in
+            _ = try await machine.comp(tx, userID: userID, planID: planID, periodEnd: periodEnd, actor: actor, ip: ip)
+            return try await machine.store.view(userID: userID, now: machine.clock.now(), tx)
+        }
+    }
+
+    /// Ends the subscription now; false when the user had none.
+    public func end(userID: String, actor: String, ip: String?, logger: Logger) async throws -> Bool {
+        try await database.transaction(logger: logger) { tx in try await machine.end(tx, userID: userID, actor: actor, ip: ip) }
+    }
+
+    /// The sweeper's monthly drip of yearly plans (``SubscriptionMachine/dripYearlyPlans``).
+    public func dripYearlyPlans(limit: Int, logger: Logger) async throws -> Int {
+        try await machine.dripYearlyPlans(database, limit: limit, logger: logger)
+    }
+}

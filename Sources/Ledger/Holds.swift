@@ -1,0 +1,155 @@
+import Foundation
+import Logging
+import Storage
+
+/// The hold rules, in one place. A hold moves tokens into the holds account at once; it resolves exactly once:
+/// captured (up to its amount posted to consumption, the rest returned), voided (all returned) or expired.
+///
+/// **Expiry**: a pending hold whose `expires_at` is at or before now is expired. It is never captured; its tokens go back
+/// to the buckets (and bonus lots) they came from at the next access to the user's accounts (``settleExpiredHolds``), or
+/// by the sweeper (``expireHolds(_:limit:logger:)``). Until then every read treats it as already returned: ``peekBalances``
+/// and the entitlement snapshot (``Ledger/snapshotFragment(engine:)``) use ``HoldRules/expired`` / ``HoldRules/live``,
+/// and PostgreSQL's `ledger_spend_once` (migration 0008) declines to spend while one exists. `LedgerFragmentTests`
+/// keeps the SQL forms equal to these.
+public enum HoldRules {
+    /// Whether a pending hold with this expiry is expired at `now`.
+    public static func isExpired(expiresAt: Date, now: Date) -> Bool { expiresAt <= now }
+    /// SQL: a pending hold's row (columns of `ledger_holds`) is expired at `now` (the `?` or the named time column).
+    public static func expired(now: String = "?") -> String { "expires_at_ms <= \(now)" }
+    /// SQL: a pending hold's row is still holding its tokens at `now`.
+    public static func live(now: String = "?") -> String { "expires_at_ms > \(now)" }
+}
+
+extension Ledger {
+    /// Reserves tokens at once (moved into the holds account) until captured, voided or expired.
+    public func hold(
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil
+    ) async throws -> HoldState {
+        try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
+        guard (1...LedgerLimits.holdTTLSecondsMax).contains(ttlSeconds) else {
+            throw LedgerError.invalid("ttlSeconds must be from 1 to \(LedgerLimits.holdTTLSecondsMax).")
+        }
+        let now = clock.now()
+        var state = try await prepare(tx, userID: userID, now: now)
+        let parts = try await allocate(tx, state: state, userID: userID, amountTokens: amountTokens, now: now)
+        let holdID = Self.newID()
+        state.balances.heldTokens += amountTokens
+        try await tx.query(
+            "INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
+            [holdID, userID, amountTokens, reason, metadata, now.addingTimeInterval(Double(ttlSeconds)), now])
+        for (index, part) in parts.enumerated() {
+            try await post(tx, &state, from: Self.accountID(userID, part.bucket), to: Self.holds, amount: part.amount, reason: "hold",
+                           userDelta: (part.bucket, -part.amount), operation: holdID, metadata: metadata, now: now, holdID: holdID)
+            if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [part.amount, lot]) }
+            try await tx.query(
+                "INSERT INTO ledger_hold_parts (hold_id, part, bucket, lot_id, amount) VALUES (?, ?, ?, ?, ?)",
+                [holdID, index, part.bucket.rawValue, part.lotID, part.amount])
+        }
+        return try await holdState(tx, id: holdID)!
+    }
+
+    /// Posts up to the held amount (default all) to consumption and returns the rest. Resolves once.
+    public func capture(_ tx: any SQLExecutor, holdID: String, amountTokens: Int64? = nil) async throws -> HoldState {
+        let (hold, now, state) = try await pendingHold(tx, holdID: holdID)
+        let captured = amountTokens ?? hold.amount
+        guard captured >= 1, captured <= hold.amount else { throw LedgerError.invalid("amount must be from 1 to the held \(hold.amount).") }
+        var remaining = captured
+        var userState = state
+        for part in try await holdParts(tx, holdID: holdID) {
+            let take = min(remaining, part.amount)
+            remaining -= take
+            if take > 0 {
+                try await post(tx, &userState, from: Self.holds, to: Self.consumption, amount: take, reason: "capture",
+                               userDelta: nil, userID: hold.userId, operation: holdID, metadata: nil, now: now, holdID: holdID)
+            }
+            if part.amount - take > 0 {
+                try await release(tx, &userState, part: part, amount: part.amount - take, userID: hold.userId, holdID: holdID, reason: "release", now: now)
+            }
+        }
+        try await tx.query(
+            "UPDATE ledger_holds SET status = 'captured', captured_amount = ?, resolved_at_ms = ? WHERE id = ?", [captured, now, holdID])
+        return try await holdState(tx, id: holdID)!
+    }
+
+    /// Returns everything a pending hold reserved. Resolves once.
+    public func void(_ tx: any SQLExecutor, holdID: String) async throws -> HoldState {
+        let (_, now, state) = try await pendingHold(tx, holdID: holdID)
+        var userState = state
+        try await releaseAll(tx, &userState, holdID: holdID, status: "voided", reason: "void", now: now)
+        return try await holdState(tx, id: holdID)!
+    }
+
+    /// Releases pending holds that expired (at most `limit`), one user at a time; returns how many.
+    public func expireHolds(_ database: any Database, limit: Int, logger: Logger) async throws -> Int {
+        let now = clock.now()
+        let due = try await database.withConnection(logger: logger) { tx in
+            try await tx.query(
+                "SELECT DISTINCT user_id FROM ledger_holds WHERE status = 'pending' AND \(HoldRules.expired()) LIMIT ?", [now, max(1, min(limit, 1000))])
+        }
+        var released = 0
+        for row in due {
+            let userID = try row.string("user_id")
+            released += try await database.transaction(logger: logger) { tx in
+                try await prepare(tx, userID: userID, now: clock.now()).expiredHolds
+            }
+        }
+        return released
+    }
+
+    /// How many holds are pending (the `ledger_holds_pending` gauge).
+    public func pendingHoldCount(_ tx: any SQLExecutor) async throws -> Int64 {
+        try await tx.first("SELECT COUNT(*) AS n FROM ledger_holds WHERE status = 'pending'")?.optionalInt("n") ?? 0
+    }
+
+    /// During ``prepare(_:userID:now:)``, under the user's account locks: releases the user's expired pending holds and
+    /// counts the live ones as held.
+    func settleExpiredHolds(_ tx: any SQLExecutor, _ state: inout UserState, pending: [SQLRow], now: Date) async throws {
+        for row in pending {
+            if HoldRules.isExpired(expiresAt: try row.date("expires_at_ms"), now: now) {
+                try await releaseAll(tx, &state, holdID: try row.string("id"), status: "expired", reason: "hold_expiry", now: now)
+                state.expiredHolds += 1
+            } else {
+                state.balances.heldTokens += try row.int("amount")
+            }
+        }
+    }
+
+    /// Reads a hold, locks its user's accounts first (fixed lock order), then checks it is still pending.
+    func pendingHold(_ tx: any SQLExecutor, holdID: String) async throws -> (HoldState, Date, UserState) {
+        guard let unlocked = try await holdState(tx, id: holdID) else { throw LedgerError.holdNotFound }
+        let now = clock.now()
+        let state = try await prepare(tx, userID: unlocked.userId, now: now)  // releases it if it expired
+        guard let hold = try await tx.first("SELECT * FROM ledger_holds WHERE id = ?" + tx.dialect.forUpdate, [holdID]).map(HoldState.init) else {
+            throw LedgerError.holdNotFound
+        }
+        guard hold.status == "pending" else { throw LedgerError.holdResolved(hold) }
+        return (hold, now, state)
+    }
+
+    func holdState(_ tx: any SQLExecutor, id: String) async throws -> HoldState? {
+        try await tx.first("SELECT * FROM ledger_holds WHERE id = ?", [id]).map(HoldState.init)
+    }
+
+    func holdParts(_ tx: any SQLExecutor, holdID: String) async throws -> [Part] {
+        try await tx.query("SELECT bucket, lot_id, amount FROM ledger_hold_parts WHERE hold_id = ? ORDER BY part", [holdID]).map { row in
+            Part(bucket: Bucket(rawValue: try row.string("bucket")) ?? .purchased, lotID: row.optionalString("lot_id"), amount: try row.int("amount"))
+        }
+    }
+
+    func releaseAll(_ tx: any SQLExecutor, _ state: inout UserState, holdID: String, status: String, reason: String, now: Date) async throws {
+        for part in try await holdParts(tx, holdID: holdID) {
+            try await release(tx, &state, part: part, amount: part.amount, userID: state.userID, holdID: holdID, reason: reason, now: now)
+        }
+        try await tx.query("UPDATE ledger_holds SET status = ?, captured_amount = 0, resolved_at_ms = ? WHERE id = ?", [status, now, holdID])
+    }
+
+    /// Returns held tokens to the bucket (and bonus lot) they came from. An already lapsed lot expires them
+    /// at the next access.
+    func release(_ tx: any SQLExecutor, _ state: inout UserState, part: Part, amount: Int64, userID: String, holdID: String, reason: String, now: Date)
+        async throws
+    {
+        try await post(tx, &state, from: Self.holds, to: Self.accountID(userID, part.bucket), amount: amount, reason: reason,
+                       userDelta: (part.bucket, amount), operation: holdID, metadata: nil, now: now, holdID: holdID)
+        if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining + ? WHERE id = ?", [amount, lot]) }
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import Logging
+import Storage
+
+/// Who the ledger may credit and charge. The owner of users (Auth) implements it; the ledger asks inside its own
+/// transaction, so a user erased meanwhile is never credited.
+public protocol LedgerUserDirectory: Sendable {
+    /// True when `userID` is a live (not erased) user.
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool
+}
+
+/// How an idempotent write's answer is stored and sent: the success value as JSON text, a remembered failure as a status
+/// and JSON text. The HTTP layer supplies it; the stored records hold exactly what was sent.
+public struct AnswerFormat<Value>: Sendable {
+    public let encode: @Sendable (Value) throws -> String
+    public let failure: @Sendable (LedgerError) -> (status: Int, body: String)
+
+    public init(encode: @escaping @Sendable (Value) throws -> String, failure: @escaping @Sendable (LedgerError) -> (status: Int, body: String)) {
+        self.encode = encode
+        self.failure = failure
+    }
+}
+
+/// An idempotent write's identity: the caller's key space, its `Idempotency-Key`, and the request's fields (canonical
+/// JSON text each) that a replay must match.
+public struct IdempotentRequest: Sendable {
+    public let caller: String
+    public let key: String
+    public let fields: [String: String]
+
+    public init(caller: String, key: String, fields: [String: String]) {
+        self.caller = caller
+        self.key = key
+        self.fields = fields
+    }
+}
+
+/// The ledger's operations as services and operators call them: each one transaction, idempotent per key, with unknown
+/// or erased users answered `userNotFound` (never a silent new account) and operator grants audited in the same
+/// transaction.
+public struct LedgerService: Sendable {
+    public let database: any Database
+    public let ledger: Ledger
+    public let idempotency: IdempotencyStore
+    let users: any LedgerUserDirectory
+    let audit: any AuditTrail
+    let clock: any TimeSource
+
+    public init(
+        database: any Database, ledger: Ledger, idempotency: IdempotencyStore, users: any LedgerUserDirectory, audit: any AuditTrail, clock: any TimeSource
+    ) {
+        self.database = database
+        self.ledger = ledger
+        self.idempotency = idempotency
+        self.users = users
+        self.audit = audit
+        self.clock = clock
+    }
+
+    /// Who grants: a service (its API key) or an operator, whose grant is audited.
+    public enum Granter: Sendable {
+        case service
+        case operatorActor(String, ip: String?)
+    }
+
+    public func grant(
+        _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket, reason: String, expiresAt: Date?, metadata: String?,
+        by granter: Granter, format: AnswerFormat<LedgerResult>, logger: Logger
+    ) async throws -> IdempotentAnswer {
+        try await run(request, successStatus: 201, format: format, logger: logger) { tx in
+            guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
+            let result = try await ledger.grant(
+                tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata)
+            if case .operatorActor(let actor, let ip) = granter {
+                try await audit.record(
+                    tx, at: clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: ip, detail: "\(amountTokens) \(bucket.rawValue)")
+            }
+            return result
+        }
+    }
+
+    public func spend(
+        _ request: IdempotentRequest, userID: String, amountTokens: Int64, reason: String, metadata: String?, format: AnswerFormat<LedgerResult>,
+        logger: Logger
+    ) async throws -> IdempotentAnswer {
+        try await run(request, successStatus: 200, format: format, logger: logger) { tx in
+            try await knownUser(userID, tx) { try await ledger.spend(tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata) }
+        }
+    }
+
+    public func hold(
+        _ request: IdempotentRequest, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String?,
+        format: AnswerFormat<HoldState>, logger: Logger
+    ) async throws -> IdempotentAnswer {
+        try await run(request, successStatus: 201, format: format, logger: logger) { tx in
+            try await knownUser(userID, tx) {
+                try await ledger.hold(tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata)
+            }
+        }
+    }
+
+    public func capture(_ request: IdempotentRequest, holdID: String, amountTokens: Int64?, format: AnswerFormat<HoldState>, logger: Logger) async throws
+        -> IdempotentAnswer
+    {
+        try await run(request, successStatus: 200, format: format, logger: logger) { try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens) }
+    }
+
+    public func void(_ request: IdempotentRequest, holdID: String, format: AnswerFormat<HoldState>, logger: Logger) async throws -> IdempotentAnswer {
+        try await run(request, successStatus: 200, format: format, logger: logger) { try await ledger.void($0, holdID: holdID) }
+    }
+
+    /// PostgreSQL: a spend in one statement (``Ledger/spendInOneStatement``), the caller found by `caller`'s query in the
+    /// same statement. nil answer → run ``spend`` (every case the statement declines, and an unknown caller).
+    public func spendInOneStatement(
+        caller: SpendCaller, request: IdempotentRequest, userID: String, amountTokens: Int64, reason: String, metadata: String?,
+        encode: @escaping @Sendable (LedgerResult) throws -> String, logger: Logger
+    ) async throws -> (answer: IdempotentAnswer?, statement: OneStatementAnswer) {
+        let requestJSON = try IdempotencyStore.requestJSON(request.fields)
+        let statement: OneStatementAnswer
+        do {
+            statement = try await database.withConnection(logger: logger) { connection in
+                try await ledger.spendInOneStatement(
+                    connection, caller: caller, key: request.key, requestJSON: requestJSON, status: 200, userID: userID, amountTokens: amountTokens,
+                    reason: reason, metadata: metadata, encode: encode)
+            }
+        } catch StorageError.uniqueViolation {
+            // The same key raced in from another request: the ordinary path replays it.
+            return (nil, OneStatementAnswer(outcome: .fallback, callerFound: true, callerID: nil, callerSeenAt: nil))
+        }
+        guard statement.callerFound else { return (nil, statement) }
+        return (try IdempotencyStore.answer(statement.outcome, successStatus: 200, request: request.fields), statement)
+    }
+
+    public func history(userID: String, limit: Int, cursor: Int64?, logger: Logger) async throws -> (entries: [HistoryEntry], nextCursor: Int64?) {
+        try await database.withConnection(logger: logger) { try await ledger.history($0, userID: userID, limit: limit, cursor: cursor) }
+    }
+
+    public func verify(logger: Logger) async throws -> VerifyReport {
+        try await database.withConnection(logger: logger) { try await ledger.verify($0) }
+    }
+
+    public func pendingHoldCount(logger: Logger) async throws -> Int64 {
+        try await database.withConnection(logger: logger) { try await ledger.pendingHoldCount($0) }
+    }
+
+    /// Only an empty balance can mean "no such user": the check runs then (off the fast path), so an unknown or erased
+    /// id is `userNotFound` rather than a remembered `insufficientTokens`.
+    func knownUser<T>(_ userID: String, _ tx: any SQLExecutor, _ operation: () async throws -> T) async throws -> T {
+        do {
+            return try await operation()
+        } catch LedgerError.insufficientTokens(availableTokens: 0) {
+            guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
+            throw LedgerError.insufficientTokens(availableTokens: 0)
+        }
+    }
+
+    func run<T: Sendable>(
+        _ request: IdempotentRequest, successStatus: Int, format: AnswerFormat<T>, logger: Logger,
+        _ operation: @escaping @Sendable (any SQLExecutor) async throws -> T
+    ) async throws -> IdempotentAnswer {
+        try await idempotency.run(
+            database, caller: request.caller, key: request.key, request: request.fields, successStatus: successStatus, logger: logger,
+            encode: format.encode, failure: format.failure, operation)
+    }
+}
