@@ -62,6 +62,7 @@ struct StorageContractTests {
         try await TestDatabase.with(engine) { db, _ in
             try await Self.makeCounter(db)
             let attempts = AttemptCounter()
+            let reads = AttemptCounter()
             // Each abort is caused by another writer's commit, so a writer retries at most writers − 1 times:
             // 6 writers always fit within the helper's bounded attempts (transactionAttemptsMax = 8).
             let writers = 6
@@ -73,7 +74,13 @@ struct StorageContractTests {
                         try await db.transaction(isolation: .serializable, logger: TestDatabase.logger) { tx in
                             attempts.increment()
                             let value = try await tx.first("SELECT value FROM counters WHERE id = ?", ["c"])!.int("value")
-                            try await Task.sleep(for: .milliseconds(5))
+                            // First attempts wait (briefly) until every writer has read, so their transactions overlap.
+                            let readers = reads.incrementAndGet()
+                            var waited = 0
+                            while engine == .postgres && reads.value < writers && readers <= writers && waited < 100 {
+                                try await Task.sleep(for: .milliseconds(5))
+                                waited += 1
+                            }
                             try await tx.query("UPDATE counters SET value = ? WHERE id = ?", [value + 1, "c"])
                         }
                     }
@@ -302,6 +309,7 @@ final class AttemptCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var count = 0
     func increment() { lock.withLock { count += 1 } }
+    func incrementAndGet() -> Int { lock.withLock { count += 1; return count } }
     var value: Int { lock.withLock { count } }
 }
 

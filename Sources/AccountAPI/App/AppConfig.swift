@@ -59,78 +59,76 @@ public struct AppConfig: Sendable, CustomStringConvertible {
 
     /// Parses `environment`, collecting every problem before failing.
     public static func from(environment env: [String: String]) throws(ConfigError) -> AppConfig {
+        var reader = EnvironmentReader(env: env)
         var config = AppConfig()
-        var problems: [String] = []
-        func value(_ key: String) -> String? {
-            guard let v = env[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
-            return v
-        }
-        if let host = value("HOST") { config.host = host }
-        if let port = value("PORT") {
-            if let p = Int(port), (0...65535).contains(p) { config.port = p } else { problems.append("PORT must be a number from 0 to 65535") }
-        }
-        do { config.database = try DatabaseLocation.parse(value("DATABASE_URL")) } catch {
-            problems.append("DATABASE_URL: \(error)")  // StorageError.invalidURL never echoes the URL (it may hold a password)
-        }
-        if let plans = value("PLANS_FILE") { config.plansFile = plans }
-        do { config.mailTransport = try MailTransport.parse(value("MAIL_TRANSPORT")) } catch { problems.append(error.description) }
-        if let from = value("MAIL_FROM") { config.mailFrom = from }
-        if let level = value("LOG_LEVEL") {
-            if let l = Logger.Level(rawValue: level.lowercased()) { config.logLevel = l } else {
-                problems.append("LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
-            }
-        }
-        if let format = value("LOG_FORMAT") {
-            if let f = LogFormat(rawValue: format.lowercased()) { config.logFormat = f } else { problems.append("LOG_FORMAT must be text or json") }
-        }
-        if let dir = value("DATA_DIR") { config.dataDirectory = dir }
-        if let secret = value("SERVER_SECRET") {
-            if secret.utf8.count < 32 { problems.append("SERVER_SECRET must be at least 32 characters") } else { config.serverSecret = secret }
-        }
-        func number(_ key: String, _ range: ClosedRange<Int>) -> Int? {
-            guard let raw = value(key) else { return nil }
-            guard let n = Int(raw), range.contains(n) else {
-                problems.append("\(key) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
-                return nil
-            }
-            return n
-        }
-        if let m = number("ARGON2_MEMORY_KIB", 8...4_194_304) { config.argon2.memoryKiB = UInt32(m) }
-        if let t = number("ARGON2_ITERATIONS", 1...100) { config.argon2.iterations = UInt32(t) }
-        if let p = number("ARGON2_PARALLELISM", 1...64) { config.argon2.parallelism = UInt32(p) }
-        if let n = number("ARGON2_THREADS", 1...256) { config.argon2Threads = n }
-        if let n = number("ARGON2_QUEUE_LIMIT", 0...100_000) { config.argon2QueueLimit = n }
-        if let n = number("SWEEP_INTERVAL_SECONDS", 0...86400) { config.sweepIntervalSeconds = Double(n) }
-        if let n = number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { config.databaseLeaseTimeoutSeconds = Double(n) }
-        switch value("LEDGER_ONE_STATEMENT_SPEND") {
-        case nil, "true": break
-        case "false": config.oneStatementSpends = false
-        default: problems.append("LEDGER_ONE_STATEMENT_SPEND must be true or false")
-        }
-        if let n = number("MAIL_COOLDOWN_SECONDS", 0...3600) { config.authPolicy.mailCooldownSeconds = Double(n) }
-        if let n = number("MAIL_SENDS_PER_HOUR", 1...1000) { config.authPolicy.mailSendsPerHourMax = n }
-        if let n = number("IP_HASHES_PER_MINUTE", 1...1_000_000) { config.authPolicy.ipHashesPerMinute = n }
-        if let proxies = value("TRUSTED_PROXIES") {
-            switch TrustedProxies.parse(proxies) {
-            case .success(let parsed): config.trustedProxies = parsed
-            case .failure(let invalid): problems.append("TRUSTED_PROXIES: '\(invalid.entry)' is not an IP address or CIDR (e.g. 10.0.0.0/8, ::1/128)")
-            }
-        }
-        if let token = value("METRICS_TOKEN") {
-            if token.utf8.count < 16 { problems.append("METRICS_TOKEN must be at least 16 characters") } else { config.metricsToken = token }
-        }
-        config.apple = appleSettings(value, &problems)
-        if let secrets = value("STRIPE_WEBHOOK_SECRET") {
-            config.stripeWebhookSecrets = secrets.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            if config.stripeWebhookSecrets.contains(where: { $0.utf8.count < 16 }) {
-                problems.append("STRIPE_WEBHOOK_SECRET: each secret must be at least 16 characters (Stripe's are whsec_…)")
-            }
-        }
+        config.readServer(&reader)
+        config.readTuning(&reader)
+        config.readIntegrations(&reader)
         if case .postgres = config.database, config.serverSecret == nil {
-            problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
+            reader.problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }
-        guard problems.isEmpty else { throw ConfigError(problems: problems) }
+        guard reader.problems.isEmpty else { throw ConfigError(problems: reader.problems) }
         return config
+    }
+
+    /// Listening, storage, mail, logs and the server secret.
+    mutating func readServer(_ reader: inout EnvironmentReader) {
+        if let host = reader.value("HOST") { self.host = host }
+        if let port = reader.number("PORT", 0...65535) { self.port = port }
+        do { database = try DatabaseLocation.parse(reader.value("DATABASE_URL")) } catch {
+            reader.problems.append("DATABASE_URL: \(error)")  // StorageError.invalidURL never echoes the URL (it may hold a password)
+        }
+        if let plans = reader.value("PLANS_FILE") { plansFile = plans }
+        do { mailTransport = try MailTransport.parse(reader.value("MAIL_TRANSPORT")) } catch { reader.problems.append(error.description) }
+        if let from = reader.value("MAIL_FROM") { mailFrom = from }
+        if let level = reader.value("LOG_LEVEL") {
+            if let l = Logger.Level(rawValue: level.lowercased()) { logLevel = l } else {
+                reader.problems.append("LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
+            }
+        }
+        if let format = reader.value("LOG_FORMAT") {
+            if let f = LogFormat(rawValue: format.lowercased()) { logFormat = f } else { reader.problems.append("LOG_FORMAT must be text or json") }
+        }
+        if let dir = reader.value("DATA_DIR") { dataDirectory = dir }
+        if let secret = reader.value("SERVER_SECRET") {
+            if secret.utf8.count < 32 { reader.problems.append("SERVER_SECRET must be at least 32 characters") } else { serverSecret = secret }
+        }
+    }
+
+    /// Argon2, the sweeper, the pool, the spend path and the auth limits.
+    mutating func readTuning(_ reader: inout EnvironmentReader) {
+        if let m = reader.number("ARGON2_MEMORY_KIB", 8...4_194_304) { argon2.memoryKiB = UInt32(m) }
+        if let t = reader.number("ARGON2_ITERATIONS", 1...100) { argon2.iterations = UInt32(t) }
+        if let p = reader.number("ARGON2_PARALLELISM", 1...64) { argon2.parallelism = UInt32(p) }
+        if let n = reader.number("ARGON2_THREADS", 1...256) { argon2Threads = n }
+        if let n = reader.number("ARGON2_QUEUE_LIMIT", 0...100_000) { argon2QueueLimit = n }
+        if let n = reader.number("SWEEP_INTERVAL_SECONDS", 0...86400) { sweepIntervalSeconds = Double(n) }
+        if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
+        if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
+        if let n = reader.number("MAIL_COOLDOWN_SECONDS", 0...3600) { authPolicy.mailCooldownSeconds = Double(n) }
+        if let n = reader.number("MAIL_SENDS_PER_HOUR", 1...1000) { authPolicy.mailSendsPerHourMax = n }
+        if let n = reader.number("IP_HASHES_PER_MINUTE", 1...1_000_000) { authPolicy.ipHashesPerMinute = n }
+    }
+
+    /// Proxies, metrics and the billing providers.
+    mutating func readIntegrations(_ reader: inout EnvironmentReader) {
+        if let proxies = reader.value("TRUSTED_PROXIES") {
+            switch TrustedProxies.parse(proxies) {
+            case .success(let parsed): trustedProxies = parsed
+            case .failure(let invalid): reader.problems.append("TRUSTED_PROXIES: '\(invalid.entry)' is not an IP address or CIDR (e.g. 10.0.0.0/8, ::1/128)")
+            }
+        }
+        if let token = reader.value("METRICS_TOKEN") {
+            if token.utf8.count < 16 { reader.problems.append("METRICS_TOKEN must be at least 16 characters") } else { metricsToken = token }
+        }
+        let environment = reader
+        apple = Self.appleSettings({ environment.value($0) }, &reader.problems)
+        if let secrets = reader.value("STRIPE_WEBHOOK_SECRET") {
+            stripeWebhookSecrets = secrets.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            if stripeWebhookSecrets.contains(where: { $0.utf8.count < 16 }) {
+                reader.problems.append("STRIPE_WEBHOOK_SECRET: each secret must be at least 16 characters (Stripe's are whsec_…)")
+            }
+        }
     }
 
     /// All of the Apple settings or none of them.
@@ -169,6 +167,37 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             case .postgres: "postgres (credentials hidden)"
             }
         return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
+    }
+}
+
+/// Reads settings from the environment (trimmed; empty means unset), collecting every problem.
+struct EnvironmentReader {
+    let env: [String: String]
+    var problems: [String] = []
+
+    func value(_ key: String) -> String? {
+        guard let v = env[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
+        return v
+    }
+
+    mutating func number(_ key: String, _ range: ClosedRange<Int>) -> Int? {
+        guard let raw = value(key) else { return nil }
+        guard let n = Int(raw), range.contains(n) else {
+            problems.append("\(key) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+            return nil
+        }
+        return n
+    }
+
+    mutating func flag(_ key: String) -> Bool? {
+        switch value(key)?.lowercased() {
+        case nil: return nil
+        case "true": return true
+        case "false": return false
+        default:
+            problems.append("\(key) must be true or false")
+            return nil
+        }
     }
 }
 

@@ -94,9 +94,10 @@ public struct APIKeyService: Sendable {
         }
     }
 
-    /// A query that finds the live key for `secret` holding `scope`, for a caller to run inside its own statement:
-    /// one row (`caller` = `callerPrefix` + id, `caller_id`, `caller_seen_at_ms`) or none. Nil when the secret
-    /// cannot be a key. The caller then calls `touch`.
+    /// A query that finds the live key for `secret` holding `scope`, for a caller to run inside its own statement (the
+    /// ledger's one-statement spend; PostgreSQL SQL): one row (`caller` = `callerPrefix` + id, `caller_id`,
+    /// `caller_seen_at_ms`) or none. Nil when the secret cannot be a key. The caller then calls `touch`.
+    /// `AuthFragmentTests` pins the columns.
     public static func scopedKeyQuery(secret: String, scope: String, callerPrefix: String) -> (sql: String, binds: [String])? {
         guard let hash = hash(secret: secret) else { return nil }
         return (
