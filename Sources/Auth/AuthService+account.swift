@@ -11,11 +11,13 @@ extension AuthService {
             let now = clock.now()
             if let name {
                 try await tx.query(
-                    "UPDATE users SET name = ?, updated_at_ms = ? WHERE id = ?", [name.trimmingCharacters(in: .whitespacesAndNewlines), now, session.user.id])
+                    "UPDATE users SET name = ?, updated_at_ms = ? WHERE id = ?",
+                    [name.trimmingCharacters(in: .whitespacesAndNewlines), now, session.user.id])
             }
             if let promptEnhancementEnabled {
                 try await tx.query(
-                    "UPDATE users SET prompt_enhancement_enabled = ?, updated_at_ms = ? WHERE id = ?", [promptEnhancementEnabled, now, session.user.id])
+                    "UPDATE users SET prompt_enhancement_enabled = ?, updated_at_ms = ? WHERE id = ?",
+                    [promptEnhancementEnabled, now, session.user.id])
             }
             return try await loadUser(tx, id: session.user.id)
         }
@@ -82,13 +84,15 @@ extension AuthService {
                 """
                 SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND (is_default OR id = ?)
                 ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1
-                """, [userID, selectedID ?? "", selectedID ?? ""]).map(FamilyProfile.init)
+                """, [userID, selectedID ?? "", selectedID ?? ""]
+            ).map(FamilyProfile.init)
         }
     }
 
     public func profile(id: String, userID: String, logger: Logger) async throws -> FamilyProfile? {
         try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [id, userID]).map(FamilyProfile.init)
+            try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [id, userID]).map(
+                FamilyProfile.init)
         }
     }
 
@@ -117,9 +121,12 @@ extension AuthService {
                 guard let normalized = InputRules.normalizedEmail(email) else { throw AuthError.validation("Enter a valid email address.") }
                 return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE email = ?", [normalized])
             }
-            return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users ORDER BY created_at_ms DESC, id LIMIT ?", [limit])
+            return try await tx.query(
+                "SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users ORDER BY created_at_ms DESC, id LIMIT ?", [limit])
         }
-        return try rows.map { UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil) }
+        return try rows.map {
+            UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil)
+        }
     }
 
     /// Operator lookup by id (deleted users included, anonymous).

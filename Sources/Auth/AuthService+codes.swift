@@ -54,7 +54,10 @@ extension AuthService {
             INSERT INTO otp_codes (email, purpose, code_hmac, expires_at_ms, consumed_at_ms) VALUES (?, ?, ?, ?, NULL)
             ON CONFLICT (email, purpose) DO UPDATE SET code_hmac = excluded.code_hmac, expires_at_ms = excluded.expires_at_ms, consumed_at_ms = NULL
             """,
-            [email, purpose.rawValue, secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue), now.addingTimeInterval(policy.codeLifetimeSeconds)])
+            [
+                email, purpose.rawValue, secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue),
+                now.addingTimeInterval(policy.codeLifetimeSeconds),
+            ])
         return code
     }
 
@@ -78,7 +81,9 @@ extension AuthService {
     func reserveCodeAttempt(_ purpose: CodePurpose, email: String, logger: Logger) async throws -> Int {
         let key = keys.code(purpose, email: email)
         let rule = policy.codeRule
-        let reservation = try await database.transaction(logger: logger) { tx in try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now()) }
+        let reservation = try await database.transaction(logger: logger) { tx in
+            try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now())
+        }
         switch reservation {
         case .reserved(let attempt): return attempt
         case .refused(let seconds, _): throw AuthError.tooManyAttempts(retryAfterSeconds: seconds)
@@ -91,7 +96,8 @@ extension AuthService {
         _ tx: any SQLExecutor, email: String, purpose: CodePurpose, code: String, attempt: Int, consume: Bool, now: Date
     ) async throws -> CodeCheck {
         let row = try await tx.first(
-            "SELECT code_hmac, expires_at_ms, consumed_at_ms FROM otp_codes WHERE email = ? AND purpose = ?" + tx.dialect.forUpdate, [email, purpose.rawValue])
+            "SELECT code_hmac, expires_at_ms, consumed_at_ms FROM otp_codes WHERE email = ? AND purpose = ?" + tx.dialect.forUpdate,
+            [email, purpose.rawValue])
         let candidate = secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue)
         guard let row, let stored = row.optionalString("code_hmac"), SecretHasher.constantTimeEqual(stored, candidate) else {
             guard attempt >= policy.codeWrongAttemptsMax else { return .wrong(attemptsRemaining: policy.codeWrongAttemptsMax - attempt) }

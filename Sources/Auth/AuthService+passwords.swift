@@ -12,7 +12,8 @@ extension AuthService {
             let user = try await startCodeMail(tx, .reset, email: email, now: now)
             guard let user, try user.bool("email_verified") else { return [] }
             let code = try await issueCode(tx, email: email, purpose: .reset, now: now)
-            try await AuditLog.record(tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: try user.string("id"), ip: client.ip)
+            try await AuditLog.record(
+                tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: try user.string("id"), ip: client.ip)
             return [Mails.resetCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60))]
         }
         await send(mails, logger: logger)
@@ -62,7 +63,8 @@ extension AuthService {
             let now = clock.now()
             try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, session.user.id])
             try await tx.query(
-                "UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND id <> ? AND revoked_at_ms IS NULL", [now, session.user.id, session.sessionID])
+                "UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND id <> ? AND revoked_at_ms IS NULL",
+                [now, session.user.id, session.sessionID])
             try await tx.query("UPDATE sessions SET authenticated_at_ms = ? WHERE id = ?", [now, session.sessionID])
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)
         }

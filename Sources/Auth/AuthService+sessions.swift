@@ -62,7 +62,9 @@ extension AuthService {
         let now = clock.now()
         guard let row, row.optionalInt("revoked_at_ms") == nil, row.optionalInt("deleted_at_ms") == nil else { throw AuthError.unauthorized }
         let lastUsed = try row.date("last_used_at_ms")
-        guard now < (try row.date("expires_at_ms")), now < lastUsed.addingTimeInterval(policy.sessionIdleSeconds) else { throw AuthError.unauthorized }
+        guard now < (try row.date("expires_at_ms")), now < lastUsed.addingTimeInterval(policy.sessionIdleSeconds) else {
+            throw AuthError.unauthorized
+        }
         guard now.timeIntervalSince(lastUsed) >= policy.sessionTouchIntervalSeconds else { return (row, lastUsed) }
         let sessionID = try row.string("session_id")
         try await database.transaction(logger: logger) { tx in

@@ -23,7 +23,8 @@ extension AuthService {
         let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
         let row = try await database.withConnection(logger: logger) { tx in
             try await tx.first(
-                "SELECT id, password_hash, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL AND password_hash IS NOT NULL", [email])
+                "SELECT id, password_hash, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL AND password_hash IS NOT NULL", [email]
+            )
         }
         let storedHash = row?.optionalString("password_hash")
         let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
@@ -64,7 +65,8 @@ extension AuthService {
             }
             let network = try await AttemptBudget.reserve(tx, key: networkKey, rule: policy.networkRule, now: now)
             guard case .reserved(let networkAttempt) = network else {
-                throw AuthError.rateLimited(retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
+                throw AuthError.rateLimited(
+                    retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
             }
             let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: policy.passwordRule, now: now))
             return SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)

@@ -30,7 +30,9 @@ extension AuthService {
         }
     }
 
-    private func signUpTransaction(_ tx: any SQLExecutor, email: String, name: String, passwordHash: String, client: ClientInfo) async throws
+    private func signUpTransaction(
+        _ tx: any SQLExecutor, email: String, name: String, passwordHash: String, client: ClientInfo
+    ) async throws
         -> [MailMessage]
     {
         let now = clock.now()
@@ -49,7 +51,8 @@ extension AuthService {
                 try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_repeated", subject: id, ip: client.ip)
             } else {
                 try await tx.query(
-                    "UPDATE users SET name = ?, password_hash = ?, signed_up_at_ms = ?, updated_at_ms = ? WHERE id = ?", [name, passwordHash, now, now, id])
+                    "UPDATE users SET name = ?, password_hash = ?, signed_up_at_ms = ?, updated_at_ms = ? WHERE id = ?",
+                    [name, passwordHash, now, now, id])
                 try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_restarted", subject: id, ip: client.ip)
             }
         } else {

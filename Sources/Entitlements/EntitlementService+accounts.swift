@@ -27,7 +27,8 @@ extension EntitlementService {
     public func tokenBalance(userID: String, logger: Logger) async throws -> TokenBalanceView {
         try await database.transaction(logger: logger) { tx in
             TokenBalanceView(
-                balances: try await ledger.balances(tx, userID: userID), lastSubscriptionRefresh: try await ledger.lastSubscriptionRefresh(tx, userID: userID),
+                balances: try await ledger.balances(tx, userID: userID),
+                lastSubscriptionRefresh: try await ledger.lastSubscriptionRefresh(tx, userID: userID),
                 plan: try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx))
         }
     }

@@ -1,9 +1,9 @@
 import Crypto
 import Foundation
-import Synchronization
 import Ledger
 import Logging
 import Storage
+import Synchronization
 
 /// The selected profile's permissions, as the app layer knows them.
 public struct ProfilePermissions: Codable, Sendable, Equatable {
@@ -33,7 +33,9 @@ public struct FeatureAccess: Codable, Sendable, Equatable {
 
 /// One consistent answer to "what may this user, on this profile, do right now?".
 public struct EntitlementSnapshot: Codable, Sendable, Equatable {
-    public struct Limits: Codable, Sendable, Equatable { public let maxFamilyProfiles: Int; public let monthlyTokens: Int; public let maxRollover: Int }
+    public struct Limits: Codable, Sendable, Equatable {
+        public let maxFamilyProfiles: Int; public let monthlyTokens: Int; public let maxRollover: Int
+    }
     public struct Tokens: Codable, Sendable, Equatable { public let total: Int64; public let held: Int64 }
     public let userId: String
     public let planId: String
@@ -103,7 +105,9 @@ public struct EntitlementService: Sendable {
         let subscription = try await subscriptions.subscription(userID: userID, tx)
         let balances = try await ledger.peekBalances(tx, userID: userID)
         let bought = try await packs.unlockedIDs(tx, userID: userID)
-        let premium = try await packs.all(tx, activeOnly: true).filter(\.isPremium).map { StickerPack.Premium(id: $0.id, includedInPlans: $0.includedInPlans) }
+        let premium = try await packs.all(tx, activeOnly: true).filter(\.isPremium).map {
+            StickerPack.Premium(id: $0.id, includedInPlans: $0.includedInPlans)
+        }
         return assemble(
             userID: userID, subscription: subscription.map(SubscriptionTerms.init), now: now, balances: balances, premium: premium, bought: bought,
             profile: profile)
@@ -136,7 +140,10 @@ public struct EntitlementService: Sendable {
     /// The statement ``rendered(subject:logger:)`` runs: one row per row of the subject's query, each with the snapshot's
     /// columns read at `now` (several subjects at once work too; see `PostgresBatchedStatement`).
     public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
-        (SnapshotStatement.sql(subject: subject.sql, engine: engine, profile: accounts.snapshotProfileFragment(engine: engine)), binds(subject, now: now))
+        (
+            SnapshotStatement.sql(subject: subject.sql, engine: engine, profile: accounts.snapshotProfileFragment(engine: engine)),
+            binds(subject, now: now)
+        )
     }
 
     /// The binds of ``statement(_:now:engine:)`` alone (for callers that prepared its SQL once).
@@ -166,7 +173,8 @@ public struct EntitlementService: Sendable {
         let bought = Set((row.optionalString("bought") ?? "").split(separator: "|").map(String.init))
         let rendered = try RenderedSnapshot(
             assemble(
-                userID: userID, subscription: subscription, now: now, balances: try Ledger.snapshotBalances(row), premium: try SnapshotStatement.premium(row),
+                userID: userID, subscription: subscription, now: now, balances: try Ledger.snapshotBalances(row),
+                premium: try SnapshotStatement.premium(row),
                 bought: bought, profile: profile))
         renderings.store(key, read: read, rendered: rendered)
         return rendered
@@ -198,20 +206,26 @@ public struct EntitlementService: Sendable {
     ) -> EntitlementSnapshot {
         let entitled = subscription?.isEntitled(at: now) ?? false
         let plan = (entitled ? subscription.flatMap { subscriptions.catalog.plan(id: $0.planID) } : nil) ?? subscriptions.catalog.freePlan
-        let unlocked = premium.filter { !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought) }.map(\.id)
+        let unlocked = premium.filter { !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought) }
+            .map(\.id)
         return EntitlementSnapshot(
             userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
-            periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil, features: Self.features(of: plan),
+            periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil,
+            features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
             tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(), profile: profile)
     }
 
     /// Checks a feature, a pack and/or a token amount for the user on a profile; the first refusal wins. One consistent
     /// read (a read-only transaction).
-    public func check(userID: String, profile: ProfilePermissions?, feature: String?, packID: String?, tokens: Int64?, logger: Logger) async throws
+    public func check(
+        userID: String, profile: ProfilePermissions?, feature: String?, packID: String?, tokens: Int64?, logger: Logger
+    ) async throws
         -> CheckResult
     {
-        guard feature != nil || packID != nil || tokens != nil else { throw EntitlementError.invalid(["give at least one of feature, packId or tokens"]) }
+        guard feature != nil || packID != nil || tokens != nil else {
+            throw EntitlementError.invalid(["give at least one of feature, packId or tokens"])
+        }
         return try await database.readTransaction(logger: logger) { tx in
             let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
             if let feature, let refusal = try Self.featureRefusal(feature, plan: plan, profile: profile) { return refusal }
@@ -223,7 +237,9 @@ public struct EntitlementService: Sendable {
             }
             if let tokens {
                 guard tokens >= 1 else { throw EntitlementError.invalid(["tokens must be at least 1"]) }
-                if try await ledger.peekBalances(tx, userID: userID).totalTokens < tokens { return CheckResult(allowed: false, reason: "insufficient_tokens") }
+                if try await ledger.peekBalances(tx, userID: userID).totalTokens < tokens {
+                    return CheckResult(allowed: false, reason: "insufficient_tokens")
+                }
             }
             return CheckResult(allowed: true, reason: nil)
         }
@@ -234,7 +250,9 @@ public struct EntitlementService: Sendable {
             return profile?.canUseCustomContentTypes == false ? CheckResult(allowed: false, reason: "profile_restricted") : nil
         }
         guard let enabled = features(of: plan)[feature] else {
-            throw EntitlementError.invalid(["unknown feature '\(feature)'; known: \((features(of: plan).keys + ["customContentTypes"]).sorted().joined(separator: ", "))"])
+            throw EntitlementError.invalid([
+                "unknown feature '\(feature)'; known: \((features(of: plan).keys + ["customContentTypes"]).sorted().joined(separator: ", "))"
+            ])
         }
         return enabled ? nil : CheckResult(allowed: false, reason: "subscription_required")
     }

@@ -138,7 +138,9 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
             "trialDays", "isActive", "sortOrder", "hasQualitySelector", "hasCommercialLicense", "hasModelSelector", "hasImageUpload",
             "maxFamilyProfiles", "isFreeTier", "maxRollover", "includedStickerPacks",
         ],
-        "features": ["allStyles", "familyProfiles", "qualitySelector", "modelSelector", "commercialLicense", "prioritySupport", "tokenRollover", "savings"],
+        "features": [
+            "allStyles", "familyProfiles", "qualitySelector", "modelSelector", "commercialLicense", "prioritySupport", "tokenRollover", "savings",
+        ],
         "tokenPack": ["id", "tokens", "price", "currency", "appleProductId", "stripePriceId"],
     ]
 
@@ -166,7 +168,8 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
     static func describe(_ error: DecodingError) -> String {
         func path(_ keys: [any CodingKey]) -> String { keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".") }
         switch error {
-        case .keyNotFound(let key, let ctx): return "missing key '\(key.stringValue)' at \(path(ctx.codingPath).isEmpty ? "the top level" : path(ctx.codingPath))"
+        case .keyNotFound(let key, let ctx):
+            return "missing key '\(key.stringValue)' at \(path(ctx.codingPath).isEmpty ? "the top level" : path(ctx.codingPath))"
         case .typeMismatch(_, let ctx), .valueNotFound(_, let ctx): return "wrong type at \(path(ctx.codingPath))"
         case .dataCorrupted(let ctx): return "invalid JSON: \(ctx.debugDescription)"
         @unknown default: return "cannot decode plans"

@@ -15,7 +15,8 @@ enum SnapshotStatement {
     /// The columns the answer is made of (the subject's own columns are not).
     static let columns = [
         "user_id", "plan_id", "status", "current_period_end_ms", "bonus_balance", "subscription_balance", "purchased_balance", "held",
-        "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types",
+        "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases",
+        "profile_can_use_custom_content_types",
     ]
 
     /// Built once per subject query and engine: the subject queries are a few constants (their values are binds), and

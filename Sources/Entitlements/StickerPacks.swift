@@ -46,11 +46,15 @@ public struct StickerPack: Codable, Sendable, Equatable {
         if name.trimmingCharacters(in: .whitespaces).isEmpty || name.count > 100 { problems.append("name must be 1 to 100 characters") }
         if description.count > 1000 { problems.append("description must be at most 1000 characters") }
         if !Self.categories.contains(category) { problems.append("category must be one of \(Self.categories.sorted().joined(separator: ", "))") }
-        if tokenPrice < 0 || tokenPrice > LedgerLimits.amountTokensMax { problems.append("tokenPrice must be from 0 to \(LedgerLimits.amountTokensMax)") }
+        if tokenPrice < 0 || tokenPrice > LedgerLimits.amountTokensMax {
+            problems.append("tokenPrice must be from 0 to \(LedgerLimits.amountTokensMax)")
+        }
         if isPremium && tokenPrice == 0 && includedInPlans.isEmpty { problems.append("a premium pack needs a tokenPrice or includedInPlans") }
         if stickerCount < 0 { problems.append("stickerCount must not be negative") }
         for plan in includedInPlans where catalog.plan(id: plan) == nil { problems.append("includedInPlans names an unknown plan '\(plan)'") }
-        for url in [iconUrl].compactMap({ $0 }) + previewStickers where !Self.isHTTPS(url) { problems.append("'\(url.prefix(80))' is not an https URL") }
+        for url in [iconUrl].compactMap({ $0 }) + previewStickers where !Self.isHTTPS(url) {
+            problems.append("'\(url.prefix(80))' is not an https URL")
+        }
         if previewStickers.count > 50 { problems.append("at most 50 previewStickers") }
         return problems
     }
@@ -157,7 +161,8 @@ public struct StickerPackStore: Sendable {
             [userID, packID, pack.tokenPrice, now])
         guard !claimed.isEmpty else { throw EntitlementError.alreadyUnlocked("You already unlocked this pack.") }
         guard pack.tokenPrice > 0 else { return nil }
-        let spent = try await ledger.spend(tx, userID: userID, amountTokens: pack.tokenPrice, reason: "pack_unlock", metadata: #"{"packId":"\#(packID)"}"#)
+        let spent = try await ledger.spend(
+            tx, userID: userID, amountTokens: pack.tokenPrice, reason: "pack_unlock", metadata: #"{"packId":"\#(packID)"}"#)
         try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [spent.operationId, userID, packID])
         return spent
     }

@@ -50,7 +50,9 @@ public struct StickerService: Sendable {
 
     /// Buys a pack with tokens (``StickerPackStore/unlock``): charged once, even for parallel taps.
     public func unlock(userID: String, packID: String, canMakePurchases: Bool, logger: Logger) async throws -> UnlockResult {
-        try await database.transaction(logger: logger) { tx in try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases) }
+        try await database.transaction(logger: logger) { tx in
+            try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases)
+        }
     }
 
     /// The same with an `Idempotency-Key`: a retry replays the first answer, a refusal included.
@@ -81,7 +83,8 @@ public struct StickerService: Sendable {
         try await database.transaction(logger: logger) { tx in
             guard try await packs.save(tx, pack, create: create) else { throw EntitlementError.packExists(pack.id) }
             try await audit.record(
-                tx, at: clock.now(), actor: actor, action: create ? "admin_pack_created" : "admin_pack_updated", subject: nil, ip: ip, detail: pack.id)
+                tx, at: clock.now(), actor: actor, action: create ? "admin_pack_created" : "admin_pack_updated", subject: nil, ip: ip, detail: pack.id
+            )
         }
     }
 

@@ -7,7 +7,8 @@ extension SubscriptionMachine {
     /// An operator's comp: the user is on `planID` (an active paid plan) from now until `periodEnd` (default: one
     /// month), provider `manual`, not renewing. The comp starts a period (rollover, then the plan's monthly tokens, once)
     /// and is audited, all in the caller's transaction.
-    public func comp(_ tx: any SQLExecutor, userID: String, planID: String, periodEnd: Date?, actor: String, ip: String?) async throws -> Subscription {
+    public func comp(_ tx: any SQLExecutor, userID: String, planID: String, periodEnd: Date?, actor: String, ip: String?) async throws -> Subscription
+    {
         guard let plan = store.catalog.plan(id: planID), plan.isActive, !plan.isFreeTier else {
             throw EntitlementError.invalid(["planId must be an active paid plan id from GET /api/subscription-plans"])
         }

@@ -104,7 +104,8 @@ public struct SubscriptionMachine: Sendable {
             ON CONFLICT (provider, event_id) DO NOTHING RETURNING event_id
             """, [provider.rawValue, eventID, userID, event.kind, occurredAt, now])
         guard !claimed.isEmpty else {
-            let earlier = try await tx.first("SELECT detail FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])
+            let earlier = try await tx.first(
+                "SELECT detail FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])
             return EventResult(.duplicate, earlier?.optionalString("detail") ?? "\(event.kind) duplicate")
         }
         let current = try await store.subscription(userID: userID, tx)
@@ -147,7 +148,8 @@ public struct SubscriptionMachine: Sendable {
         _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date
     ) async throws -> EventResult {
         switch event {
-        case .start, .renew, .changePlanNow: try await periodTransition(tx, provider: provider, userID: userID, current: current, event: event, at: at)
+        case .start, .renew, .changePlanNow:
+            try await periodTransition(tx, provider: provider, userID: userID, current: current, event: event, at: at)
         case .refund: try await refund(tx, userID: userID, current: current, at: at)
         case .reverseRefund: try await reverseRefund(tx, userID: userID, current: current, at: at)
         default: try await stateTransition(tx, userID: userID, current: current, event: event)
@@ -162,20 +164,23 @@ public struct SubscriptionMachine: Sendable {
         case .start(let planID, let start, let end, let trial, let willRenew):
             let plan = try requirePlan(planID)
             let periodEnd = end ?? Self.defaultEnd(start: start, plan: plan, trial: trial)
-            try await upsert(tx, userID: userID, planID: plan.id, status: trial ? .trialing : .active, provider: provider, start: start, end: periodEnd,
-                             willRenew: willRenew, pending: nil)
+            try await upsert(
+                tx, userID: userID, planID: plan.id, status: trial ? .trialing : .active, provider: provider, start: start, end: periodEnd,
+                willRenew: willRenew, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         case .renew(let start, let end, let planID):
             guard let current else { return EventResult(.ignored, "no subscription to renew") }
             let plan = try requirePlan(planID ?? current.pendingPlanID ?? current.planID)
-            try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end, willRenew: true, pending: nil)
+            try await upsert(
+                tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end, willRenew: true, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         case .changePlanNow(let planID, let end, let start):
             guard let current else { return EventResult(.ignored, "no subscription to change") }
             let plan = try requirePlan(planID)
             let start = start ?? at
-            try await upsert(tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end ?? current.currentPeriodEnd,
-                             willRenew: current.willRenew, pending: nil)
+            try await upsert(
+                tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end ?? current.currentPeriodEnd,
+                willRenew: current.willRenew, pending: nil)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         default:
             preconditionFailure("not a period event: \(event.kind)")
@@ -211,20 +216,23 @@ public struct SubscriptionMachine: Sendable {
         let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: Self.periodKey(current.currentPeriodStart)) ?? 0
         var (clawed, shortfall): (Int64, Int64) = (0, 0)
         if granted > 0 {
-            (clawed, shortfall) = try await ledger.clawback(tx, userID: userID, amountTokens: granted, bucket: .subscription, reason: "refund_clawback")
+            (clawed, shortfall) = try await ledger.clawback(
+                tx, userID: userID, amountTokens: granted, bucket: .subscription, reason: "refund_clawback")
         }
-        try await tx.query("UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ? WHERE user_id = ?", [false, at, userID])
+        try await tx.query(
+            "UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ? WHERE user_id = ?", [false, at, userID])
         return EventResult(.applied, "clawed \(clawed) shortfall \(shortfall)", clawedTokens: clawed)
     }
 
     /// A reversed refund: access and the tokens the last refund clawed back return.
     func reverseRefund(_ tx: any SQLExecutor, userID: String, current: Subscription?, at: Date) async throws -> EventResult {
         guard let current else { return EventResult(.ignored, "no subscription") }
-        let clawed = try await tx.first(
-            """
-            SELECT clawed_tokens FROM subscription_events WHERE user_id = ? AND kind = 'refund' AND outcome = 'applied'
-            ORDER BY occurred_at_ms DESC LIMIT 1
-            """, [userID])?.optionalInt("clawed_tokens") ?? 0
+        let clawed =
+            try await tx.first(
+                """
+                SELECT clawed_tokens FROM subscription_events WHERE user_id = ? AND kind = 'refund' AND outcome = 'applied'
+                ORDER BY occurred_at_ms DESC LIMIT 1
+                """, [userID])?.optionalInt("clawed_tokens") ?? 0
         if clawed > 0 {
             _ = try await ledger.grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed")
         }

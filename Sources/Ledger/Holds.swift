@@ -38,8 +38,9 @@ extension Ledger {
             "INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
             [holdID, userID, amountTokens, reason, metadata, now.addingTimeInterval(Double(ttlSeconds)), now])
         for (index, part) in parts.enumerated() {
-            try await post(tx, &state, from: Self.accountID(userID, part.bucket), to: Self.holds, amount: part.amount, reason: "hold",
-                           userDelta: (part.bucket, -part.amount), operation: holdID, metadata: metadata, now: now, holdID: holdID)
+            try await post(
+                tx, &state, from: Self.accountID(userID, part.bucket), to: Self.holds, amount: part.amount, reason: "hold",
+                userDelta: (part.bucket, -part.amount), operation: holdID, metadata: metadata, now: now, holdID: holdID)
             if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [part.amount, lot]) }
             try await tx.query(
                 "INSERT INTO ledger_hold_parts (hold_id, part, bucket, lot_id, amount) VALUES (?, ?, ?, ?, ?)",
@@ -59,11 +60,13 @@ extension Ledger {
             let take = min(remaining, part.amount)
             remaining -= take
             if take > 0 {
-                try await post(tx, &userState, from: Self.holds, to: Self.consumption, amount: take, reason: "capture",
-                               userDelta: nil, userID: hold.userId, operation: holdID, metadata: nil, now: now, holdID: holdID)
+                try await post(
+                    tx, &userState, from: Self.holds, to: Self.consumption, amount: take, reason: "capture",
+                    userDelta: nil, userID: hold.userId, operation: holdID, metadata: nil, now: now, holdID: holdID)
             }
             if part.amount - take > 0 {
-                try await release(tx, &userState, part: part, amount: part.amount - take, userID: hold.userId, holdID: holdID, reason: "release", now: now)
+                try await release(
+                    tx, &userState, part: part, amount: part.amount - take, userID: hold.userId, holdID: holdID, reason: "release", now: now)
             }
         }
         try await tx.query(
@@ -84,7 +87,8 @@ extension Ledger {
         let now = clock.now()
         let due = try await database.withConnection(logger: logger) { tx in
             try await tx.query(
-                "SELECT DISTINCT user_id FROM ledger_holds WHERE status = 'pending' AND \(HoldRules.expired()) LIMIT ?", [now, max(1, min(limit, 1000))])
+                "SELECT DISTINCT user_id FROM ledger_holds WHERE status = 'pending' AND \(HoldRules.expired()) LIMIT ?",
+                [now, max(1, min(limit, 1000))])
         }
         var released = 0
         for row in due {
@@ -145,11 +149,14 @@ extension Ledger {
 
     /// Returns held tokens to the bucket (and bonus lot) they came from. An already lapsed lot expires them
     /// at the next access.
-    func release(_ tx: any SQLExecutor, _ state: inout UserState, part: Part, amount: Int64, userID: String, holdID: String, reason: String, now: Date)
+    func release(
+        _ tx: any SQLExecutor, _ state: inout UserState, part: Part, amount: Int64, userID: String, holdID: String, reason: String, now: Date
+    )
         async throws
     {
-        try await post(tx, &state, from: Self.holds, to: Self.accountID(userID, part.bucket), amount: amount, reason: reason,
-                       userDelta: (part.bucket, amount), operation: holdID, metadata: nil, now: now, holdID: holdID)
+        try await post(
+            tx, &state, from: Self.holds, to: Self.accountID(userID, part.bucket), amount: amount, reason: reason,
+            userDelta: (part.bucket, amount), operation: holdID, metadata: nil, now: now, holdID: holdID)
         if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining + ? WHERE id = ?", [amount, lot]) }
     }
 }

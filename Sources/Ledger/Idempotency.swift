@@ -93,8 +93,9 @@ public struct IdempotencyStore: Sendable {
                 "SELECT request_json, status, response_json FROM idempotency_records WHERE caller = ? AND idempotency_key = ?" + tx.dialect.forUpdate,
                 [caller, key])
         else { return nil }
-        return Self.outcome(storedRequestJSON: try row.string("request_json"), status: Int(try row.int("status")),
-                            body: try row.string("response_json"), request: request)
+        return Self.outcome(
+            storedRequestJSON: try row.string("request_json"), status: Int(try row.int("status")),
+            body: try row.string("response_json"), request: request)
     }
 
     /// A stored record met again: the same request → replay; another one → a conflict naming the fields.
@@ -125,7 +126,8 @@ public struct IdempotencyStore: Sendable {
             """
             DELETE FROM idempotency_records WHERE (caller, idempotency_key) IN
                 (SELECT caller, idempotency_key FROM idempotency_records WHERE created_at_ms < ? LIMIT ?) RETURNING caller
-            """, [cutoff, limit]).count
+            """, [cutoff, limit]
+        ).count
     }
 }
 

@@ -17,8 +17,9 @@ extension Ledger {
         let operation = Self.newID()
         for bucket in Bucket.allCases where state.balances[bucket] > 0 {
             let amount = state.balances[bucket]
-            try await post(tx, &state, from: Self.accountID(userID, bucket), to: Self.expired, amount: amount, reason: "account_erased",
-                           userDelta: (bucket, -amount), operation: operation, metadata: nil, now: now)
+            try await post(
+                tx, &state, from: Self.accountID(userID, bucket), to: Self.expired, amount: amount, reason: "account_erased",
+                userDelta: (bucket, -amount), operation: operation, metadata: nil, now: now)
             forfeited += amount
         }
         try await tx.query("UPDATE ledger_lots SET remaining = 0 WHERE user_id = ? AND remaining > 0", [userID])

@@ -54,7 +54,8 @@ extension Ledger {
         let callerSQL: String
         let callerBinds: [any SQLBindable]
         switch caller {
-        case .known(let name): (callerSQL, callerBinds) = ("SELECT ?::TEXT AS caller, NULL::TEXT AS caller_id, NULL::BIGINT AS caller_seen_at_ms", [name])
+        case .known(let name):
+            (callerSQL, callerBinds) = ("SELECT ?::TEXT AS caller, NULL::TEXT AS caller_id, NULL::BIGINT AS caller_seen_at_ms", [name])
         case .query(let sql, let binds): (callerSQL, callerBinds) = (sql, binds)
         }
         // The function runs once for the caller's row, and not at all without one.
@@ -64,8 +65,10 @@ extension Ledger {
             FROM (\(callerSQL)) c CROSS JOIN LATERAL ledger_spend_once(
                 c.caller, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::TEXT) s
             """,
-            callerBinds + [key, requestJSON, status, userID, amountTokens, reason, metadata, clock.now(), operation,
-                           String(template[..<zero.lowerBound]), String(template[zero.upperBound...])])
+            callerBinds + [
+                key, requestJSON, status, userID, amountTokens, reason, metadata, clock.now(), operation,
+                String(template[..<zero.lowerBound]), String(template[zero.upperBound...]),
+            ])
         guard let row else { return declined }
         return OneStatementAnswer(
             outcome: try Self.outcome(row, reason: reason), callerFound: true, callerID: row.optionalString("caller_id"),

@@ -58,8 +58,9 @@ extension Ledger {
             ).map { (try $0.string("id"), try $0.int("remaining")) }
         }
         for lot in lapsedLots {
-            try await post(tx, &state, from: Self.accountID(userID, .bonus), to: Self.expired, amount: lot.amount, reason: "bonus_expiry",
-                           userDelta: (.bonus, -lot.amount), operation: Self.newID(), metadata: nil, now: now)
+            try await post(
+                tx, &state, from: Self.accountID(userID, .bonus), to: Self.expired, amount: lot.amount, reason: "bonus_expiry",
+                userDelta: (.bonus, -lot.amount), operation: Self.newID(), metadata: nil, now: now)
             try await tx.query("UPDATE ledger_lots SET remaining = 0 WHERE id = ?", [lot.id])
         }
         return state
@@ -130,7 +131,9 @@ extension Ledger {
         guard amountTokens >= 1, amountTokens <= LedgerLimits.amountTokensMax else {
             throw LedgerError.invalid("amount must be a whole number from 1 to \(LedgerLimits.amountTokensMax).")
         }
-        guard !reason.isEmpty, reason.count <= LedgerLimits.reasonLengthMax, reason.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" || $0 == ".") }) else {
+        guard !reason.isEmpty, reason.count <= LedgerLimits.reasonLengthMax,
+            reason.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" || $0 == ".") })
+        else {
             throw LedgerError.invalid("reason must be 1 to \(LedgerLimits.reasonLengthMax) characters of letters, digits, '_', '-' or '.'.")
         }
         if let metadata, metadata.utf8.count > LedgerLimits.metadataBytesMax {

@@ -29,7 +29,8 @@ extension Ledger {
             if stored < 0 { differences.append("\(id): negative balance \(stored)") }
             if try account.string("bucket") == Bucket.bonus.rawValue { bonusByUser[try account.string("user_id")] = stored }
         }
-        let pending = try await tx.first("SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS total FROM ledger_holds WHERE status = 'pending'")?
+        let pending =
+            try await tx.first("SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS total FROM ledger_holds WHERE status = 'pending'")?
             .optionalInt("total") ?? 0
         if (derived[Self.holds] ?? 0) != pending {
             differences.append("holds account holds \(derived[Self.holds] ?? 0) but pending holds add up to \(pending)")
@@ -45,7 +46,9 @@ extension Ledger {
             SELECT h.id, h.amount, CAST(COALESCE(SUM(p.amount), 0) AS BIGINT) AS parts FROM ledger_holds h
             LEFT JOIN ledger_hold_parts p ON p.hold_id = h.id GROUP BY h.id, h.amount HAVING COALESCE(SUM(p.amount), 0) <> h.amount
             """)
-        for hold in badHolds { differences.append("hold \(try hold.string("id")): amount \(try hold.int("amount")) but parts add up to \(try hold.int("parts"))") }
+        for hold in badHolds {
+            differences.append("hold \(try hold.string("id")): amount \(try hold.int("amount")) but parts add up to \(try hold.int("parts"))")
+        }
         let transfers = try await tx.first("SELECT COUNT(*) AS n FROM ledger_transfers")?.optionalInt("n") ?? 0
         return VerifyReport(ok: differences.isEmpty, accountsChecked: accounts.count, transfersChecked: Int(transfers), differences: differences)
     }

@@ -31,8 +31,9 @@ public struct Ledger: Sendable {
         if let expiresAt, expiresAt <= now { throw LedgerError.invalid("expiresAt must be in the future.") }
         var state = try await prepare(tx, userID: userID, now: now)
         let operation = Self.newID()
-        try await post(tx, &state, from: Self.issuance, to: Self.accountID(userID, bucket), amount: amountTokens, reason: reason,
-                       userDelta: (bucket, amountTokens), operation: operation, metadata: metadata, now: now)
+        try await post(
+            tx, &state, from: Self.issuance, to: Self.accountID(userID, bucket), amount: amountTokens, reason: reason,
+            userDelta: (bucket, amountTokens), operation: operation, metadata: metadata, now: now)
         if bucket == .bonus {
             try await tx.query(
                 "INSERT INTO ledger_lots (id, user_id, granted, remaining, expires_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
@@ -42,15 +43,18 @@ public struct Ledger: Sendable {
     }
 
     /// Spends at once, soonest-expiring tokens first. Not enough → `insufficientTokens` (nothing written).
-    public func spend(_ tx: any SQLExecutor, userID: String, amountTokens: Int64, reason: String, metadata: String? = nil) async throws -> LedgerResult {
+    public func spend(
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, reason: String, metadata: String? = nil
+    ) async throws -> LedgerResult {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         let now = clock.now()
         var state = try await prepare(tx, userID: userID, now: now)
         let parts = try await allocate(tx, state: state, userID: userID, amountTokens: amountTokens, now: now)
         let operation = Self.newID()
         for part in parts {
-            try await post(tx, &state, from: Self.accountID(userID, part.bucket), to: Self.consumption, amount: part.amount, reason: reason,
-                           userDelta: (part.bucket, -part.amount), operation: operation, metadata: metadata, now: now)
+            try await post(
+                tx, &state, from: Self.accountID(userID, part.bucket), to: Self.consumption, amount: part.amount, reason: reason,
+                userDelta: (part.bucket, -part.amount), operation: operation, metadata: metadata, now: now)
             if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [part.amount, lot]) }
         }
         LedgerMetrics.spend(path: "transactional")
@@ -63,7 +67,9 @@ public struct Ledger: Sendable {
     }
 
     /// Newest first, at most `limit` (≤ 100), before the `cursor` returned by the previous page.
-    public func history(_ tx: any SQLExecutor, userID: String, limit: Int, cursor: Int64?) async throws -> (entries: [HistoryEntry], nextCursor: Int64?) {
+    public func history(
+        _ tx: any SQLExecutor, userID: String, limit: Int, cursor: Int64?
+    ) async throws -> (entries: [HistoryEntry], nextCursor: Int64?) {
         let pageSize = min(max(limit, 1), LedgerLimits.historyPageMax)
         let rows = try await tx.query(
             """
@@ -72,8 +78,10 @@ public struct Ledger: Sendable {
             """, [userID, cursor ?? Int64.max, pageSize + 1])
         let entries = try rows.prefix(pageSize).map { row in
             HistoryEntry(
-                id: try row.string("id"), amount: try row.int("user_amount"), bucket: row.optionalString("user_bucket"), reason: try row.string("reason"),
-                createdAt: try row.date("created_at_ms"), balanceAfter: row.optionalInt("user_balance_after"), metadata: row.optionalString("metadata"),
+                id: try row.string("id"), amount: try row.int("user_amount"), bucket: row.optionalString("user_bucket"),
+                reason: try row.string("reason"),
+                createdAt: try row.date("created_at_ms"), balanceAfter: row.optionalInt("user_balance_after"),
+                metadata: row.optionalString("metadata"),
                 seq: try row.int("seq"))
         }
         return (entries, rows.count > pageSize ? entries.last?.seq : nil)
@@ -95,12 +103,14 @@ public struct Ledger: Sendable {
         let operation = Self.newID()
         let excess = state.balances[.subscription] - max(0, maxRolloverTokens)
         if excess > 0 {
-            try await post(tx, &state, from: Self.accountID(userID, .subscription), to: Self.expired, amount: excess, reason: "rollover_expiry",
-                           userDelta: (.subscription, -excess), operation: operation, metadata: nil, now: now)
+            try await post(
+                tx, &state, from: Self.accountID(userID, .subscription), to: Self.expired, amount: excess, reason: "rollover_expiry",
+                userDelta: (.subscription, -excess), operation: operation, metadata: nil, now: now)
         }
         if monthlyTokens > 0 {
-            try await post(tx, &state, from: Self.issuance, to: Self.accountID(userID, .subscription), amount: monthlyTokens,
-                           reason: "subscription_period", userDelta: (.subscription, monthlyTokens), operation: operation, metadata: nil, now: now)
+            try await post(
+                tx, &state, from: Self.issuance, to: Self.accountID(userID, .subscription), amount: monthlyTokens,
+                reason: "subscription_period", userDelta: (.subscription, monthlyTokens), operation: operation, metadata: nil, now: now)
         }
         try await tx.query(
             "UPDATE ledger_period_grants SET granted = ?, expired = ? WHERE user_id = ? AND period_key = ?",
@@ -115,12 +125,15 @@ public struct Ledger: Sendable {
 
     /// What a period grant gave, for clawbacks.
     public func periodGrant(_ tx: any SQLExecutor, userID: String, periodKey: String) async throws -> Int64? {
-        try await tx.first("SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey])?.optionalInt("granted")
+        try await tx.first("SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey])?.optionalInt(
+            "granted")
     }
 
     /// Takes back up to `amountTokens` from a bucket into the clawback account, never below zero. Returns what
     /// was taken and the shortfall (already spent), so callers can record it.
-    public func clawback(_ tx: any SQLExecutor, userID: String, amountTokens: Int64, bucket: Bucket, reason: String) async throws
+    public func clawback(
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, bucket: Bucket, reason: String
+    ) async throws
         -> (clawedTokens: Int64, shortfallTokens: Int64)
     {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: nil)
@@ -129,8 +142,9 @@ public struct Ledger: Sendable {
         let take = min(amountTokens, state.balances[bucket])
         if take > 0 {
             if bucket == .bonus { try await takeFromLots(tx, userID: userID, amountTokens: take) }
-            try await post(tx, &state, from: Self.accountID(userID, bucket), to: Self.clawback, amount: take, reason: reason,
-                           userDelta: (bucket, -take), operation: Self.newID(), metadata: nil, now: now)
+            try await post(
+                tx, &state, from: Self.accountID(userID, bucket), to: Self.clawback, amount: take, reason: reason,
+                userDelta: (bucket, -take), operation: Self.newID(), metadata: nil, now: now)
         }
         return (take, amountTokens - take)
     }

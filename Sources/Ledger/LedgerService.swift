@@ -47,7 +47,8 @@ public struct LedgerService: Sendable {
     let clock: any TimeSource
 
     public init(
-        database: any Database, ledger: Ledger, idempotency: IdempotencyStore, users: any LedgerUserDirectory, audit: any AuditTrail, clock: any TimeSource
+        database: any Database, ledger: Ledger, idempotency: IdempotencyStore, users: any LedgerUserDirectory, audit: any AuditTrail,
+        clock: any TimeSource
     ) {
         self.database = database
         self.ledger = ledger
@@ -73,7 +74,8 @@ public struct LedgerService: Sendable {
                 tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata)
             if case .operatorActor(let actor, let ip) = granter {
                 try await audit.record(
-                    tx, at: clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: ip, detail: "\(amountTokens) \(bucket.rawValue)")
+                    tx, at: clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: ip,
+                    detail: "\(amountTokens) \(bucket.rawValue)")
             }
             return result
         }
@@ -84,7 +86,9 @@ public struct LedgerService: Sendable {
         logger: Logger
     ) async throws -> IdempotentAnswer {
         try await run(request, successStatus: 200, format: format, logger: logger) { tx in
-            try await knownUser(userID, tx) { try await ledger.spend(tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata) }
+            try await knownUser(userID, tx) {
+                try await ledger.spend(tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata)
+            }
         }
     }
 
@@ -99,10 +103,14 @@ public struct LedgerService: Sendable {
         }
     }
 
-    public func capture(_ request: IdempotentRequest, holdID: String, amountTokens: Int64?, format: AnswerFormat<HoldState>, logger: Logger) async throws
+    public func capture(
+        _ request: IdempotentRequest, holdID: String, amountTokens: Int64?, format: AnswerFormat<HoldState>, logger: Logger
+    ) async throws
         -> IdempotentAnswer
     {
-        try await run(request, successStatus: 200, format: format, logger: logger) { try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens) }
+        try await run(request, successStatus: 200, format: format, logger: logger) {
+            try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens)
+        }
     }
 
     public func void(_ request: IdempotentRequest, holdID: String, format: AnswerFormat<HoldState>, logger: Logger) async throws -> IdempotentAnswer {

@@ -211,7 +211,9 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
                     cells.append(
                         try PostgresExecutor.binaryValue(cell.bytes, cell.dataType)
                             ?? PostgresExecutor.decoded(
-                                PostgresCell(bytes: cell.bytes, dataType: cell.dataType, format: .binary, columnName: cell.columnName, columnIndex: cell.columnIndex)))
+                                PostgresCell(
+                                    bytes: cell.bytes, dataType: cell.dataType, format: .binary, columnName: cell.columnName,
+                                    columnIndex: cell.columnIndex)))
                 }
                 rows.value.append(SQLRow(columns: shared, cells: cells))
             }.whenComplete { outcome in

@@ -35,7 +35,8 @@ public final class PostgresDatabase: Database {
         let statement = PostgresBatchedStatement<Key, Value>(
             sql: sql, maxBatch: maxBatch, loops: loops, logger: logger,
             connect: { loop in
-                try await PostgresConnection.connect(on: loop, configuration: configuration, id: ids.add(1, ordering: .relaxed).newValue, logger: logger)
+                try await PostgresConnection.connect(
+                    on: loop, configuration: configuration, id: ids.add(1, ordering: .relaxed).newValue, logger: logger)
             },
             prepare: prepare)
         batched.withLock { $0.append(statement.close) }
@@ -160,7 +161,10 @@ public final class PostgresDatabase: Database {
                             }
                             watch.finish(.success(value))
                         } catch {
-                            watch.finish(.failure(watch.timedOutUnleased ? StorageError.unavailable("no database connection within \(watch.everySeconds)s") : error))
+                            watch.finish(
+                                .failure(
+                                    watch.timedOutUnleased ? StorageError.unavailable("no database connection within \(watch.everySeconds)s") : error)
+                            )
                         }
                     })
                 watch.arm()

@@ -82,7 +82,8 @@ final class SQLiteConnection: @unchecked Sendable {
                 if v.utf8.contains(0) { throw StorageError.nulCharacter }
                 rc = sqlite_nio_sqlite3_bind_text64(statement, position, v, UInt64(v.utf8.count), Self.transient, UInt8(SQLITE_UTF8))
             case .bytes(let v):
-                rc = v.isEmpty
+                rc =
+                    v.isEmpty
                     ? sqlite_nio_sqlite3_bind_zeroblob(statement, position, 0)
                     : v.withUnsafeBytes { sqlite_nio_sqlite3_bind_blob64(statement, position, $0.baseAddress, UInt64($0.count), Self.transient) }
             }

@@ -16,7 +16,8 @@ struct AuthHTTPTests {
     @Test(arguments: TestDatabase.engines)
     func signUpVerifyAndSignIn(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
-            let signUp = try await client.post("/api/auth/sign-up", json: #"{"email":"  Ada@Example.COM ","password":"correct horse battery","name":" Ada "}"#)
+            let signUp = try await client.post(
+                "/api/auth/sign-up", json: #"{"email":"  Ada@Example.COM ","password":"correct horse battery","name":" Ada "}"#)
             #expect(signUp.status == .ok)
             let body = try signUp.json(SeedSignUpResponse.self)
             #expect(body.success && body.requiresVerification)
@@ -39,7 +40,10 @@ struct AuthHTTPTests {
             let session = try await client.get("/api/auth/session", token: token)
             #expect(session.status == .ok)
             // The Bearer scheme is case-insensitive and spaces around the token are ignored; other schemes are not sessions.
-            for (header, expected) in [("bearer \(token)", 200), ("BEARER  \(token)\t", 200), ("Basic \(token)", 401), ("Bearer", 401), ("Bearer   ", 401), ("Bearerx\(token)", 401)] {
+            for (header, expected) in [
+                ("bearer \(token)", 200), ("BEARER  \(token)\t", 200), ("Basic \(token)", 401), ("Bearer", 401), ("Bearer   ", 401),
+                ("Bearerx\(token)", 401),
+            ] {
                 let response = try await client.execute(uri: "/api/auth/session", method: .get, headers: [.authorization: header])
                 #expect(Int(response.status.code) == expected, "\(header.prefix(9))")
                 let snapshot = try await client.execute(uri: "/api/entitlements", method: .get, headers: [.authorization: header])
@@ -157,7 +161,8 @@ struct AuthHTTPTests {
             let retry = try #require(Int(exhausted.headers[.retryAfter] ?? ""))
             #expect(retry > 60 && retry <= 3600 - 5 * 61 + 61)
             // A repeated sign-up inside the budget does not send either, but answers the same.
-            let repeated = try await client.post("/api/auth/sign-up", json: #"{"email":"d@example.com","password":"correct horse battery","name":"D"}"#)
+            let repeated = try await client.post(
+                "/api/auth/sign-up", json: #"{"email":"d@example.com","password":"correct horse battery","name":"D"}"#)
             #expect(repeated.status == .ok)
             #expect(try app.mails(to: "d@example.com").count == 5)
             // The window ends: sends are possible again, and the latest code works.
@@ -270,7 +275,8 @@ struct AuthHTTPTests {
             #expect(weak.status == .badRequest)
             #expect(try weak.problem().detail.contains("too common"))
             let changed = try await client.send(
-                .post, "/api/auth/change-password", token: a, json: #"{"currentPassword":"correct horse battery","newPassword":"second long password"}"#)
+                .post, "/api/auth/change-password", token: a,
+                json: #"{"currentPassword":"correct horse battery","newPassword":"second long password"}"#)
             #expect(changed.status == .ok)
             #expect(try await client.get("/api/user/me", token: a).status == .ok)
             #expect(try await client.get("/api/user/me", token: b).status == .unauthorized)
@@ -330,7 +336,9 @@ struct AuthHTTPTests {
             // delays: five at once (the free failures plus one) all succeed.
             let tokens = try await withThrowingTaskGroup(of: String.self) { group in
                 for _ in 0..<5 {
-                    group.addTask { try await client.signIn("l@example.com", Self.password, userAgent: "Stranger/9").json(SeedSignInResponse.self).session.token }
+                    group.addTask {
+                        try await client.signIn("l@example.com", Self.password, userAgent: "Stranger/9").json(SeedSignInResponse.self).session.token
+                    }
                 }
                 return try await group.reduce(into: Set<String>()) { $0.insert($1) }
             }

@@ -25,7 +25,9 @@ struct ConfigTests {
             guard let error = error as? ConfigError else { return false }
             return error.problems.count == 6 && !"\(error)".contains("hunter2secret") && !"\(error)".contains("short")
         }
-        let pg = try AppConfig.from(environment: ["DATABASE_URL": "postgres://app:hunter2secret@127.0.0.1:5432/app", "SERVER_SECRET": String(repeating: "k", count: 40)])
+        let pg = try AppConfig.from(environment: [
+            "DATABASE_URL": "postgres://app:hunter2secret@127.0.0.1:5432/app", "SERVER_SECRET": String(repeating: "k", count: 40),
+        ])
         #expect(!pg.description.contains("hunter2secret"))
         #expect(!pg.description.contains("kkkk"))
     }
@@ -35,19 +37,29 @@ struct ConfigTests {
         // One Apple variable alone lists what else is needed; Production needs the app's Apple ID.
         #expect { try AppConfig.from(environment: ["APPLE_BUNDLE_ID": "com.x"]) } throws: { error in
             let problems = (error as? ConfigError)?.problems ?? []
-            return problems.count == 2 && problems.contains { $0.hasPrefix("APPLE_ROOT_CERTIFICATES") } && problems.contains { $0.hasPrefix("APPLE_ENVIRONMENT") }
+            return problems.count == 2 && problems.contains { $0.hasPrefix("APPLE_ROOT_CERTIFICATES") }
+                && problems.contains { $0.hasPrefix("APPLE_ENVIRONMENT") }
         }
-        #expect { try AppConfig.from(environment: ["APPLE_ROOT_CERTIFICATES": "a.pem", "APPLE_BUNDLE_ID": "com.x", "APPLE_ENVIRONMENT": "Production"]) } throws: {
+        #expect {
+            try AppConfig.from(environment: ["APPLE_ROOT_CERTIFICATES": "a.pem", "APPLE_BUNDLE_ID": "com.x", "APPLE_ENVIRONMENT": "Production"])
+        } throws: {
             ($0 as? ConfigError)?.problems == ["APPLE_APP_APPLE_ID is required with APPLE_ENVIRONMENT=Production"]
         }
-        #expect { try AppConfig.from(environment: ["APPLE_ROOT_CERTIFICATES": "a.pem", "APPLE_BUNDLE_ID": "com.x", "APPLE_ENVIRONMENT": "Sandbox", "APPLE_ACCEPT_SANDBOX": "true"]) } throws: {
+        #expect {
+            try AppConfig.from(environment: [
+                "APPLE_ROOT_CERTIFICATES": "a.pem", "APPLE_BUNDLE_ID": "com.x", "APPLE_ENVIRONMENT": "Sandbox", "APPLE_ACCEPT_SANDBOX": "true",
+            ])
+        } throws: {
             ($0 as? ConfigError)?.problems == ["APPLE_ACCEPT_SANDBOX only applies with APPLE_ENVIRONMENT=Production"]
         }
         let config = try AppConfig.from(environment: [
-            "APPLE_ROOT_CERTIFICATES": "root1.pem, root2.der", "APPLE_BUNDLE_ID": "com.x", "APPLE_ENVIRONMENT": "Production", "APPLE_APP_APPLE_ID": "123",
+            "APPLE_ROOT_CERTIFICATES": "root1.pem, root2.der", "APPLE_BUNDLE_ID": "com.x", "APPLE_ENVIRONMENT": "Production",
+            "APPLE_APP_APPLE_ID": "123",
             "APPLE_ACCEPT_SANDBOX": "true", "STRIPE_WEBHOOK_SECRET": "whsec_aaaaaaaaaaaaaaaaaaaa,whsec_bbbbbbbbbbbbbbbbbbbb",
         ])
-        #expect(config.apple?.rootCertificatePaths == ["root1.pem", "root2.der"] && config.apple?.appAppleID == 123 && config.apple?.acceptSandbox == true)
+        #expect(
+            config.apple?.rootCertificatePaths == ["root1.pem", "root2.der"] && config.apple?.appAppleID == 123 && config.apple?.acceptSandbox == true
+        )
         #expect(config.stripeWebhookSecrets.count == 2)
         #expect(config.description.contains("apple=Production+sandbox") && config.description.contains("stripe=2 secret(s)"))
         #expect(!config.description.contains("whsec_"))
@@ -62,7 +74,8 @@ struct ConfigTests {
         config.database = .sqlite(path: FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).sqlite").path)
         config.plansFile = repositoryRoot.appendingPathComponent("plans.json").path
         config.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString)").path
-        config.apple = AppConfig.AppleSettings(rootCertificatePaths: ["/nonexistent/root.pem"], bundleID: "com.x", appAppleID: nil, environment: .sandbox, acceptSandbox: false)
+        config.apple = AppConfig.AppleSettings(
+            rootCertificatePaths: ["/nonexistent/root.pem"], bundleID: "com.x", appAppleID: nil, environment: .sandbox, acceptSandbox: false)
         await #expect { _ = try await Dependencies.make(config: config, logger: Logger(label: "t")) } throws: { error in
             "\(error)".contains("APPLE_ROOT_CERTIFICATES") && "\(error)".contains("/nonexistent/root.pem")
         }
@@ -79,7 +92,9 @@ struct MailTests {
     @Test func fileTransportWritesOneCompleteMessagePerFile() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mail-\(UUID().uuidString)")
         let mailer = try MailTransport.parse("file:\(dir.path)").makeMailer(from: "Svc <no-reply@example.com>")
-        try await mailer.send(MailMessage(to: "a@example.com", subject: "Your code\r\nBcc: evil@x", body: "Code: 123456\nBye", secrets: ["123456"]), logger: Logger(label: "t"))
+        try await mailer.send(
+            MailMessage(to: "a@example.com", subject: "Your code\r\nBcc: evil@x", body: "Code: 123456\nBye", secrets: ["123456"]),
+            logger: Logger(label: "t"))
         try await mailer.send(MailMessage(to: "b@example.com", subject: "Second", body: "Hi"), logger: Logger(label: "t"))
         let files = try FileManager.default.contentsOfDirectory(atPath: dir.path)
         #expect(files.count == 2)

@@ -34,7 +34,8 @@ struct ContractTests {
             let router = buildRouter(app.dependencies)
             let routes = Set(
                 router.routes.map { route in
-                    let path = "\(route.path)".split(separator: "/").map { $0.hasPrefix(":") ? "{\($0.dropFirst())}" : String($0) }.joined(separator: "/")
+                    let path = "\(route.path)".split(separator: "/").map { $0.hasPrefix(":") ? "{\($0.dropFirst())}" : String($0) }.joined(
+                        separator: "/")
                     return "\(route.method.rawValue) /\(path.drop { $0 == "/" })"
                 })
             let spec = try Self.specOperations()
@@ -73,7 +74,9 @@ extension ContractTests {
             "ledger_accounts", "ledger_transfers", "ledger_lots", "ledger_holds", "ledger_hold_parts", "ledger_period_grants", "idempotency_records",
             "job_leases",
         ],
-        "Entitlements": ["subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "billing_events", "billing_accounts", "billing_grants"],
+        "Entitlements": [
+            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "billing_events", "billing_accounts", "billing_grants",
+        ],
         "Storage": ["schema_migrations"],
     ]
 
@@ -95,7 +98,9 @@ extension ContractTests {
             let module = file.pathComponents[file.pathComponents.firstIndex(of: "Sources")! + 1]
             for match in try String(contentsOf: file, encoding: .utf8).matches(of: /\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+([a-z_]+)/) {
                 let table = String(match.output.1)
-                if let tableOwner = owner[table], tableOwner != module { trespasses.append("\(module)/\(file.lastPathComponent) uses \(table) (\(tableOwner)'s)") }
+                if let tableOwner = owner[table], tableOwner != module {
+                    trespasses.append("\(module)/\(file.lastPathComponent) uses \(table) (\(tableOwner)'s)")
+                }
             }
         }
         #expect(trespasses.isEmpty, "\(trespasses)")

@@ -14,7 +14,9 @@ extension TestClientProtocol {
         let plansJSON = "[" + plans.map { "\"\($0)\"" }.joined(separator: ",") + "]"
         return try await send(
             .post, "/api/admin/stickers/packs", token: key,
-            json: #"{"id":"\#(id)","name":"Pack \#(id)","description":"d","iconUrl":"https://cdn.example.com/\#(id).png","category":"seasonal","isPremium":\#(premium),"tokenPrice":\#(price),"includedInPlans":\#(plansJSON),"isActive":true,"sortOrder":1,"stickerCount":12,"previewStickers":["https://cdn.example.com/1.png"]}"#)
+            json:
+                #"{"id":"\#(id)","name":"Pack \#(id)","description":"d","iconUrl":"https://cdn.example.com/\#(id).png","category":"seasonal","isPremium":\#(premium),"tokenPrice":\#(price),"includedInPlans":\#(plansJSON),"isActive":true,"sortOrder":1,"stickerCount":12,"previewStickers":["https://cdn.example.com/1.png"]}"#
+        )
     }
 }
 
@@ -36,13 +38,17 @@ struct EntitlementHTTPTests {
                 let profile: Profile?
             }
             let snapshot = try first.json(Snapshot.self)
-            #expect(snapshot.planId == "free" && snapshot.status == "free" && snapshot.features["modelSelector"] == false && snapshot.tokens["total"] == 3)
+            #expect(
+                snapshot.planId == "free" && snapshot.status == "free" && snapshot.features["modelSelector"] == false && snapshot.tokens["total"] == 3
+            )
             #expect(snapshot.profile?.canMakePurchases == true)
-            let notModified = try await client.execute(uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
+            let notModified = try await client.execute(
+                uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
             #expect(notModified.status == .notModified)
             // A plan change shows on the very next request, with a new ETag.
             #expect(try await client.comp(app, userID: user, plan: "business_yearly", key: admin).status == .ok)
-            let after = try await client.execute(uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
+            let after = try await client.execute(
+                uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
             #expect(after.status == .ok && after.headers[.eTag] != etag)
             #expect(try after.json(Snapshot.self).features["modelSelector"] == true)
             let business = try await client.get("/api/user/feature-access", token: token).json(SeedFeatureAccess.self)
@@ -59,66 +65,61 @@ struct EntitlementHTTPTests {
         }
     }
 
-    @Test("the snapshot is read on every request: each change shows on the very next GET with a new ETag, an unchanged one answers the same bytes", arguments: TestDatabase.engines)
+    @Test(
+        "the snapshot is read on every request: each change shows on the very next GET with a new ETag, an unchanged one answers the same bytes",
+        arguments: TestDatabase.engines)
     func snapshotIsFreshOnEveryRequest(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "fresh@example.com")
             let user = try await app.userID(token: token)
             let admin = try await app.apiKey(["admin"])
             let ledgerKey = try await app.apiKey(["ledger:write"])
-            struct Snapshot: Decodable {
-                let planId: String; let tokens: [String: Int]; let unlockedStickerPacks: [String]
-                struct Profile: Decodable { let name: String }
-                let profile: Profile?
-            }
-            var etags: [String] = []
-            /// GETs twice: both answers must be byte-identical; the ETag must be new unless `changed` is false.
-            func next(_ label: String, changed: Bool = true) async throws -> Snapshot {
-                let first = try await client.get("/api/entitlements", token: token)
-                let second = try await client.get("/api/entitlements", token: token)
-                #expect(first.status == .ok && first.text == second.text && first.headers[.eTag] == second.headers[.eTag], "\(label)")
-                let etag = try #require(first.headers[.eTag])
-                #expect(etags.contains(etag) != changed, "\(label): ETag \(changed ? "unchanged" : "changed")")
-                etags.append(etag)
-                return try first.json(Snapshot.self)
-            }
-            #expect(try await next("sign-up").tokens["total"] == 3)
-            _ = try await client.ledger("/api/ledger/grants", key: ledgerKey, idempotencyKey: "g1", json: #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
-            #expect(try await next("grant").tokens["total"] == 23)
-            _ = try await client.ledger("/api/ledger/holds", key: ledgerKey, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":4,"reason":"job","ttlSeconds":60}"#)
-            #expect(try await next("hold").tokens["held"] == 4)
+            var probe = SnapshotProbe(client: client, token: token)
+            #expect(try await probe.next("sign-up").tokens["total"] == 3)
+            _ = try await client.ledger(
+                "/api/ledger/grants", key: ledgerKey, idempotencyKey: "g1", json: #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
+            #expect(try await probe.next("grant").tokens["total"] == 23)
+            _ = try await client.ledger(
+                "/api/ledger/holds", key: ledgerKey, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":4,"reason":"job","ttlSeconds":60}"#)
+            #expect(try await probe.next("hold").tokens["held"] == 4)
             // A new locked pack is not part of the answer: same bytes, same ETag. Unlocking it is.
             #expect(try await client.createPack(admin, id: "comet", premium: true, price: 2).status == .created)
-            #expect(try await next("new locked pack", changed: false).unlockedStickerPacks.isEmpty)
+            #expect(try await probe.next("new locked pack", changed: false).unlockedStickerPacks.isEmpty)
             #expect(try await client.send(.post, "/api/stickers/packs/comet/unlock", token: token).status == .ok)
-            #expect(try await next("unlock").unlockedStickerPacks == ["comet"])
+            #expect(try await probe.next("unlock").unlockedStickerPacks == ["comet"])
             // The hold lapses by the clock alone (no write): the next answer no longer counts it.
             app.clock.advance(seconds: 61)
-            #expect(try await next("hold expired").tokens["held"] == 0)
+            #expect(try await probe.next("hold expired").tokens["held"] == 0)
             // A plan whose period ends by the clock: the next answer after the end is the free plan, with no write either.
             let end = ISO8601DateFormatter().string(from: app.clock.now().addingTimeInterval(3600))
-            #expect(try await client.send(.post, "/api/admin/users/\(user)/subscription", token: admin, json: #"{"planId":"pro_monthly","periodEnd":"\#(end)"}"#).status == .ok)
-            #expect(try await next("comp").planId == "pro_monthly")
+            #expect(
+                try await client.send(
+                    .post, "/api/admin/users/\(user)/subscription", token: admin, json: #"{"planId":"pro_monthly","periodEnd":"\#(end)"}"#
+                ).status == .ok)
+            #expect(try await probe.next("comp").planId == "pro_monthly")
             app.clock.advance(seconds: 3601)
-            #expect(try await next("period over").planId == "free")
+            #expect(try await probe.next("period over").planId == "free")
             // Switching profile changes the answer; renaming the selected profile does too.
             #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
-            _ = try await next("pro again")
-            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(ProfileBody.self)
+            _ = try await probe.next("pro again")
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(
+                ProfileBody.self)
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
-            #expect(try await next("kid selected").profile?.name == "Kid")
-            #expect(try await client.send(.put, "/api/admin/users/\(user)/profiles/\(kid.id)", token: admin, json: #"{"name":"Kiddo"}"#).status == .ok)
-            #expect(try await next("kid renamed").profile?.name == "Kiddo")
+            #expect(try await probe.next("kid selected").profile?.name == "Kid")
+            #expect(
+                try await client.send(.put, "/api/admin/users/\(user)/profiles/\(kid.id)", token: admin, json: #"{"name":"Kiddo"}"#).status == .ok)
+            #expect(try await probe.next("kid renamed").profile?.name == "Kiddo")
             // With no profile selected, the answer carries the default profile (and back to the kid once selected again).
-            let defaultName = try #require(try await app.rows("SELECT name FROM family_profiles WHERE user_id = ? AND is_default", [user]).first).string("name")
+            let defaultName = try #require(try await app.rows("SELECT name FROM family_profiles WHERE user_id = ? AND is_default", [user]).first)
+                .string("name")
             #expect(defaultName != "Kiddo")
             try await app.dependencies.database.transaction(logger: TestDatabase.logger) {
                 _ = try await $0.query("UPDATE sessions SET selected_profile_id = NULL WHERE user_id = ?", [user])
             }
             // Both are answers seen before (the default profile's before the kid was selected), so their ETags are too.
-            #expect(try await next("selection cleared", changed: false).profile?.name == defaultName)
+            #expect(try await probe.next("selection cleared", changed: false).profile?.name == defaultName)
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
-            #expect(try await next("kid selected again", changed: false).profile?.name == "Kiddo")
+            #expect(try await probe.next("kid selected again", changed: false).profile?.name == "Kiddo")
             // Signing out: the very next request with that token is refused.
             #expect(try await client.send(.post, "/api/auth/sign-out", token: token).status == .ok)
             #expect(try await client.get("/api/entitlements", token: token).status == .unauthorized)
@@ -127,7 +128,9 @@ struct EntitlementHTTPTests {
         }
     }
 
-    @Test("the snapshot checks its session as every route does: it slides the idle expiry (at most one write a minute) and refuses an idle session or a deleted user's", arguments: TestDatabase.engines)
+    @Test(
+        "the snapshot checks its session as every route does: it slides the idle expiry (at most one write a minute) and refuses an idle session or a deleted user's",
+        arguments: TestDatabase.engines)
     func snapshotChecksItsSession(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "idle@example.com")
@@ -159,7 +162,9 @@ struct EntitlementHTTPTests {
         }
     }
 
-    @Test("concurrent snapshot requests of many sessions (sharing statements on PostgreSQL) each get their own user's answer; a signed-out one gets 401", arguments: TestDatabase.engines)
+    @Test(
+        "concurrent snapshot requests of many sessions (sharing statements on PostgreSQL) each get their own user's answer; a signed-out one gets 401",
+        arguments: TestDatabase.engines)
     func concurrentSessionsGetTheirOwnSnapshots(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             let ledgerKey = try await app.apiKey(["ledger:write"])
@@ -167,7 +172,9 @@ struct EntitlementHTTPTests {
             for i in 0..<10 {
                 let token = try await client.signUpAndVerify(app, email: "many\(i)@example.com")
                 let user = try await app.userID(token: token)
-                _ = try await client.ledger("/api/ledger/grants", key: ledgerKey, idempotencyKey: "g\(i)", json: #"{"userId":"\#(user)","amount":\#(i + 1),"bucket":"purchased"}"#)
+                _ = try await client.ledger(
+                    "/api/ledger/grants", key: ledgerKey, idempotencyKey: "g\(i)",
+                    json: #"{"userId":"\#(user)","amount":\#(i + 1),"bucket":"purchased"}"#)
                 sessions.append((token, user, 3 + i + 1))
             }
             let signedOut = sessions.removeLast()
@@ -227,7 +234,8 @@ struct EntitlementHTTPTests {
             let poor = try await client.send(.post, "/api/stickers/packs/holiday/unlock", token: token)
             #expect(poor.status.code == 402)
             #expect(try await app.rows("SELECT pack_id FROM pack_unlocks").isEmpty)
-            _ = try await client.ledger("/api/ledger/grants", key: ledgerKey, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
+            _ = try await client.ledger(
+                "/api/ledger/grants", key: ledgerKey, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":20,"bucket":"purchased"}"#)
             // Concurrent double taps: one unlock, charged once; the others are 409.
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<6 { group.addTask { try await client.send(.post, "/api/stickers/packs/holiday/unlock", token: token).status.code } }
@@ -242,16 +250,25 @@ struct EntitlementHTTPTests {
             #expect(try await client.send(.post, "/api/stickers/packs/max-only/unlock", token: token).status == .conflict)
             #expect(try await client.send(.delete, "/api/admin/users/\(user)/subscription", token: admin).status == .noContent)
             state = try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs
-            #expect(Dictionary(uniqueKeysWithValues: state.map { ($0.id, $0.isLocked) }) == ["free-faces": false, "holiday": false, "max-only": true])
+            #expect(
+                Dictionary(uniqueKeysWithValues: state.map { ($0.id, $0.isLocked) }) == ["free-faces": false, "holiday": false, "max-only": true])
             // A comp that runs out (by the service's clock) locks plan-included packs again too.
             let end = ISO8601DateFormatter().string(from: app.clock.now().addingTimeInterval(3600))
-            #expect(try await client.send(.post, "/api/admin/users/\(user)/subscription", token: admin, json: #"{"planId":"max_monthly","periodEnd":"\#(end)"}"#).status == .ok)
+            #expect(
+                try await client.send(
+                    .post, "/api/admin/users/\(user)/subscription", token: admin, json: #"{"planId":"max_monthly","periodEnd":"\#(end)"}"#
+                ).status == .ok)
             #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.allSatisfy { !$0.isLocked })
             app.clock.advance(seconds: 3601)
-            #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.first { $0.id == "max-only" }?.isLocked == true)
+            #expect(
+                try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.first { $0.id == "max-only" }?
+                    .isLocked == true)
             // Deactivated packs disappear from the list; their unlocks are kept.
             #expect(try await client.send(.delete, "/api/admin/stickers/packs/holiday", token: admin).status == .noContent)
-            #expect(try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.map(\.id).sorted() == ["free-faces", "max-only"])
+            #expect(
+                try await client.get("/api/stickers/packs", token: token).json(SeedStickerPacksResponse.self).packs.map(\.id).sorted() == [
+                    "free-faces", "max-only",
+                ])
             #expect(try await app.rows("SELECT pack_id FROM pack_unlocks").count == 1)
         }
     }
@@ -277,7 +294,8 @@ struct EntitlementHTTPTests {
             #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: #"{"feature":"teleport"}"#).status == .badRequest)
             #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: "{}").status == .badRequest)
             // On a kid's profile that cannot purchase: checks and unlocks say purchase_not_allowed / profile_restricted.
-            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(ProfileBody.self)
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(
+                ProfileBody.self)
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
             #expect(try await check(#"{"packId":"stars"}"#) == (false, "purchase_not_allowed"))
             #expect(try await check(#"{"feature":"customContentTypes"}"#) == (false, "profile_restricted"))
@@ -289,10 +307,43 @@ struct EntitlementHTTPTests {
             let first = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-1"])
             let replay = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-1"])
             #expect(first.status == .ok && replay.status == .ok && replay.text == first.text && replay.headers[.idempotentReplayed] == "true")
-            #expect(try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-2"]).status == .conflict)
+            #expect(
+                try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-2"]).status
+                    == .conflict)
             #expect(try await check(#"{"packId":"stars"}"#) == (true, nil))
             #expect(try await client.send(.post, "/api/stickers/packs/nope/unlock", token: token).status == .notFound)
             #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 151)
         }
+    }
+}
+
+/// GETs the entitlement snapshot twice per step: both answers must be byte-identical, and the ETag new unless the step
+/// says the answer did not change.
+struct SnapshotProbe {
+    struct Snapshot: Decodable {
+        let planId: String
+        let tokens: [String: Int]
+        let unlockedStickerPacks: [String]
+        struct Profile: Decodable { let name: String }
+        let profile: Profile?
+    }
+
+    let client: any TestClientProtocol
+    let token: String
+    var etags: [String] = []
+
+    init(client: any TestClientProtocol, token: String) {
+        self.client = client
+        self.token = token
+    }
+
+    mutating func next(_ label: String, changed: Bool = true) async throws -> Snapshot {
+        let first = try await client.get("/api/entitlements", token: token)
+        let second = try await client.get("/api/entitlements", token: token)
+        #expect(first.status == .ok && first.text == second.text && first.headers[.eTag] == second.headers[.eTag], "\(label)")
+        let etag = try #require(first.headers[.eTag])
+        #expect(etags.contains(etag) != changed, "\(label): ETag \(changed ? "unchanged" : "changed")")
+        etags.append(etag)
+        return try first.json(Snapshot.self)
     }
 }

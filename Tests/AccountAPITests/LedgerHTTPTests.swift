@@ -5,38 +5,12 @@ import HummingbirdTesting
 import Ledger
 import Logging
 import NIOCore
-import Synchronization
 import Storage
+import Synchronization
 import TestSupport
 import Testing
 
 @testable import AccountAPI
-
-extension TestClientProtocol {
-    func ledger(_ path: String, key: String?, idempotencyKey: String?, json: String?) async throws -> TestResponse {
-        try await send(.post, path, token: key, json: json, headers: idempotencyKey.map { [.idempotencyKey: $0] } ?? [:])
-    }
-}
-
-extension TestClientProtocol {
-    /// `ledger_spends{path="one_statement"}` from /metrics (0 before the first).
-    func oneStatementSpends() async throws -> Int { try await metric(#"ledger_spends{path="one_statement"}"#) }
-
-    /// The value of one series in /metrics (0 while it has not appeared).
-    func metric(_ series: String) async throws -> Int {
-        let text = try await get("/metrics", token: TestApp.metricsToken).text
-        let line = text.split(separator: "\n").first { $0.hasPrefix(series + " ") }
-        return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
-    }
-}
-
-struct BalanceBody: Decodable, Equatable {
-    let bonusTokens: Int
-    let subscriptionTokens: Int
-    let purchasedTokens: Int
-    let heldTokens: Int
-    let totalTokens: Int
-}
 
 @Suite("Token ledger over HTTP")
 struct LedgerHTTPTests {
@@ -77,14 +51,17 @@ struct LedgerHTTPTests {
             let spend = try await client.ledger(
                 "/api/ledger/spend", key: key, idempotencyKey: "s-1", json: #"{"userId":"\#(user)","amount":5,"reason":"generation"}"#)
             #expect(spend.status == .ok)
-            #expect(try spend.json(Result.self).balances == BalanceBody(bonusTokens: 0, subscriptionTokens: 0, purchasedTokens: 38, heldTokens: 0, totalTokens: 38))
+            #expect(
+                try spend.json(Result.self).balances
+                    == BalanceBody(bonusTokens: 0, subscriptionTokens: 0, purchasedTokens: 38, heldTokens: 0, totalTokens: 38))
             // Not enough: 402 with the available amount, remembered: the retry fails the same even after a grant.
             let tooMuch = #"{"userId":"\#(user)","amount":100,"reason":"generation"}"#
             let refused = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s-2", json: tooMuch)
             #expect(refused.status.code == 402)
             struct Available: Decodable { let code: String; let availableTokens: Int }
             #expect(try refused.json(Available.self).availableTokens == 38)
-            _ = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g-2", json: #"{"userId":"\#(user)","amount":100,"bucket":"purchased"}"#)
+            _ = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "g-2", json: #"{"userId":"\#(user)","amount":100,"bucket":"purchased"}"#)
             let retried = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s-2", json: tooMuch)
             #expect(retried.status.code == 402 && retried.text == refused.text)
             #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 138)
@@ -169,7 +146,9 @@ struct LedgerHTTPTests {
                 #"{"userId":"\#(user)","amount":0,"reason":"x"}"#, #"{"userId":"\#(user)","amount":-1,"reason":"x"}"#,
                 #"{"userId":"\#(user)","amount":5,"reason":"has spaces"}"#, #"{"userId":"\#(user)","amount":"5","reason":"x"}"#,
             ] {
-                #expect(try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: UUID().uuidString, json: bad).status == .badRequest, "\(bad)")
+                #expect(
+                    try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: UUID().uuidString, json: bad).status == .badRequest,
+                    "\(bad)")
             }
             // Over 1 MiB: 413 for a valid key, 401 without one (the body is read once, whichever path answers).
             let huge = #"{"userId":"\#(user)","amount":1,"reason":"x","metadata":{"pad":""# + String(repeating: "x", count: 1 << 20) + #""}}"#
@@ -178,7 +157,8 @@ struct LedgerHTTPTests {
             let unknownUser = try await client.ledger(
                 "/api/ledger/grants", key: key, idempotencyKey: "u", json: #"{"userId":"nobody","amount":5,"bucket":"bonus"}"#)
             #expect(unknownUser.status == .notFound)
-            let badBucket = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "b", json: #"{"userId":"\#(user)","amount":5,"bucket":"gold"}"#)
+            let badBucket = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "b", json: #"{"userId":"\#(user)","amount":5,"bucket":"gold"}"#)
             #expect(badBucket.status == .badRequest)
             let expiringPurchase = try await client.ledger(
                 "/api/ledger/grants", key: key, idempotencyKey: "e",
@@ -193,10 +173,12 @@ struct LedgerHTTPTests {
             let token = try await client.signUpAndVerify(app, email: "l3@example.com")
             let user = try await app.userID(token: token)
             let key = try await app.apiKey(["ledger:write"])
-            _ = try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":7,"bucket":"subscription"}"#)
+            _ = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":7,"bucket":"subscription"}"#)
             struct Hold: Decodable { let id: String; let status: String; let amount: Int; let capturedAmount: Int?; let expiresAt: String }
             let created = try await client.ledger(
-                "/api/ledger/holds", key: key, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":6,"reason":"generation","ttlSeconds":120}"#)
+                "/api/ledger/holds", key: key, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":6,"reason":"generation","ttlSeconds":120}"#
+            )
             #expect(created.status == .created)
             let hold = try created.json(Hold.self)
             #expect(hold.status == "pending" && hold.amount == 6)
@@ -206,17 +188,22 @@ struct LedgerHTTPTests {
             #expect(capture.status == .ok)
             #expect(try capture.json(Hold.self).capturedAmount == 4)
             // The hold took the 3 bonus tokens first, then 3 subscription tokens; capturing 4 returns 2 subscription tokens.
-            #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self) == BalanceBody(
-                bonusTokens: 0, subscriptionTokens: 6, purchasedTokens: 0, heldTokens: 0, totalTokens: 6))
+            #expect(
+                try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self)
+                    == BalanceBody(
+                        bonusTokens: 0, subscriptionTokens: 6, purchasedTokens: 0, heldTokens: 0, totalTokens: 6))
             // A second resolution (new key) answers 409 with the final state; replaying the capture key replays it.
             let again = try await client.ledger("/api/ledger/holds/\(hold.id)/void", key: key, idempotencyKey: "v1", json: nil)
             #expect(again.status == .conflict)
             struct Resolved: Decodable { let code: String; let holdStatus: String; let capturedAmount: Int }
             #expect(try again.json(Resolved.self).holdStatus == "captured" && again.json(Resolved.self).capturedAmount == 4)
-            #expect(try await client.ledger("/api/ledger/holds/\(hold.id)/capture", key: key, idempotencyKey: "c1", json: #"{"amount":4}"#).text == capture.text)
+            #expect(
+                try await client.ledger("/api/ledger/holds/\(hold.id)/capture", key: key, idempotencyKey: "c1", json: #"{"amount":4}"#).text
+                    == capture.text)
             // An empty capture body captures everything; an expired hold cannot be captured late.
             let second = try await client.ledger(
-                "/api/ledger/holds", key: key, idempotencyKey: "h2", json: #"{"userId":"\#(user)","amount":5,"reason":"generation","ttlSeconds":60}"#).json(Hold.self)
+                "/api/ledger/holds", key: key, idempotencyKey: "h2", json: #"{"userId":"\#(user)","amount":5,"reason":"generation","ttlSeconds":60}"#
+            ).json(Hold.self)
             app.clock.advance(seconds: 61)
             let late = try await client.ledger("/api/ledger/holds/\(second.id)/capture", key: key, idempotencyKey: "c2", json: nil)
             #expect(late.status == .conflict)
@@ -237,7 +224,8 @@ struct LedgerHTTPTests {
             let key = try await app.apiKey(["ledger:write"])
             for i in 1...5 {
                 _ = try await client.ledger(
-                    "/api/ledger/grants", key: key, idempotencyKey: "g\(i)", json: #"{"userId":"\#(user)","amount":\#(i),"bucket":"purchased","metadata":{"n":\#(i)}}"#)
+                    "/api/ledger/grants", key: key, idempotencyKey: "g\(i)",
+                    json: #"{"userId":"\#(user)","amount":\#(i),"bucket":"purchased","metadata":{"n":\#(i)}}"#)
             }
             struct Page: Decodable {
                 struct Entry: Decodable { let amount: Int; let reason: String; let balanceAfter: Int?; let bucket: String? }
@@ -270,7 +258,10 @@ struct LedgerHTTPTests {
             let grant = try await client.ledger(
                 "/api/admin/users/\(user)/grants", key: admin, idempotencyKey: "a1", json: #"{"amount":10,"bucket":"bonus","reason":"apology"}"#)
             #expect(grant.status == .created)
-            #expect(try await client.ledger("/api/admin/users/\(user)/grants", key: admin, idempotencyKey: "a1", json: #"{"amount":10,"bucket":"bonus","reason":"apology"}"#).status == .created)
+            #expect(
+                try await client.ledger(
+                    "/api/admin/users/\(user)/grants", key: admin, idempotencyKey: "a1", json: #"{"amount":10,"bucket":"bonus","reason":"apology"}"#
+                ).status == .created)
             let adminBalance = try await client.get("/api/admin/users/\(user)/token-balance", token: admin).json(BalanceBody.self)
             #expect(adminBalance.bonusTokens == 13 && adminBalance.totalTokens == 163)
             #expect(try await app.rows("SELECT action FROM audit_log WHERE action = 'admin_token_grant'").count == 1)

@@ -1,7 +1,7 @@
 import Foundation
-import Storage
 import HTTPTypes
 import HummingbirdTesting
+import Storage
 import TestSupport
 import Testing
 
@@ -19,7 +19,10 @@ struct MetricsHTTPTests {
             #expect(try await client.appleNotify(#"{"signedPayload":"x.y.z"}"#).status == .badRequest)
             let key = try await app.apiKey(["ledger:write"])
             let user = try await app.userID(token: token)
-            #expect(try await client.ledger("/api/ledger/holds", key: key, idempotencyKey: "m1", json: #"{"userId":"\#(user)","amount":1,"reason":"job"}"#).status == .created)
+            #expect(
+                try await client.ledger(
+                    "/api/ledger/holds", key: key, idempotencyKey: "m1", json: #"{"userId":"\#(user)","amount":1,"reason":"job"}"#
+                ).status == .created)
             #expect(try await client.get("/metrics", token: nil).status == .unauthorized)
             #expect(try await client.get("/metrics", token: "wrong-token-0123456789").status == .unauthorized)
             let response = try await client.get("/metrics", token: TestApp.metricsToken)
@@ -28,7 +31,8 @@ struct MetricsHTTPTests {
             for needle in [
                 #"hb_requests{http_route="/api/user/token-balance",http_request_method="GET",http_response_status_code="200"}"#,
                 #"http_response_status_code="404""#, "http_server_request_duration_bucket{", #"ledger_transfers{reason="welcome"}"#,
-                #"ledger_transfers{reason="hold"}"#, "ledger_holds_pending ", "argon2_queue_depth", "argon2_wait_bucket", "db_connections_in_use{engine=",
+                #"ledger_transfers{reason="hold"}"#, "ledger_holds_pending ", "argon2_queue_depth", "argon2_wait_bucket",
+                "db_connections_in_use{engine=",
                 #"billing_events{provider="apple",outcome="unverified"}"#,
             ] {
                 #expect(text.contains(needle), "missing \(needle)")
@@ -37,12 +41,19 @@ struct MetricsHTTPTests {
             // process's, shared with tests running alongside, so only the series are checked, not their values).
             #expect(text.contains(#"hb_request_errors{http_route="NotFound",http_request_method="GET",error_type="404"} "#))
             #expect(text.contains(#"http_server_active_requests{http_request_method="GET"} "#))
-            #expect(text.contains(#"http_server_request_duration_count{http_route="/api/user/token-balance",http_request_method="GET",http_response_status_code="200"} "#))
+            #expect(
+                text.contains(
+                    #"http_server_request_duration_count{http_route="/api/user/token-balance",http_request_method="GET",http_response_status_code="200"} "#
+                ))
             // The raw path of unknown routes never becomes a label (bounded series).
             #expect(!text.contains("/api/nope"))
             // Every sample line parses as `name{labels} value`.
             let samples = text.split(separator: "\n").filter { !$0.hasPrefix("#") && !$0.isEmpty }
-            #expect(!samples.isEmpty && samples.allSatisfy { $0.range(of: #"^[a-zA-Z_][a-zA-Z0-9_]*(\{.*\})? [-+0-9.eE]+(Inf)?$"#, options: .regularExpression) != nil })
+            #expect(
+                !samples.isEmpty
+                    && samples.allSatisfy {
+                        $0.range(of: #"^[a-zA-Z_][a-zA-Z0-9_]*(\{.*\})? [-+0-9.eE]+(Inf)?$"#, options: .regularExpression) != nil
+                    })
         }
     }
 }
@@ -61,7 +72,9 @@ struct InputHardeningTests {
             #expect(grant.status == .badRequest)
             let pack = try await client.send(
                 .post, "/api/admin/stickers/packs", token: key,
-                json: #"{"id":"p1","name":"a\u0000b","description":"d","iconUrl":"https://cdn.example.com/a.png","category":"seasonal","isPremium":true,"tokenPrice":1,"includedInPlans":[],"isActive":true,"sortOrder":1,"stickerCount":1,"previewStickers":[]}"#)
+                json:
+                    #"{"id":"p1","name":"a\u0000b","description":"d","iconUrl":"https://cdn.example.com/a.png","category":"seasonal","isPremium":true,"tokenPrice":1,"includedInPlans":[],"isActive":true,"sortOrder":1,"stickerCount":1,"previewStickers":[]}"#
+            )
             #expect(pack.status == .badRequest)
             #expect(try await app.rows("SELECT id FROM sticker_packs").isEmpty)
         }

@@ -10,37 +10,6 @@ import Testing
 
 @testable import AccountAPI
 
-extension TestApp {
-    /// An API key with `scopes` (its secret).
-    func apiKey(_ scopes: [String]) async throws -> String {
-        try await dependencies.apiKeys.create(name: "test", scopes: scopes, logger: TestDatabase.logger).secret
-    }
-
-    func userID(token: String) async throws -> String {
-        try await dependencies.auth.authenticate(token: token, logger: TestDatabase.logger).user.id
-    }
-}
-
-extension TestClientProtocol {
-    func comp(_ app: TestApp, userID: String, plan: String, key: String) async throws -> TestResponse {
-        try await send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"\#(plan)"}"#)
-    }
-
-    func createProfile(_ token: String, _ json: String) async throws -> TestResponse {
-        try await send(.post, "/api/family-profiles", token: token, json: json)
-    }
-}
-
-struct ProfileBody: Decodable, Equatable {
-    let id: String
-    let name: String
-    let avatar: String?
-    let isDefault: Bool
-    let canMakePurchases: Bool
-    let hasPin: Bool
-    let isLocked: Bool
-}
-
 @Suite("Family profiles over HTTP")
 struct ProfileHTTPTests {
     @Test(arguments: TestDatabase.engines)
@@ -59,11 +28,14 @@ struct ProfileHTTPTests {
             // Pro allows five, the default included.
             #expect(try await client.comp(app, userID: userID, plan: "pro_monthly", key: key).status == .ok)
             for i in 1...4 {
-                let r = try await client.createProfile(token, #"{"name":"Kid \#(i)","avatar":"🦊","canMakePurchases":false,"canUseCustomContentTypes":true}"#)
+                let r = try await client.createProfile(
+                    token, #"{"name":"Kid \#(i)","avatar":"🦊","canMakePurchases":false,"canUseCustomContentTypes":true}"#)
                 #expect(r.status == .created)
                 app.clock.advance(seconds: 1)
             }
-            #expect(try await client.createProfile(token, #"{"name":"Kid 5","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status == .forbidden)
+            #expect(
+                try await client.createProfile(token, #"{"name":"Kid 5","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status
+                    == .forbidden)
             // Downgrade: profiles are kept, but beyond the limit they are locked and cannot be selected.
             #expect(try await client.send(.delete, "/api/admin/users/\(userID)/subscription", token: key).status == .noContent)
             let afterDowngrade = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self)
@@ -92,7 +64,8 @@ struct ProfileHTTPTests {
             let token = try await client.signUpAndVerify(app, email: "p2@example.com", name: "Owner")
             let key = try await app.apiKey(["admin"])
             #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "pro_yearly", key: key).status == .ok)
-            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(ProfileBody.self)
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(
+                ProfileBody.self)
             let stranger = try await client.signUpAndVerify(app, email: "p3@example.com", name: "Stranger")
             // Another account's profile id: 404 everywhere, never 403.
             #expect(try await client.send(.post, "/api/profiles/select", token: stranger, json: #"{"profileId":"\#(kid.id)"}"#).status == .notFound)
@@ -131,24 +104,23 @@ struct ProfileHTTPTests {
             #expect(!kid.text.contains("4321") && !kid.text.contains("argon2"))
             // Later, changing a PIN needs currentPassword.
             app.clock.advance(seconds: 11 * 60)
-            let noProof = try await client.createProfile(token, #"{"name":"Teen","pin":"1111","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            let noProof = try await client.createProfile(
+                token, #"{"name":"Teen","pin":"1111","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
             #expect(noProof.status == .forbidden)
             let wrongProof = try await client.createProfile(
                 token, #"{"name":"Teen","pin":"1111","currentPassword":"not my password","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
             #expect(wrongProof.status == .forbidden)
             #expect(try wrongProof.problem().code == "invalid_password")
             let proved = try await client.createProfile(
-                token, #"{"name":"Teen","pin":"1111","currentPassword":"correct horse battery","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+                token,
+                #"{"name":"Teen","pin":"1111","currentPassword":"correct horse battery","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
             #expect(proved.status == .created)
             // A name/flag update without a PIN change needs no proof.
             let renamed = try await client.send(.put, "/api/family-profiles/\(kidProfile.id)", token: token, json: #"{"name":"Kiddo","avatar":"🐼"}"#)
             #expect(renamed.status == .ok)
             #expect(try renamed.json(ProfileBody.self).hasPin, "the PIN is kept when not mentioned")
 
-            func select(_ pin: String?) async throws -> TestResponse {
-                let pinJSON = pin.map { #","pin":"\#($0)""# } ?? ""
-                return try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidProfile.id)"\#(pinJSON)}"#)
-            }
+            func select(_ pin: String?) async throws -> TestResponse { try await client.selectProfile(token, kidProfile.id, pin: pin) }
             let missing = try await select(nil)
             #expect(missing.status == .forbidden, "a wrong PIN is not a sign-out")
             #expect(try missing.problem().code == "invalid_pin")
@@ -167,17 +139,19 @@ struct ProfileHTTPTests {
             let rightButLocked = try await select("4321")
             #expect(rightButLocked.status == .tooManyRequests)
             // The count is stored in the database (it survives restarts and is shared by every node).
-            #expect(try await app.rows("SELECT attempts FROM attempt_budgets WHERE budget_key = ?", ["pin:" + kidProfile.id]).first?.int("attempts") == 5)
+            #expect(
+                try await app.rows("SELECT attempts FROM attempt_budgets WHERE budget_key = ?", ["pin:" + kidProfile.id]).first?.int("attempts") == 5)
             app.clock.advance(seconds: 15 * 60)
             #expect(try await select("4321").status == .ok)
             // Removing the PIN (with proof, from the owner's default profile) makes it selectable without one.
             let asKid = try await client.send(
-                .put, "/api/family-profiles/\(kidProfile.id)", token: token, json: #"{"name":"Kiddo","removePin":true,"currentPassword":"correct horse battery"}"#)
+                .put, "/api/family-profiles/\(kidProfile.id)", token: token,
+                json: #"{"name":"Kiddo","removePin":true,"currentPassword":"correct horse battery"}"#)
             #expect(asKid.status == .forbidden)
-            let defaultID = try #require(try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first { $0.isDefault }).id
-            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(defaultID)"}"#).status == .ok)
+            #expect(try await client.selectProfile(token, try await client.defaultProfileID(token)).status == .ok)
             let removed = try await client.send(
-                .put, "/api/family-profiles/\(kidProfile.id)", token: token, json: #"{"name":"Kiddo","removePin":true,"currentPassword":"correct horse battery"}"#)
+                .put, "/api/family-profiles/\(kidProfile.id)", token: token,
+                json: #"{"name":"Kiddo","removePin":true,"currentPassword":"correct horse battery"}"#)
             #expect(try removed.json(ProfileBody.self).hasPin == false)
             #expect(try await select(nil).status == .ok)
         }
@@ -192,7 +166,8 @@ struct ProfileHTTPTests {
             let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
                 for i in 0..<12 {
                     group.addTask {
-                        try await client.createProfile(token, #"{"name":"Racer \#(i)","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status
+                        try await client.createProfile(token, #"{"name":"Racer \#(i)","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+                            .status
                     }
                 }
                 return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
@@ -209,7 +184,9 @@ struct ProfileHTTPTests {
             let token = try await client.signUpAndVerify(app, email: "p6@example.com", name: "Owner")
             let key = try await app.apiKey(["admin"])
             #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "business_monthly", key: key).status == .ok)
-            #expect(try await client.createProfile(token, #"{"name":"Anna","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status == .created)
+            #expect(
+                try await client.createProfile(token, #"{"name":"Anna","canMakePurchases":false,"canUseCustomContentTypes":false}"#).status
+                    == .created)
             for (body, fragment) in [
                 (#"{"name":"ANNA"}"#, "already has that name"),
                 (#"{"name":""}"#, "must not be empty"),
@@ -228,7 +205,8 @@ struct ProfileHTTPTests {
             #expect(try await client.createProfile(token, #"{"name":"Ben","avatar":"https://cdn.example.com/a.png"}"#).status == .created)
             #expect(try await client.createProfile(token, #"{"name":"Cy","avatar":"👩‍👧"}"#).status == .created)
             let defaultID = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first(where: \.isDefault)!.id
-            let noPurchases = try await client.send(.put, "/api/family-profiles/\(defaultID)", token: token, json: #"{"name":"Owner","canMakePurchases":false}"#)
+            let noPurchases = try await client.send(
+                .put, "/api/family-profiles/\(defaultID)", token: token, json: #"{"name":"Owner","canMakePurchases":false}"#)
             #expect(noPurchases.status == .badRequest)
         }
     }
@@ -238,7 +216,8 @@ struct ProfileHTTPTests {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "p7@example.com", name: "Owner")
             let userID = try await app.userID(token: token)
-            _ = try await app.dependencies.auth.createAdmin(email: "ops@example.com", password: "operator password", name: "Ops", logger: TestDatabase.logger)
+            _ = try await app.dependencies.auth.createAdmin(
+                email: "ops@example.com", password: "operator password", name: "Ops", logger: TestDatabase.logger)
             let adminToken = try await client.signIn("ops@example.com", "operator password").json(SeedSignInResponse.self).session.token
             let adminKey = try await app.apiKey(["admin"])
             let ledgerKey = try await app.apiKey(["ledger:write"])
@@ -252,24 +231,35 @@ struct ProfileHTTPTests {
             #expect(found.users.map(\.id) == [userID])
             #expect(try await client.get("/api/admin/users/nope/profiles", token: adminKey).status == .notFound)
             // Operators create (within the plan), set a PIN without re-auth, reset it, delete.
-            #expect(try await client.send(.post, "/api/admin/users/\(userID)/profiles", token: adminKey, json: #"{"name":"Kid"}"#).status == .forbidden)
+            #expect(
+                try await client.send(.post, "/api/admin/users/\(userID)/profiles", token: adminKey, json: #"{"name":"Kid"}"#).status == .forbidden)
             #expect(try await client.comp(app, userID: userID, plan: "pro_monthly", key: adminToken).status == .ok)
             let created = try await client.send(.post, "/api/admin/users/\(userID)/profiles", token: adminKey, json: #"{"name":"Kid","pin":"2468"}"#)
             #expect(created.status == .created)
             let kid = try created.json(ProfileBody.self)
             #expect(kid.hasPin)
-            let updated = try await client.send(.put, "/api/admin/users/\(userID)/profiles/\(kid.id)", token: adminToken, json: #"{"name":"Kiddo","pin":"1357"}"#)
+            let updated = try await client.send(
+                .put, "/api/admin/users/\(userID)/profiles/\(kid.id)", token: adminToken, json: #"{"name":"Kiddo","pin":"1357"}"#)
             #expect(try updated.json(ProfileBody.self).name == "Kiddo")
-            for _ in 0..<5 { _ = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)","pin":"0000"}"#) }
-            #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)","pin":"1357"}"#).status == .tooManyRequests)
+            for _ in 0..<5 {
+                _ = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)","pin":"0000"}"#)
+            }
+            #expect(
+                try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)","pin":"1357"}"#).status
+                    == .tooManyRequests)
             let reset = try await client.send(.post, "/api/admin/users/\(userID)/profiles/\(kid.id)/reset-pin", token: adminKey)
             #expect(try reset.json(ProfileBody.self).hasPin == false)
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
             let listed = try await client.get("/api/admin/users/\(userID)/profiles", token: adminKey).json([ProfileBody].self)
             #expect(listed.count == 2)
             #expect(try await client.send(.delete, "/api/admin/users/\(userID)/profiles/\(kid.id)", token: adminKey).status == .noContent)
-            let actions = try await app.rows("SELECT action, actor FROM audit_log WHERE action LIKE 'admin_%' AND action <> 'admin_created' ORDER BY at_ms").map { try $0.string("action") }
-            #expect(Set(actions) == ["admin_subscription_comp", "admin_profile_created", "admin_profile_updated", "admin_profile_pin_reset", "admin_profile_deleted"])
+            let actions = try await app.rows(
+                "SELECT action, actor FROM audit_log WHERE action LIKE 'admin_%' AND action <> 'admin_created' ORDER BY at_ms"
+            ).map { try $0.string("action") }
+            #expect(
+                Set(actions) == [
+                    "admin_subscription_comp", "admin_profile_created", "admin_profile_updated", "admin_profile_pin_reset", "admin_profile_deleted",
+                ])
             let actors = try await app.rows("SELECT DISTINCT actor FROM audit_log WHERE action LIKE 'admin_%'").map { try $0.string("actor") }
             #expect(actors.contains { $0.hasPrefix("key:") } && actors.contains { $0.hasPrefix("user:") })
         }
@@ -285,10 +275,16 @@ struct ProfileHTTPTests {
             #expect(free.planId == "free" && free.status == nil && free.plan.isFreeTier)
             let userID = try await app.userID(token: token)
             let end = ISO8601DateFormatter().string(from: app.clock.now().addingTimeInterval(3 * 86400))
-            let comp = try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"max_yearly","periodEnd":"\#(end)"}"#)
+            let comp = try await client.send(
+                .post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"max_yearly","periodEnd":"\#(end)"}"#)
             #expect(comp.status == .ok)
-            #expect(try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"free"}"#).status == .badRequest)
-            #expect(try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"max_yearly","periodEnd":"yesterday"}"#).status == .badRequest)
+            #expect(
+                try await client.send(.post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"free"}"#).status == .badRequest
+            )
+            #expect(
+                try await client.send(
+                    .post, "/api/admin/users/\(userID)/subscription", token: key, json: #"{"planId":"max_yearly","periodEnd":"yesterday"}"#
+                ).status == .badRequest)
             let active = try await client.get("/api/user/subscription", token: token).json(Sub.self)
             #expect(active.planId == "max_yearly" && active.status == "active" && active.isEntitled && active.plan.id == "max_yearly")
             app.clock.advance(seconds: 3 * 86400 + 1)

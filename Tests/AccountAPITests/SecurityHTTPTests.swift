@@ -93,7 +93,8 @@ struct SecurityHTTPTests {
             let kid = try await client.createProfile(token, #"{"name":"Kid","pin":"4321","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
             let kidID = try kid.json(ProfileBody.self).id
             let codes = try await Self.burst(20) { i in
-                try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidID)","pin":"\#(String(format: "%04d", i))"}"#)
+                try await client.send(
+                    .post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidID)","pin":"\#(String(format: "%04d", i))"}"#)
             }
             #expect(codes.filter { $0 == "invalid_pin" }.count <= 5 && codes.filter { $0 == "pin_locked" }.count >= 15, "\(codes)")
             let right = try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kidID)","pin":"4321"}"#)
@@ -108,7 +109,9 @@ struct SecurityHTTPTests {
             _ = try await client.signUpAndVerify(app, email: "verified@example.com")
             try await client.post("/api/auth/sign-up", json: #"{"email":"pending2@example.com","password":"correct horse battery","name":"P"}"#)
             func wrong(_ email: String) throws -> String {
-                let codes = try app.mails(to: email).compactMap { mail in mail.range(of: #"\d{6}"#, options: .regularExpression).map { String(mail[$0]) } }
+                let codes = try app.mails(to: email).compactMap { mail in
+                    mail.range(of: #"\d{6}"#, options: .regularExpression).map { String(mail[$0]) }
+                }
                 return codes.contains("000000") ? "111111" : "000000"
             }
             let addresses = ["verified@example.com", "pending2@example.com", "unknown@example.com"]
@@ -128,7 +131,8 @@ struct SecurityHTTPTests {
                 var answers: [String] = []
                 for email in ["verified@example.com", "unknown@example.com"] {
                     let r = try await client.post(
-                        "/api/auth/reset-password", json: #"{"email":"\#(email)","code":"\#(try wrong(email))","newPassword":"another long passphrase"}"#)
+                        "/api/auth/reset-password",
+                        json: #"{"email":"\#(email)","code":"\#(try wrong(email))","newPassword":"another long passphrase"}"#)
                     answers.append("\(r.status.code) \(r.text)")
                 }
                 #expect(Set(answers).count == 1, "\(answers)")
@@ -144,7 +148,9 @@ struct SecurityHTTPTests {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "stolen@example.com")
             let codes = try await Self.burst(15) { _ in
-                try await client.send(.post, "/api/auth/change-password", token: token, json: #"{"currentPassword":"guess guess guess","newPassword":"brand new passphrase"}"#)
+                try await client.send(
+                    .post, "/api/auth/change-password", token: token,
+                    json: #"{"currentPassword":"guess guess guess","newPassword":"brand new passphrase"}"#)
             }
             #expect(codes.filter { $0 == "invalid_password" }.count == 5, "\(codes)")
             #expect(codes.filter { $0 == "rate_limited" }.count == 10)
@@ -165,17 +171,21 @@ struct SecurityHTTPTests {
             #expect(try signUp.problem().detail.contains("bytes"))
             let heavyPassword = String(repeating: "x" + String(repeating: "\u{301}", count: 40_000), count: 10)
             #expect(heavyPassword.count == 10)
-            #expect(try await client.post("/api/auth/sign-up", json: #"{"email":"heavy@example.com","password":"\#(heavyPassword)","name":"H"}"#).status == .badRequest)
+            #expect(
+                try await client.post("/api/auth/sign-up", json: #"{"email":"heavy@example.com","password":"\#(heavyPassword)","name":"H"}"#).status
+                    == .badRequest)
             #expect(try await client.signIn("heavy@example.com", heavyPassword).status == .badRequest)
             let token = try await client.signUpAndVerify(app, email: "light@example.com")
             #expect(try await client.send(.patch, "/api/user/me", token: token, json: #"{"name":"\#(heavyName)"}"#).status == .badRequest)
             let heavyAvatar = "👍" + String(repeating: "\u{FE0F}", count: 100_000)
             #expect(heavyAvatar.count == 1)
-            let profile = try await client.createProfile(token, #"{"name":"Kid","avatar":"\#(heavyAvatar)","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+            let profile = try await client.createProfile(
+                token, #"{"name":"Kid","avatar":"\#(heavyAvatar)","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
             #expect(profile.status == .badRequest)
             #expect(try await client.get("/api/auth/session", token: token).body.readableBytes < 4096)
             // Real emoji sequences still pass.
-            let family = try await client.send(.put, "/api/family-profiles/\(try await defaultProfileID(client, token))", token: token,
+            let family = try await client.send(
+                .put, "/api/family-profiles/\(try await client.defaultProfileID(token))", token: token,
                 json: #"{"name":"Ada","avatar":"👩🏽‍🤝‍👨🏻","canMakePurchases":true,"canUseCustomContentTypes":true}"#)
             #expect(family.status == .ok)
         }
@@ -265,10 +275,6 @@ struct SecurityHTTPTests {
             #expect(metrics.status == .notFound)
         }
     }
-
-    func defaultProfileID(_ client: some TestClientProtocol, _ token: String) async throws -> String {
-        try #require(try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first { $0.isDefault }).id
-    }
 }
 
 @Suite("Client address behind proxies")
@@ -286,7 +292,11 @@ struct TrustedProxiesTests {
         #expect(proxies.clientIP(peer: "::1", forwardedFor: ["2001:db8::1"]) == "2001:db8::1")
         #expect(proxies.clientIP(peer: "::ffff:127.0.0.1", forwardedFor: ["198.51.100.1"]) == "198.51.100.1", "IPv4-mapped peers")
         #expect(throws: Never.self) { try TrustedProxies.parse("").get() }
-        if case .failure(let invalid) = TrustedProxies.parse("10.0.0.0/8, nonsense") { #expect(invalid.entry == "nonsense") } else { Issue.record("accepted nonsense") }
+        if case .failure(let invalid) = TrustedProxies.parse("10.0.0.0/8, nonsense") {
+            #expect(invalid.entry == "nonsense")
+        } else {
+            Issue.record("accepted nonsense")
+        }
         #expect(IPNetwork("10.0.0.0/33") == nil && IPNetwork("::/129") == nil && IPNetwork("10.0.0.0/0")?.contains([1, 2, 3, 4]) == true)
     }
 }
@@ -299,7 +309,8 @@ struct LedgerEdgeTests {
             let token = try await client.signUpAndVerify(app, email: "edges@example.com")
             let user = try await app.userID(token: token)
             let key = try await app.apiKey(["ledger:write", "admin"])
-            let exact = #"{"userId":"\#(user)","amount":5,"bucket":"purchased","metadata":{"n":9007199254740993,"big":123456789012345678901234567890,"f":0.1,"one":1.0}}"#
+            let exact =
+                #"{"userId":"\#(user)","amount":5,"bucket":"purchased","metadata":{"n":9007199254740993,"big":123456789012345678901234567890,"f":0.1,"one":1.0}}"#
             #expect(try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "exact", json: exact).status == .created)
             let history = try await client.get("/api/admin/users/\(user)/token-history", token: key).text
             #expect(history.contains(#""n":9007199254740993"#) && history.contains("123456789012345678901234567890"), "\(history)")
@@ -309,11 +320,13 @@ struct LedgerEdgeTests {
             #expect(conflict.status == .conflict)
             #expect(try conflict.problem().code == "idempotency_conflict")
             // Erasure forfeits the balance; afterwards every write for the user is a 404, on every spend path.
-            let hold = try await client.ledger("/api/ledger/holds", key: key, idempotencyKey: "h", json: #"{"userId":"\#(user)","amount":2,"reason":"job"}"#)
+            let hold = try await client.ledger(
+                "/api/ledger/holds", key: key, idempotencyKey: "h", json: #"{"userId":"\#(user)","amount":2,"reason":"job"}"#)
             #expect(hold.status == .created)
             #expect(try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
             for (path, body) in [
-                ("/api/ledger/spend", #"{"userId":"\#(user)","amount":1,"reason":"x"}"#), ("/api/ledger/holds", #"{"userId":"\#(user)","amount":1,"reason":"x"}"#),
+                ("/api/ledger/spend", #"{"userId":"\#(user)","amount":1,"reason":"x"}"#),
+                ("/api/ledger/holds", #"{"userId":"\#(user)","amount":1,"reason":"x"}"#),
                 ("/api/ledger/grants", #"{"userId":"\#(user)","amount":1,"bucket":"bonus"}"#),
             ] {
                 let response = try await client.ledger(path, key: key, idempotencyKey: "after-\(path)", json: body)

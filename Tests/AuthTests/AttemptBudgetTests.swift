@@ -49,21 +49,34 @@ struct AttemptBudgetTests {
             let t = Self.start
             #expect(try await Self.reserve(db, "k", rule, at: t) == AttemptReservation.reserved(attempt: 1))
             #expect(try await Self.reserve(db, "k", rule, at: t) == AttemptReservation.reserved(attempt: 2))
-            #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(4)) == AttemptReservation.refused(retryAfterSeconds: 6, locked: false))
+            #expect(
+                try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(4)) == AttemptReservation.refused(retryAfterSeconds: 6, locked: false))
             #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(10)) == AttemptReservation.reserved(attempt: 3))
-            #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(29)) == AttemptReservation.refused(retryAfterSeconds: 1, locked: false))
-            #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(30)) == AttemptReservation.reserved(attempt: 4), "the limit-th attempt locks")
-            #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(31)) == AttemptReservation.refused(retryAfterSeconds: 299, locked: true))
+            #expect(
+                try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(29)) == AttemptReservation.refused(retryAfterSeconds: 1, locked: false)
+            )
+            #expect(
+                try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(30)) == AttemptReservation.reserved(attempt: 4),
+                "the limit-th attempt locks")
+            #expect(
+                try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(31))
+                    == AttemptReservation.refused(retryAfterSeconds: 299, locked: true))
             // A refusal never counts, so the lock's end is not pushed back by attempts during it.
-            #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(329)) == AttemptReservation.refused(retryAfterSeconds: 1, locked: true))
-            #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(330)) == AttemptReservation.reserved(attempt: 1), "a fresh count after the lock")
+            #expect(
+                try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(329)) == AttemptReservation.refused(retryAfterSeconds: 1, locked: true)
+            )
+            #expect(
+                try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(330)) == AttemptReservation.reserved(attempt: 1),
+                "a fresh count after the lock")
             // Idle for the window: the count starts again.
             #expect(try await Self.reserve(db, "k", rule, at: t.addingTimeInterval(930)) == AttemptReservation.reserved(attempt: 1))
             // A fixed window: `limit` per window, then refused until the window (not the last attempt) ends.
             let rate = AttemptRule(limit: 2, window: .fixed(seconds: 60))
             #expect(try await Self.reserve(db, "r", rate, at: t) == AttemptReservation.reserved(attempt: 1))
             #expect(try await Self.reserve(db, "r", rate, at: t.addingTimeInterval(50)) == AttemptReservation.reserved(attempt: 2))
-            #expect(try await Self.reserve(db, "r", rate, at: t.addingTimeInterval(55)) == AttemptReservation.refused(retryAfterSeconds: 5, locked: false))
+            #expect(
+                try await Self.reserve(db, "r", rate, at: t.addingTimeInterval(55)) == AttemptReservation.refused(retryAfterSeconds: 5, locked: false)
+            )
             #expect(try await Self.reserve(db, "r", rate, at: t.addingTimeInterval(60)) == AttemptReservation.reserved(attempt: 1))
         }
     }

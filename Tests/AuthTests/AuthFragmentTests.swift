@@ -38,8 +38,11 @@ struct AuthFragmentTests {
                 SELECT \(fragment.select) FROM (SELECT CAST(? AS BOOLEAN) AS with_profile) n
                 CROSS JOIN (SELECT CAST(? AS TEXT) AS id, CAST(? AS TEXT) AS selected_profile_id) x \(fragment.joins)
                 """
-            for (withProfile, selected, expected) in [(true, "k", "k"), (true, nil, "d"), (true, "gone", "d"), (false, "k", nil)] as [(Bool, String?, String?)] {
-                let row = try #require(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(sql, [withProfile, "u", selected]) })
+            for (withProfile, selected, expected) in [(true, "k", "k"), (true, nil, "d"), (true, "gone", "d"), (false, "k", nil)]
+                as [(Bool, String?, String?)]
+            {
+                let row = try #require(
+                    try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(sql, [withProfile, "u", selected]) })
                 #expect(Set(row.columns.names) == Set(fragment.columns))
                 #expect(row.optionalString("profile_id") == expected, "\(withProfile) \(selected ?? "none")")
             }
@@ -62,7 +65,9 @@ struct AuthFragmentTests {
             #expect(Set(row.columns.names) == ["caller", "caller_id", "caller_seen_at_ms"])
             #expect(try row.string("caller").hasPrefix("key:"))
             let other = try #require(APIKeyService.scopedKeyQuery(secret: secret, scope: "admin", callerPrefix: "key:"))
-            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(other.sql, other.binds) } == nil, "a missing scope finds no row")
+            #expect(
+                try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(other.sql, other.binds) } == nil,
+                "a missing scope finds no row")
         }
     }
 }

@@ -32,7 +32,9 @@ struct PasswordHashingTests {
 
     @Test func inputRules() {
         #expect(InputRules.normalizedEmail("  Ada.L+tag@Example.co.UK ") == "ada.l+tag@example.co.uk")
-        for bad in ["", "a", "a@b", "a@@b.c", "a b@c.de", "a@-b.com", ".a@b.com", "a..b@c.com", "a@b..com", String(repeating: "a", count: 65) + "@b.com"] {
+        for bad in [
+            "", "a", "a@b", "a@@b.c", "a b@c.de", "a@-b.com", ".a@b.com", "a..b@c.com", "a@b..com", String(repeating: "a", count: 65) + "@b.com",
+        ] {
             #expect(InputRules.normalizedEmail(bad) == nil, "\(bad)")
         }
         #expect(InputRules.passwordProblem("ünïcødé pässwörd 🔐") == nil)
@@ -48,7 +50,8 @@ struct PasswordHashingTests {
         let token = SecretHasher.newSessionToken()
         #expect(token.count == 43 && !token.contains("=") && !token.contains("+") && !token.contains("/"))
         let secrets = SecretHasher(serverSecret: Array("k".utf8))
-        #expect(secrets.codeHMAC(code: "123456", email: "a@b.c", purpose: "verify") != secrets.codeHMAC(code: "123456", email: "a@b.c", purpose: "reset"))
+        #expect(
+            secrets.codeHMAC(code: "123456", email: "a@b.c", purpose: "verify") != secrets.codeHMAC(code: "123456", email: "a@b.c", purpose: "reset"))
         #expect(SecretHasher.constantTimeEqual("abc", "abc") && !SecretHasher.constantTimeEqual("abc", "abd"))
     }
 
@@ -86,13 +89,16 @@ struct AuthServiceTests {
         try await TestDatabase.with(engine) { db, _ in
             _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
             let auth = try Self.service(db)
-            let admin = try await auth.createAdmin(email: "Root@Example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
+            let admin = try await auth.createAdmin(
+                email: "Root@Example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
             #expect(admin.role == "admin" && admin.emailVerified && admin.email == "root@example.com")
             #expect(try await auth.activeProfile(selectedID: nil, userID: admin.id, logger: TestDatabase.logger)?.isDefault == true)
             await #expect(throws: AuthError.conflict("An account with this email already exists.")) {
                 _ = try await auth.createAdmin(email: "root@example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
             }
-            let audit = try await db.withConnection(logger: TestDatabase.logger) { try await $0.query("SELECT actor, action, subject FROM audit_log") }
+            let audit = try await db.withConnection(logger: TestDatabase.logger) {
+                try await $0.query("SELECT actor, action, subject FROM audit_log")
+            }
             #expect(audit.count == 1)
             #expect(try audit[0].string("action") == "admin_created" && audit[0].optionalString("subject") == admin.id)
         }
@@ -107,7 +113,8 @@ struct AuthServiceTests {
             let newer = Argon2Parameters(memoryKiB: 128, iterations: 2, parallelism: 1)
             let upgraded = try Self.service(db, newer)
             _ = try await upgraded.signIn(
-                email: "r@example.com", password: "long enough password", client: ClientInfo(ip: "127.0.0.1", userAgent: "t"), logger: TestDatabase.logger)
+                email: "r@example.com", password: "long enough password", client: ClientInfo(ip: "127.0.0.1", userAgent: "t"),
+                logger: TestDatabase.logger)
             let hash = try await db.withConnection(logger: TestDatabase.logger) {
                 try await $0.first("SELECT password_hash FROM users WHERE id = ?", [admin.id])!.string("password_hash")
             }
@@ -116,4 +123,3 @@ struct AuthServiceTests {
         }
     }
 }
-

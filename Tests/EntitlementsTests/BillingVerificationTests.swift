@@ -13,11 +13,14 @@ struct BillingVerificationTests {
     static let bundle = "com.example.app"
     static let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
 
-    static func verifier(_ chain: AppleTestChain, environment: AppleEnvironment = .sandbox, acceptSandbox: Bool = false, appID: Int64? = 1234)
+    static func verifier(
+        _ chain: AppleTestChain, environment: AppleEnvironment = .sandbox, acceptSandbox: Bool = false, appID: Int64? = 1234
+    )
         -> AppleSignedDataVerifier
     {
         AppleSignedDataVerifier(
-            config: AppleConfig(rootCertificates: [chain.root], bundleID: bundle, appAppleID: appID, environment: environment, acceptSandbox: acceptSandbox))
+            config: AppleConfig(
+                rootCertificates: [chain.root], bundleID: bundle, appAppleID: appID, environment: environment, acceptSandbox: acceptSandbox))
     }
 
     static func transaction(environment: String = "Sandbox", bundle: String = bundle, signedDate: Int64 = nowMs) -> [String: any Sendable] {
@@ -55,15 +58,17 @@ struct BillingVerificationTests {
         let parts = good.split(separator: ".").map(String.init)
         var payload = Self.transaction()
         payload["productId"] = "com.yourapp.tokens.500"
-        let forged = parts[0] + "." + AppleTestChain.base64URL(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])) + "." + parts[2]
+        let forged =
+            parts[0] + "." + AppleTestChain.base64URL(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])) + "." + parts[2]
         #expect(await rejects(verifier, forged) == .signature)
         var signature = Array(Data(base64Encoded: parts[2].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + "==")!)
         signature[10] ^= 0x01
         #expect(await rejects(verifier, parts[0] + "." + parts[1] + "." + AppleTestChain.base64URL(Data(signature))) == .signature)
         #expect(await rejects(verifier, try chain.sign(json: Self.transaction(), alg: "none")) == .format("alg must be ES256"))
         #expect(await rejects(verifier, try chain.sign(json: Self.transaction(), alg: "HS256")) == .format("alg must be ES256"))
-        #expect(await rejects(verifier, try chain.sign(json: Self.transaction(), x5c: [chain.leaf, chain.intermediate]))
-            == .format("x5c must hold exactly three certificates"))
+        #expect(
+            await rejects(verifier, try chain.sign(json: Self.transaction(), x5c: [chain.leaf, chain.intermediate]))
+                == .format("x5c must hold exactly three certificates"))
         #expect(await rejects(verifier, parts[0] + "." + parts[1]) == .format("a compact JWS has three parts"))
         #expect(await rejects(verifier, "not a jws") == .format("a compact JWS has three parts"))
         // Signed by the leaf but the chain is presented as leaf, leaf, root: no path to the root.
@@ -83,11 +88,13 @@ struct BillingVerificationTests {
             return
         }
         let noLeafOID = try AppleTestChain(leafOID: false)
-        #expect(await rejects(Self.verifier(noLeafOID), try noLeafOID.sign(json: Self.transaction()))
-            == .certificate("the leaf lacks Apple's receipt-signing OID"))
+        #expect(
+            await rejects(Self.verifier(noLeafOID), try noLeafOID.sign(json: Self.transaction()))
+                == .certificate("the leaf lacks Apple's receipt-signing OID"))
         let noIntermediateOID = try AppleTestChain(intermediateOID: false)
-        #expect(await rejects(Self.verifier(noIntermediateOID), try noIntermediateOID.sign(json: Self.transaction()))
-            == .certificate("the intermediate lacks Apple's WWDR OID"))
+        #expect(
+            await rejects(Self.verifier(noIntermediateOID), try noIntermediateOID.sign(json: Self.transaction()))
+                == .certificate("the intermediate lacks Apple's WWDR OID"))
         // A leaf that expired yesterday: payloads signed now fail; one signed while it was valid still verifies.
         let expired = try AppleTestChain(leafValidity: Date(timeIntervalSinceNow: -86400 * 400)...Date(timeIntervalSinceNow: -86400))
         guard case .certificate = await rejects(Self.verifier(expired), try expired.sign(json: Self.transaction())) else {
@@ -101,12 +108,15 @@ struct BillingVerificationTests {
     @Test("bundle id, environment and (Production) appAppleId are checked, also on nested payloads")
     func identity() async throws {
         let chain = try AppleTestChain()
-        #expect(await rejects(Self.verifier(chain), try chain.sign(json: Self.transaction(bundle: "com.other.app")))
-            == .appIdentifier("bundleId 'com.other.app'"))
-        #expect(await rejects(Self.verifier(chain, environment: .production), try chain.sign(json: Self.transaction(environment: "Sandbox")))
-            == .environment("'Sandbox' but this server expects Production"))
-        #expect(await rejects(Self.verifier(chain), try chain.sign(json: Self.transaction(environment: "Xcode")))
-            == .environment("'Xcode' is not accepted"))
+        #expect(
+            await rejects(Self.verifier(chain), try chain.sign(json: Self.transaction(bundle: "com.other.app")))
+                == .appIdentifier("bundleId 'com.other.app'"))
+        #expect(
+            await rejects(Self.verifier(chain, environment: .production), try chain.sign(json: Self.transaction(environment: "Sandbox")))
+                == .environment("'Sandbox' but this server expects Production"))
+        #expect(
+            await rejects(Self.verifier(chain), try chain.sign(json: Self.transaction(environment: "Xcode")))
+                == .environment("'Xcode' is not accepted"))
         // App Review: a production server that accepts sandbox marks the payload as sandbox.
         let (_, environment) = try await Self.verifier(chain, environment: .production, acceptSandbox: true)
             .verifyTransaction(try chain.sign(json: Self.transaction(environment: "Sandbox")))
@@ -116,7 +126,8 @@ struct BillingVerificationTests {
         func notification(appID: Int, nestedJWS: String) throws -> String {
             try chain.sign(json: [
                 "notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString, "signedDate": Self.nowMs, "version": "2.0",
-                "data": ["environment": "Production", "appAppleId": appID, "bundleId": Self.bundle, "signedTransactionInfo": nestedJWS] as [String: any Sendable],
+                "data": ["environment": "Production", "appAppleId": appID, "bundleId": Self.bundle, "signedTransactionInfo": nestedJWS]
+                    as [String: any Sendable],
             ])
         }
         let production = Self.verifier(chain, environment: .production)
@@ -127,15 +138,18 @@ struct BillingVerificationTests {
         }
         // The nested transaction is verified too: one signed by another chain fails the whole notification.
         let forgedNested = try AppleTestChain(rootName: "Other").sign(json: Self.transaction(environment: "Production"))
-        await #expect(throws: AppleVerificationError.self) { _ = try await production.verifyNotification(try notification(appID: 1234, nestedJWS: forgedNested)) }
+        await #expect(throws: AppleVerificationError.self) {
+            _ = try await production.verifyNotification(try notification(appID: 1234, nestedJWS: forgedNested))
+        }
     }
 
     @Test("Apple's real certificates: the WWDR G6 intermediate and receipt-signing leaf validate to Apple Root CA - G3 with their OIDs")
     func realAppleChain() async throws {
         let dir = Self.repository.appendingPathComponent("resources/apple-certs")
-        let certificates = try AppleConfig.loadCertificates(paths: ["AppleRootCA-G3.pem", "AppleWWDRCAG6.pem", "apple-receipt-signing-leaf.pem"].map {
-            dir.appendingPathComponent($0).path
-        })
+        let certificates = try AppleConfig.loadCertificates(
+            paths: ["AppleRootCA-G3.pem", "AppleWWDRCAG6.pem", "apple-receipt-signing-leaf.pem"].map {
+                dir.appendingPathComponent($0).path
+            })
         let (root, intermediate, leaf) = (certificates[0], certificates[1], certificates[2])
         #expect(leaf.extensions[oid: AppleSignedDataVerifier.leafMarkerOID] != nil)
         #expect(intermediate.extensions[oid: AppleSignedDataVerifier.intermediateMarkerOID] != nil)
@@ -169,22 +183,27 @@ struct BillingVerificationTests {
         let now = Date()
         let t = Int64(now.timeIntervalSince1970)
         let verifier = StripeSignatureVerifier(secrets: ["whsec_old_secret_0123", "whsec_new_secret_4567"])
-        #expect(try verifier.verify(rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_new_secret_4567", timestamp: t), now: now) == t)
+        #expect(
+            try verifier.verify(
+                rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_new_secret_4567", timestamp: t), now: now) == t)
         // Several v1 values (rotation on Stripe's side): any one may match; v0 is ignored.
         let good = StripeSignatureVerifier.header(rawBody: body, secret: "whsec_old_secret_0123", timestamp: t)
         let multi = "t=\(t),v0=\(String(repeating: "0", count: 64)),v1=\(String(repeating: "a", count: 64)),\(good.split(separator: ",")[1])"
         #expect(throws: Never.self) { try verifier.verify(rawBody: body, header: multi, now: now) }
         #expect(throws: StripeSignatureError.noMatchingSignature) {
-            try verifier.verify(rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_wrong_secret_89", timestamp: t), now: now)
+            try verifier.verify(
+                rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_wrong_secret_89", timestamp: t), now: now)
         }
         // A re-serialized body (spaces added) no longer matches.
         let reserialized = Array(#"{"id": "evt_1", "type": "invoice.paid"}"#.utf8)
         #expect(throws: StripeSignatureError.noMatchingSignature) { try verifier.verify(rawBody: reserialized, header: good, now: now) }
         #expect(throws: StripeSignatureError.staleTimestamp(ageSeconds: 301)) {
-            try verifier.verify(rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_new_secret_4567", timestamp: t - 301), now: now)
+            try verifier.verify(
+                rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_new_secret_4567", timestamp: t - 301), now: now)
         }
         #expect(throws: StripeSignatureError.staleTimestamp(ageSeconds: -301)) {
-            try verifier.verify(rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_new_secret_4567", timestamp: t + 301), now: now)
+            try verifier.verify(
+                rawBody: body, header: StripeSignatureVerifier.header(rawBody: body, secret: "whsec_new_secret_4567", timestamp: t + 301), now: now)
         }
         #expect(throws: StripeSignatureError.missingHeader) { try verifier.verify(rawBody: body, header: nil, now: now) }
         #expect(throws: StripeSignatureError.malformedHeader) { try verifier.verify(rawBody: body, header: "t=\(t)", now: now) }

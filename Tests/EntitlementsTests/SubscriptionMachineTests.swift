@@ -52,8 +52,11 @@ struct SubscriptionMachineTests {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
             #expect(try await w.plan() == "free")
-            #expect(try await w.apply("e1", .start(planID: "basic_monthly", periodStart: w.t0, periodEnd: nil, trial: true, willRenew: true)) == .applied)
-            #expect(try await w.apply("e1", .start(planID: "basic_monthly", periodStart: w.t0, periodEnd: nil, trial: true, willRenew: true)) == .duplicate)
+            #expect(
+                try await w.apply("e1", .start(planID: "basic_monthly", periodStart: w.t0, periodEnd: nil, trial: true, willRenew: true)) == .applied)
+            #expect(
+                try await w.apply("e1", .start(planID: "basic_monthly", periodStart: w.t0, periodEnd: nil, trial: true, willRenew: true))
+                    == .duplicate)
             let trial = try #require(try await w.subscription())
             #expect(trial.status == .trialing && trial.currentPeriodEnd.timeIntervalSince(w.t0) == 7 * 86400)
             #expect(try await w.tokens().subscriptionTokens == 50)
@@ -102,7 +105,9 @@ struct SubscriptionMachineTests {
             #expect(try await w.subscription()?.willRenew == false)
             #expect(try await w.apply("g", .renew(periodStart: w.clock.now(), periodEnd: w.clock.now()), user: "nobody") == .ignored)
             let outcomes = try await db.withConnection(logger: TestDatabase.logger) { tx in
-                try await tx.query("SELECT event_id, outcome FROM subscription_events ORDER BY event_id").map { "\(try $0.string("event_id"))=\(try $0.string("outcome"))" }
+                try await tx.query("SELECT event_id, outcome FROM subscription_events ORDER BY event_id").map {
+                    "\(try $0.string("event_id"))=\(try $0.string("outcome"))"
+                }
             }
             #expect(outcomes == ["a=applied", "b=applied", "c=applied", "d=applied", "e=applied", "f=stale", "g=ignored"])
         }
@@ -113,7 +118,9 @@ struct SubscriptionMachineTests {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
             _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: w.t0, periodEnd: nil, trial: false, willRenew: true))
-            _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await w.ledger.spend(tx, userID: "u", amountTokens: 100, reason: "generation") }
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await w.ledger.spend(tx, userID: "u", amountTokens: 100, reason: "generation")
+            }
             #expect(try await w.tokens().subscriptionTokens == 50)
             #expect(try await w.apply("r", .refund) == .applied)
             #expect(try await w.tokens().subscriptionTokens == 0)
@@ -130,27 +137,55 @@ struct SubscriptionMachineTests {
         }
     }
 
-    @Test("the one-statement entitlement snapshot equals the transactional one: no subscription, a plan, holds, lapsed and expired lots and holds, bought and plan-included packs", arguments: TestDatabase.engines)
+    /// Packs free, bought, included in pro, locked and retired (bought before); "u" bought "bought" and "retired".
+    static func addPacks(_ db: any Database) async throws {
+        try await db.transaction(logger: TestDatabase.logger) { tx in
+            for (id, premium, plans, active) in [
+                ("free-pack", false, "[]", true), ("bought", true, "[]", true), ("in-pro", true, #"["pro_monthly"]"#, true),
+                ("locked", true, "[]", true), ("retired", true, "[]", false),
+            ] {
+                try await tx.query(
+                    """
+                    INSERT INTO sticker_packs (id, name, description, category, is_premium, token_price, included_in_plans, is_active, sort_order,
+                                               sticker_count, preview_stickers, created_at_ms, updated_at_ms)
+                    VALUES (?, ?, '', 'emoji', ?, 10, ?, ?, 0, 1, '[]', 0, 0)
+                    """, [id, id, premium, plans, active])
+            }
+            try await tx.query("INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES ('u', 'bought', 10, 0)")
+            try await tx.query("INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES ('u', 'retired', 10, 0)")
+        }
+    }
+
+    /// A default profile "d" (Parent) and a restricted one "p" (Kid) for user "u".
+    static func addProfiles(_ db: any Database) async throws {
+        try await db.transaction(logger: TestDatabase.logger) { tx in
+            for (id, isDefault, purchases) in [("d", true, true), ("p", false, false)] {
+                try await tx.query(
+                    """
+                    INSERT INTO family_profiles (id, user_id, name, is_default, can_make_purchases, can_use_custom_content_types, created_at_ms, updated_at_ms)
+                    VALUES (?, 'u', ?, ?, ?, ?, 0, 0)
+                    """, [id, id == "p" ? "Kid" : "Parent", isDefault, purchases, true])
+            }
+        }
+    }
+
+    @Test(
+        "the one-statement entitlement snapshot equals the transactional one: no subscription, a plan, holds, lapsed and expired lots and holds, bought and plan-included packs",
+        arguments: TestDatabase.engines)
     func oneStatementSnapshotMatchesTheFullOne(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
             let service = EntitlementService(
                 database: db, subscriptions: w.store, packs: StickerPackStore(catalog: w.store.catalog, clock: w.clock), ledger: w.ledger,
                 accounts: TestAccounts(), clock: w.clock)
-            try await db.transaction(logger: TestDatabase.logger) { tx in
-                for (id, isDefault, purchases) in [("d", true, true), ("p", false, false)] {
-                    try await tx.query(
-                        """
-                        INSERT INTO family_profiles (id, user_id, name, is_default, can_make_purchases, can_use_custom_content_types, created_at_ms, updated_at_ms)
-                        VALUES (?, 'u', ?, ?, ?, ?, 0, 0)
-                        """, [id, id == "p" ? "Kid" : "Parent", isDefault, purchases, true])
-                }
-            }
+            try await Self.addProfiles(db)
             let profile = ProfilePermissions(id: "p", name: "Kid", canMakePurchases: false, canUseCustomContentTypes: true)
             let parent = ProfilePermissions(id: "d", name: "Parent", canMakePurchases: true, canUseCustomContentTypes: true)
             // The selected profile, the default one when none is selected or the selected one is gone, none for services.
             for (selected, expected) in [("p", Optional(profile)), (nil, parent), ("gone", parent)] as [(String?, ProfilePermissions?)] {
-                #expect(try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger).profile == expected)
+                #expect(
+                    try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger).profile
+                        == expected)
             }
             #expect(try await service.snapshot(userID: "u", withProfile: false, selectedProfileID: "p", logger: TestDatabase.logger).profile == nil)
             func compare(_ label: String) async throws -> EntitlementSnapshot {
@@ -161,33 +196,25 @@ struct SubscriptionMachineTests {
                 let subject = SnapshotSubject.user("u", withProfile: true, selectedProfileID: "p")
                 let reused = try #require(try await service.rendered(subject: subject, logger: TestDatabase.logger)?.snapshot)
                 let fresh = try #require(
-                    try await EntitlementService(database: db, subscriptions: w.store, packs: service.packs, ledger: w.ledger, accounts: TestAccounts(), clock: w.clock)
-                        .rendered(subject: subject, logger: TestDatabase.logger)?.snapshot)
+                    try await EntitlementService(
+                        database: db, subscriptions: w.store, packs: service.packs, ledger: w.ledger, accounts: TestAccounts(), clock: w.clock
+                    )
+                    .rendered(subject: subject, logger: TestDatabase.logger)?.snapshot)
                 #expect(reused.body == fresh.body && reused.etag == fresh.etag && reused.snapshot == fast, "\(label)")
                 return fast
             }
             #expect(try await compare("new user").planId == "free")
-            for (id, premium, plans, active) in [("free-pack", false, "[]", true), ("bought", true, "[]", true), ("in-pro", true, #"["pro_monthly"]"#, true), ("locked", true, "[]", true), ("retired", true, "[]", false)] {
-                try await db.transaction(logger: TestDatabase.logger) { tx in
-                    try await tx.query(
-                        """
-                        INSERT INTO sticker_packs (id, name, description, category, is_premium, token_price, included_in_plans, is_active, sort_order,
-                                                   sticker_count, preview_stickers, created_at_ms, updated_at_ms)
-                        VALUES (?, ?, '', 'emoji', ?, 10, ?, ?, 0, 1, '[]', 0, 0)
-                        """, [id, id, premium, plans, active])
-                }
-            }
-            try await db.transaction(logger: TestDatabase.logger) { tx in
-                try await tx.query("INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES ('u', 'bought', 10, 0)")
-                try await tx.query("INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES ('u', 'retired', 10, 0)")
-            }
+            try await Self.addPacks(db)
             #expect(try await compare("bought packs").unlockedStickerPacks == ["bought"])
-            #expect(try await w.apply("e1", .start(planID: "pro_monthly", periodStart: w.t0, periodEnd: nil, trial: false, willRenew: true)) == .applied)
+            #expect(
+                try await w.apply("e1", .start(planID: "pro_monthly", periodStart: w.t0, periodEnd: nil, trial: false, willRenew: true)) == .applied)
             let pro = try await compare("on pro")
             #expect(pro.planId == "pro_monthly" && pro.unlockedStickerPacks == ["bought", "in-pro"])
             try await db.transaction(logger: TestDatabase.logger) { tx in
-                _ = try await w.ledger.grant(tx, userID: "u", amountTokens: 30, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(3600))
-                _ = try await w.ledger.grant(tx, userID: "u", amountTokens: 5, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(7200))
+                _ = try await w.ledger.grant(
+                    tx, userID: "u", amountTokens: 30, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(3600))
+                _ = try await w.ledger.grant(
+                    tx, userID: "u", amountTokens: 5, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(7200))
                 _ = try await w.ledger.hold(tx, userID: "u", amountTokens: 20, ttlSeconds: 600, reason: "job")
                 _ = try await w.ledger.hold(tx, userID: "u", amountTokens: 3, ttlSeconds: 86400, reason: "job")
             }

@@ -16,7 +16,8 @@ struct LedgerFragmentTests {
             let ledger = Ledger(clock: clock)
             let log = TestDatabase.logger
             try await db.transaction(logger: log) { tx in
-                _ = try await ledger.grant(tx, userID: "f", amountTokens: 10, bucket: .bonus, reason: "grant", expiresAt: clock.now().addingTimeInterval(100))
+                _ = try await ledger.grant(
+                    tx, userID: "f", amountTokens: 10, bucket: .bonus, reason: "grant", expiresAt: clock.now().addingTimeInterval(100))
                 _ = try await ledger.grant(tx, userID: "f", amountTokens: 7, bucket: .purchased, reason: "grant")
                 _ = try await ledger.grant(tx, userID: "f", amountTokens: 5, bucket: .subscription, reason: "grant")
                 _ = try await ledger.hold(tx, userID: "f", amountTokens: 4, ttlSeconds: 50, reason: "job")

@@ -50,8 +50,10 @@ struct LedgerModel {
     }
 
     func balances(_ user: String) -> (bonus: Int64, subscription: Int64, purchased: Int64, held: Int64) {
-        ((lots[user] ?? []).map(\.remaining).reduce(0, +), subscription[user] ?? 0, purchased[user] ?? 0,
-         holds.values.filter { $0.userID == user }.map(\.amount).reduce(0, +))
+        (
+            (lots[user] ?? []).map(\.remaining).reduce(0, +), subscription[user] ?? 0, purchased[user] ?? 0,
+            holds.values.filter { $0.userID == user }.map(\.amount).reduce(0, +)
+        )
     }
 
     mutating func grant(_ user: String, _ amount: Int64, _ bucket: Bucket, expiresAt: Date?) {
@@ -114,113 +116,31 @@ struct LedgerModelTests {
         let seed = UInt64(ProcessInfo.processInfo.environment["LEDGER_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max >> 1)
         try await TestDatabase.with(engine) { db, _ in
             try await Self.migrated(db)
-            let clock = ManualTimeSource()
-            let ledger = Ledger(clock: clock)
-            var rng = SeededGenerator(state: seed)
-            var model = LedgerModel()
-            var oneStatementSpends = 0
-            let users = ["u1", "u2", "u3"]
+            var run = Workload(db: db, seed: seed)
             for step in 0..<300 {
-                let user = users.randomElement(using: &rng)!
-                let now = clock.now()
-                model.access(user, now: now)
-                let op = Int.random(in: 0..<100, using: &rng)
+                let user = ["u1", "u2", "u3"].randomElement(using: &run.rng)!
+                run.model.access(user, now: run.clock.now())
+                let op = Int.random(in: 0..<100, using: &run.rng)
                 let context = "seed \(seed), step \(step), op \(op), user \(user)"
                 switch op {
-                case 0..<25:
-                    let bucket = Bucket.allCases.randomElement(using: &rng)!
-                    let amount = Int64.random(in: 1...50, using: &rng)
-                    let expires: Date? = bucket == .bonus && Bool.random(using: &rng) ? now.addingTimeInterval(Double.random(in: 10...400, using: &rng)) : nil
-                    _ = try await db.transaction(logger: TestDatabase.logger) { tx in
-                        try await ledger.grant(tx, userID: user, amountTokens: amount, bucket: bucket, reason: "grant", expiresAt: expires)
-                    }
-                    model.grant(user, amount, bucket, expiresAt: expires)
-                case 25..<50:
-                    let amount = Int64.random(in: 1...60, using: &rng)
-                    let expected = model.take(user, amount)
-                    do {
-                        // Half the spends try PostgreSQL's one-statement path first (SQLite always declines it).
-                        if Bool.random(using: &rng) {
-                            let outcome = try await db.withConnection(logger: TestDatabase.logger) { connection in
-                                try await ledger.spendInOneStatement(
-                                    connection, caller: .known("test"), key: "step-\(step)", requestJSON: "{}", status: 200, userID: user, amountTokens: amount,
-                                    reason: "spend", metadata: nil, encode: Self.encodeResult
-                                ).outcome
-                            }
-                            if case .spent(let body, let balances) = outcome {
-                                oneStatementSpends += 1
-                                #expect(expected != nil, "one-statement spend succeeded but the model had too little: \(context)")
-                                let b = model.balances(user)
-                                #expect(
-                                    balances == BucketBalances(bonusTokens: b.bonus, subscriptionTokens: b.subscription, purchasedTokens: b.purchased, heldTokens: b.held),
-                                    "\(context)")
-                                #expect(body == Self.encodeResult(LedgerResult(operationId: "", userId: user, amount: amount, balances: balances)), "\(context)")
-                                break
-                            }
-                            #expect(outcome == .fallback, "\(context)")
-                        }
-                        _ = try await db.transaction(logger: TestDatabase.logger) { tx in
-                            try await ledger.spend(tx, userID: user, amountTokens: amount, reason: "spend")
-                        }
-                        #expect(expected != nil, "spend succeeded but the model had too little: \(context)")
-                    } catch let LedgerError.insufficientTokens(available) {
-                        let b = model.balances(user)
-                        #expect(expected == nil && available == b.bonus + b.subscription + b.purchased, "\(context)")
-                    }
-                case 50..<70:
-                    let amount = Int64.random(in: 1...40, using: &rng)
-                    let ttl = Int.random(in: 5...200, using: &rng)
-                    let parts = model.take(user, amount)
-                    do {
-                        let hold = try await db.transaction(logger: TestDatabase.logger) { tx in
-                            try await ledger.hold(tx, userID: user, amountTokens: amount, ttlSeconds: ttl, reason: "job")
-                        }
-                        let parts = try #require(parts, "hold succeeded but the model had too little: \(context)")
-                        model.holds[hold.id] = .init(userID: user, amount: amount, parts: parts, expiresAt: now.addingTimeInterval(Double(ttl)))
-                    } catch LedgerError.insufficientTokens {
-                        #expect(parts == nil, "\(context)")
-                    }
-                case 70..<82:
-                    guard let (id, hold) = model.holds.filter({ $0.value.userID == user }).sorted(by: { $0.key < $1.key }).first else { continue }
-                    let amount = Bool.random(using: &rng) ? nil : Int64.random(in: 1...hold.amount, using: &rng)
-                    let captured = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.capture(tx, holdID: id, amountTokens: amount) }
-                    #expect(captured.status == "captured" && captured.capturedAmount == (amount ?? hold.amount), "\(context)")
-                    // The model: the captured amount leaves part by part; the rest returns.
-                    var left = amount ?? hold.amount
-                    let back = hold.parts.compactMap { part -> LedgerModel.Part? in
-                        let t = min(left, part.amount)
-                        left -= t
-                        return part.amount - t > 0 ? .init(bucket: part.bucket, lot: part.lot, amount: part.amount - t) : nil
-                    }
-                    model.release(back, user: user)
-                    model.holds[id] = nil
-                    // A second resolution is refused with the final state.
-                    await #expect(throws: LedgerError.holdResolved(captured)) {
-                        _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: id) }
-                    }
-                case 82..<90:
-                    guard let (id, hold) = model.holds.filter({ $0.value.userID == user }).sorted(by: { $0.key < $1.key }).first else { continue }
-                    let voided = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: id) }
-                    #expect(voided.status == "voided", "\(context)")
-                    model.release(hold.parts, user: user)
-                    model.holds[id] = nil
+                case 0..<25: try await run.grant(user)
+                case 25..<50: try await run.spend(user, step: step, context: context)
+                case 50..<70: try await run.hold(user, context: context)
+                case 70..<82: try await run.capture(user, context: context)
+                case 82..<90: try await run.void(user, context: context)
                 default:
-                    clock.advance(seconds: Double.random(in: 1...120, using: &rng))
+                    run.clock.advance(seconds: Double.random(in: 1...120, using: &run.rng))
                     continue
                 }
-                // After every step: the lock-free read, then the settling read, are the model's balances.
-                let peeked = try await db.readTransaction(logger: TestDatabase.logger) { tx in try await ledger.peekBalances(tx, userID: user) }
-                let actual = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: user) }
-                model.access(user, now: clock.now())
-                let expected = model.balances(user)
-                #expect(peeked == actual, "\(context): peek \(peeked) vs settled \(actual)")
-                #expect(actual.bonusTokens == expected.bonus && actual.subscriptionTokens == expected.subscription, "\(context): \(actual) vs \(expected)")
-                #expect(actual.purchasedTokens == expected.purchased && actual.heldTokens == expected.held, "\(context): \(actual) vs \(expected)")
+                try await run.checkBalances(user, context: context)
             }
+            let ledger = run.ledger
             let report = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
             #expect(report.ok, "seed \(seed): \(report.differences)")
             #expect(report.transfersChecked > 100)
-            #expect(engine == .postgres ? oneStatementSpends > 5 : oneStatementSpends == 0, "seed \(seed): \(oneStatementSpends) one-statement spends")
+            #expect(
+                engine == .postgres ? run.oneStatementSpends > 5 : run.oneStatementSpends == 0,
+                "seed \(seed): \(run.oneStatementSpends) one-statement spends")
         }
     }
 
@@ -243,7 +163,9 @@ struct LedgerModelTests {
                                     let hold = try await target.transaction(logger: TestDatabase.logger) { tx in
                                         try await ledger.hold(tx, userID: "hot", amountTokens: 3, ttlSeconds: 60, reason: "job")
                                     }
-                                    _ = try await target.transaction(logger: TestDatabase.logger) { tx in try await ledger.capture(tx, holdID: hold.id) }
+                                    _ = try await target.transaction(logger: TestDatabase.logger) { tx in
+                                        try await ledger.capture(tx, holdID: hold.id)
+                                    }
                                 } else {
                                     _ = try await target.transaction(logger: TestDatabase.logger) { tx in
                                         try await ledger.spend(tx, userID: "hot", amountTokens: 3, reason: "spend")
@@ -275,7 +197,8 @@ struct LedgerModelTests {
                 for _ in 0..<4 {
                     group.addTask {
                         try await db.transaction(logger: TestDatabase.logger) { tx in
-                            try await ledger.startPeriod(tx, userID: "s", periodKey: "p1", planID: "pro_monthly", monthlyTokens: 150, maxRolloverTokens: 50)
+                            try await ledger.startPeriod(
+                                tx, userID: "s", periodKey: "p1", planID: "pro_monthly", monthlyTokens: 150, maxRolloverTokens: 50)
                         }
                     }
                 }
@@ -337,7 +260,9 @@ struct LedgerModelTests {
             await #expect(throws: (any Error).self) {
                 try await db.transaction(logger: TestDatabase.logger) { try await $0.query("DELETE FROM ledger_transfers") }
             }
-            try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE ledger_accounts SET balance = 11 WHERE id = 'user:t:bonus'") }
+            try await db.transaction(logger: TestDatabase.logger) {
+                try await $0.query("UPDATE ledger_accounts SET balance = 11 WHERE id = 'user:t:bonus'")
+            }
             let report = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
             #expect(!report.ok)
             #expect(report.differences.contains { $0.contains("user:t:bonus: stored balance 11 but transfers sum to 10") })
@@ -358,9 +283,138 @@ struct LedgerModelTests {
             }
             await #expect(throws: LedgerError.invalid("Only bonus grants can expire.")) {
                 _ = try await db.transaction(logger: TestDatabase.logger) { tx in
-                    try await ledger.grant(tx, userID: "v", amountTokens: 5, bucket: .purchased, reason: "grant", expiresAt: Date().addingTimeInterval(60))
+                    try await ledger.grant(
+                        tx, userID: "v", amountTokens: 5, bucket: .purchased, reason: "grant", expiresAt: Date().addingTimeInterval(60))
                 }
             }
         }
+    }
+}
+
+/// One run of the random workload: the ledger, the model it is checked against, and the random choices.
+struct Workload {
+    let db: any Database
+    let clock = ManualTimeSource()
+    let ledger: Ledger
+    var rng: SeededGenerator
+    var model = LedgerModel()
+    var oneStatementSpends = 0
+
+    init(db: any Database, seed: UInt64) {
+        self.db = db
+        self.ledger = Ledger(clock: clock)
+        self.rng = SeededGenerator(state: seed)
+    }
+
+    mutating func grant(_ user: String) async throws {
+        let now = clock.now()
+        let bucket = Bucket.allCases.randomElement(using: &rng)!
+        let amount = Int64.random(in: 1...50, using: &rng)
+        let expires: Date? = bucket == .bonus && Bool.random(using: &rng) ? now.addingTimeInterval(Double.random(in: 10...400, using: &rng)) : nil
+        let ledger = self.ledger
+        _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+            try await ledger.grant(tx, userID: user, amountTokens: amount, bucket: bucket, reason: "grant", expiresAt: expires)
+        }
+        model.grant(user, amount, bucket, expiresAt: expires)
+    }
+
+    /// Half the spends try PostgreSQL's one-statement path first (SQLite always declines it).
+    mutating func spend(_ user: String, step: Int, context: String) async throws {
+        let amount = Int64.random(in: 1...60, using: &rng)
+        let expected = model.take(user, amount)
+        let ledger = self.ledger
+        do {
+            if Bool.random(using: &rng), try await spendInOneStatement(user, amount: amount, step: step, expected: expected, context: context) {
+                return
+            }
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.spend(tx, userID: user, amountTokens: amount, reason: "spend")
+            }
+            #expect(expected != nil, "spend succeeded but the model had too little: \(context)")
+        } catch let LedgerError.insufficientTokens(available) {
+            let b = model.balances(user)
+            #expect(expected == nil && available == b.bonus + b.subscription + b.purchased, "\(context)")
+        }
+    }
+
+    /// True when the statement spent (and its answer matched the model); false when it declined.
+    mutating func spendInOneStatement(_ user: String, amount: Int64, step: Int, expected: [LedgerModel.Part]?, context: String) async throws -> Bool {
+        let ledger = self.ledger
+        let outcome = try await db.withConnection(logger: TestDatabase.logger) { connection in
+            try await ledger.spendInOneStatement(
+                connection, caller: .known("test"), key: "step-\(step)", requestJSON: "{}", status: 200, userID: user, amountTokens: amount,
+                reason: "spend", metadata: nil, encode: LedgerModelTests.encodeResult
+            ).outcome
+        }
+        guard case .spent(let body, let balances) = outcome else {
+            #expect(outcome == .fallback, "\(context)")
+            return false
+        }
+        oneStatementSpends += 1
+        #expect(expected != nil, "one-statement spend succeeded but the model had too little: \(context)")
+        let b = model.balances(user)
+        #expect(
+            balances == BucketBalances(bonusTokens: b.bonus, subscriptionTokens: b.subscription, purchasedTokens: b.purchased, heldTokens: b.held),
+            "\(context)")
+        #expect(body == LedgerModelTests.encodeResult(LedgerResult(operationId: "", userId: user, amount: amount, balances: balances)), "\(context)")
+        return true
+    }
+
+    mutating func hold(_ user: String, context: String) async throws {
+        let now = clock.now()
+        let amount = Int64.random(in: 1...40, using: &rng)
+        let ttl = Int.random(in: 5...200, using: &rng)
+        let parts = model.take(user, amount)
+        let ledger = self.ledger
+        do {
+            let hold = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.hold(tx, userID: user, amountTokens: amount, ttlSeconds: ttl, reason: "job")
+            }
+            let parts = try #require(parts, "hold succeeded but the model had too little: \(context)")
+            model.holds[hold.id] = .init(userID: user, amount: amount, parts: parts, expiresAt: now.addingTimeInterval(Double(ttl)))
+        } catch LedgerError.insufficientTokens {
+            #expect(parts == nil, "\(context)")
+        }
+    }
+
+    /// The model: the captured amount leaves part by part; the rest returns. A second resolution is refused with the final state.
+    mutating func capture(_ user: String, context: String) async throws {
+        guard let (id, hold) = model.holds.filter({ $0.value.userID == user }).sorted(by: { $0.key < $1.key }).first else { return }
+        let amount = Bool.random(using: &rng) ? nil : Int64.random(in: 1...hold.amount, using: &rng)
+        let ledger = self.ledger
+        let captured = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.capture(tx, holdID: id, amountTokens: amount) }
+        #expect(captured.status == "captured" && captured.capturedAmount == (amount ?? hold.amount), "\(context)")
+        var left = amount ?? hold.amount
+        let back = hold.parts.compactMap { part -> LedgerModel.Part? in
+            let t = min(left, part.amount)
+            left -= t
+            return part.amount - t > 0 ? .init(bucket: part.bucket, lot: part.lot, amount: part.amount - t) : nil
+        }
+        model.release(back, user: user)
+        model.holds[id] = nil
+        await #expect(throws: LedgerError.holdResolved(captured)) {
+            _ = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: id) }
+        }
+    }
+
+    mutating func void(_ user: String, context: String) async throws {
+        guard let (id, hold) = model.holds.filter({ $0.value.userID == user }).sorted(by: { $0.key < $1.key }).first else { return }
+        let ledger = self.ledger
+        let voided = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.void(tx, holdID: id) }
+        #expect(voided.status == "voided", "\(context)")
+        model.release(hold.parts, user: user)
+        model.holds[id] = nil
+    }
+
+    /// After every step: the lock-free read, then the settling read, are the model's balances.
+    mutating func checkBalances(_ user: String, context: String) async throws {
+        let ledger = self.ledger
+        let peeked = try await db.readTransaction(logger: TestDatabase.logger) { tx in try await ledger.peekBalances(tx, userID: user) }
+        let actual = try await db.transaction(logger: TestDatabase.logger) { tx in try await ledger.balances(tx, userID: user) }
+        model.access(user, now: clock.now())
+        let expected = model.balances(user)
+        #expect(peeked == actual, "\(context): peek \(peeked) vs settled \(actual)")
+        #expect(actual.bonusTokens == expected.bonus && actual.subscriptionTokens == expected.subscription, "\(context): \(actual) vs \(expected)")
+        #expect(actual.purchasedTokens == expected.purchased && actual.heldTokens == expected.held, "\(context): \(actual) vs \(expected)")
     }
 }

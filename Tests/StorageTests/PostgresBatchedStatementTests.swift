@@ -3,8 +3,8 @@ import NIOCore
 import NIOPosix
 import PostgresNIO
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 @testable import Storage
 
@@ -25,16 +25,20 @@ struct PostgresBatchedStatementTests {
         let batches = Mutex<[[String]]>([])
         func prepare(_ keys: [String]) -> (binds: [SQLValue], finish: @Sendable ([SQLRow]) throws -> [String: String]) {
             batches.withLock { $0.append(keys) }
-            return ([.int(7), .text(keys.joined(separator: ","))], { rows in
-                var found: [String: String] = [:]
-                for row in rows where try row.int("tag") == 7 { found[try row.string("k")] = try row.string("v") }
-                return found
-            })
+            return (
+                [.int(7), .text(keys.joined(separator: ","))],
+                { rows in
+                    var found: [String: String] = [:]
+                    for row in rows where try row.int("tag") == 7 { found[try row.string("k")] = try row.string("v") }
+                    return found
+                }
+            )
         }
     }
 
     static func withStatement(
-        loops: [any EventLoop]? = nil, _ body: @Sendable (PostgresBatchedStatement<String, String>, Recorder, Storage.PostgresDatabase) async throws -> Void
+        loops: [any EventLoop]? = nil,
+        _ body: @Sendable (PostgresBatchedStatement<String, String>, Recorder, Storage.PostgresDatabase) async throws -> Void
     ) async throws {
         try await TestDatabase.with(.postgres) { database, _ in
             let postgres = try #require(database as? Storage.PostgresDatabase)
@@ -128,18 +132,22 @@ struct PostgresBatchedStatementTests {
             var terminated: Int64 = 0
             while terminated == 0 && ContinuousClock.now - started < .seconds(5) {
                 try await Task.sleep(for: .milliseconds(20))
-                terminated = try await postgres.quickQuery(
-                    """
-                    SELECT COUNT(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
-                    WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
-                      AND query LIKE '%batched-statement-test%' AND query NOT LIKE '%pg_stat_activity%'
-                    """, [], logger: TestDatabase.logger
-                ).first?.int("n") ?? 0
+                terminated =
+                    try await postgres.quickQuery(
+                        """
+                        SELECT COUNT(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+                        WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
+                          AND query LIKE '%batched-statement-test%' AND query NOT LIKE '%pg_stat_activity%'
+                        """, [], logger: TestDatabase.logger
+                    ).first?.int("n") ?? 0
             }
             #expect(terminated == 1)
             let outcome = await stalled
             #expect(throws: StorageError.self) { try outcome.get() }
-            if case .failure(let error) = outcome, case StorageError.unavailable = error {} else { Issue.record("expected unavailable, got \(outcome)") }
+            if case .failure(let error) = outcome, case StorageError.unavailable = error {
+            } else {
+                Issue.record("expected unavailable, got \(outcome)")
+            }
             #expect(ContinuousClock.now - started < .seconds(10), "failed at once, not after the 20 s statement")
             #expect(try await statement.load("again") == "value-again")
             #expect(statement.connectionsOpened == 2)

@@ -24,7 +24,8 @@ struct SQLiteReadTests {
         let range = "SELECT COUNT(*) AS n FROM holds WHERE user_id = ? AND expires_at_ms > ?"
         let like = "SELECT COUNT(*) AS n FROM holds WHERE name LIKE ?"
         for i in 0..<20 {
-            #expect(try connection.query(range, [.text("u1"), .int(Int64(i))]).first?.int("n") == Int64((i..<50).filter { $0 % 5 == 1 && $0 > i }.count))
+            #expect(
+                try connection.query(range, [.text("u1"), .int(Int64(i))]).first?.int("n") == Int64((i..<50).filter { $0 % 5 == 1 && $0 > i }.count))
             #expect(try connection.query(like, [.text("n\(i)%")]).first?.int("n") ?? 0 >= 1)
         }
         #expect(connection.reprepareCount(range) == 0)

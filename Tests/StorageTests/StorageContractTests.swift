@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import Storage
+import Synchronization
 import TestSupport
 import Testing
 
@@ -17,7 +17,9 @@ struct StorageContractTests {
     }
 
     static func counter(_ db: any Database) async throws -> Int64 {
-        try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT value FROM counters WHERE id = ?", ["c"])!.int("value") }
+        try await db.withConnection(logger: TestDatabase.logger) {
+            try await $0.first("SELECT value FROM counters WHERE id = ?", ["c"])!.int("value")
+        }
     }
 
     @Test(arguments: TestDatabase.engines)
@@ -97,7 +99,9 @@ struct StorageContractTests {
         try await TestDatabase.with(engine) { db, _ in
             try await Self.makeCounter(db)
             await #expect {
-                try await db.transaction(logger: TestDatabase.logger) { try await $0.query("INSERT INTO counters (id, value) VALUES (?, ?)", ["c", 1]) }
+                try await db.transaction(logger: TestDatabase.logger) {
+                    try await $0.query("INSERT INTO counters (id, value) VALUES (?, ?)", ["c", 1])
+                }
             } throws: { error in
                 if case StorageError.uniqueViolation = error { return true }
                 return false
@@ -195,7 +199,9 @@ struct StorageContractTests {
                 case nil: Issue.record("round \(round): the transaction on a terminated backend did not return within 10 s"); return
                 case .success: Issue.record("round \(round): the transaction committed on a terminated backend")
                 case .failure(let error):
-                    guard case StorageError.unavailable = error else { Issue.record("round \(round): expected unavailable, got \(String(reflecting: error))"); continue }
+                    guard case StorageError.unavailable = error else {
+                        Issue.record("round \(round): expected unavailable, got \(String(reflecting: error))"); continue
+                    }
                 }
             }
             #expect(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT 7 AS seven")!.int("seven") } == 7)
@@ -225,7 +231,9 @@ struct StorageContractTests {
                     }
                 }
                 let deadline = ContinuousClock.now + .seconds(20)
-                while leased.value < PostgresDatabase.maximumConnections && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                while leased.value < PostgresDatabase.maximumConnections && ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
                 try #require(leased.value == PostgresDatabase.maximumConnections)
                 let started = ContinuousClock.now
                 await #expect {
@@ -239,7 +247,9 @@ struct StorageContractTests {
                 try await group.waitForAll()
             }
             // A leased connection that stays open outlives three watch periods of its own 0.5 s lease.
-            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT 7 AS seven FROM pg_sleep(1.5)")!.int("seven") } == 7)
+            #expect(
+                try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT 7 AS seven FROM pg_sleep(1.5)")!.int("seven") }
+                    == 7)
         }
     }
 
@@ -292,7 +302,10 @@ struct StorageContractTests {
     @Test(arguments: TestDatabase.engines)
     func failedMigrationLeavesNothingBehind(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
-            let broken = engine.migrations + [Migration(version: 9999, file: "\(engine)/9999_broken.sql", sql: "CREATE TABLE ok_part (x BIGINT);\nCREATE TABLE;")]
+            let broken =
+                engine.migrations + [
+                    Migration(version: 9999, file: "\(engine)/9999_broken.sql", sql: "CREATE TABLE ok_part (x BIGINT);\nCREATE TABLE;")
+                ]
             await #expect(throws: StorageError.self) { _ = try await db.migrate(broken, logger: TestDatabase.logger) }
             let tables = try await db.withConnection(logger: TestDatabase.logger) { tx in
                 try await tx.query(
@@ -309,7 +322,11 @@ final class AttemptCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var count = 0
     func increment() { lock.withLock { count += 1 } }
-    func incrementAndGet() -> Int { lock.withLock { count += 1; return count } }
+    func incrementAndGet() -> Int {
+        lock.withLock {
+            count += 1; return count
+        }
+    }
     var value: Int { lock.withLock { count } }
 }
 
@@ -320,12 +337,14 @@ struct SQLHelperTests {
     }
 
     @Test func migrationFilesSplitIntoStatements() {
-        let sql = "-- why; a comment\nCREATE TABLE a (x TEXT DEFAULT ';');\nCREATE FUNCTION f() RETURNS trigger AS $$ BEGIN RAISE 'x;y'; END; $$ LANGUAGE plpgsql;\n"
+        let sql =
+            "-- why; a comment\nCREATE TABLE a (x TEXT DEFAULT ';');\nCREATE FUNCTION f() RETURNS trigger AS $$ BEGIN RAISE 'x;y'; END; $$ LANGUAGE plpgsql;\n"
         let statements = Migration(version: 1, file: "x.sql", sql: sql).statements
         #expect(statements.count == 2)
         #expect(statements[0] == "CREATE TABLE a (x TEXT DEFAULT ';')")
         #expect(statements[1].hasSuffix("LANGUAGE plpgsql"))
-        let trigger = "CREATE TRIGGER t BEFORE DELETE ON a\nBEGIN\n    SELECT RAISE(ABORT, 'no; never');\n    SELECT 1;\nEND;\nCREATE INDEX i ON a (x);"
+        let trigger =
+            "CREATE TRIGGER t BEFORE DELETE ON a\nBEGIN\n    SELECT RAISE(ABORT, 'no; never');\n    SELECT 1;\nEND;\nCREATE INDEX i ON a (x);"
         let split = Migration(version: 1, file: "x.sql", sql: trigger).statements
         #expect(split.count == 2 && split[0].hasSuffix("END") && split[1] == "CREATE INDEX i ON a (x)", "\(split)")
     }
@@ -355,7 +374,8 @@ struct SQLHelperTests {
         for engine in Engine.allCases {
             for file in try sqlFiles(engine.rawValue) where shared.contains(file) {
                 let own = try String(contentsOf: root.appendingPathComponent("migrations/\(engine.rawValue)/\(file)"), encoding: .utf8)
-                #expect(own != (try String(contentsOf: root.appendingPathComponent("migrations/\(file)"), encoding: .utf8)), "\(file) overrides nothing")
+                #expect(
+                    own != (try String(contentsOf: root.appendingPathComponent("migrations/\(file)"), encoding: .utf8)), "\(file) overrides nothing")
             }
         }
     }

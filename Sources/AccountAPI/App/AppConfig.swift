@@ -1,8 +1,8 @@
 import Auth
 import Entitlements
 import Foundation
-import NIOCore
 import Logging
+import NIOCore
 import Storage
 
 /// Everything the service reads from the environment, parsed and validated once at start-up.
@@ -82,7 +82,9 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         do { mailTransport = try MailTransport.parse(reader.value("MAIL_TRANSPORT")) } catch { reader.problems.append(error.description) }
         if let from = reader.value("MAIL_FROM") { mailFrom = from }
         if let level = reader.value("LOG_LEVEL") {
-            if let l = Logger.Level(rawValue: level.lowercased()) { logLevel = l } else {
+            if let l = Logger.Level(rawValue: level.lowercased()) {
+                logLevel = l
+            } else {
                 reader.problems.append("LOG_LEVEL must be one of trace, debug, info, notice, warning, error, critical")
             }
         }
@@ -115,7 +117,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let proxies = reader.value("TRUSTED_PROXIES") {
             switch TrustedProxies.parse(proxies) {
             case .success(let parsed): trustedProxies = parsed
-            case .failure(let invalid): reader.problems.append("TRUSTED_PROXIES: '\(invalid.entry)' is not an IP address or CIDR (e.g. 10.0.0.0/8, ::1/128)")
+            case .failure(let invalid):
+                reader.problems.append("TRUSTED_PROXIES: '\(invalid.entry)' is not an IP address or CIDR (e.g. 10.0.0.0/8, ::1/128)")
             }
         }
         if let token = reader.value("METRICS_TOKEN") {
@@ -135,7 +138,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     static func appleSettings(_ value: (String) -> String?, _ problems: inout [String]) -> AppleSettings? {
         let keys = ["APPLE_ROOT_CERTIFICATES", "APPLE_BUNDLE_ID", "APPLE_APP_APPLE_ID", "APPLE_ENVIRONMENT", "APPLE_ACCEPT_SANDBOX"]
         guard keys.contains(where: { value($0) != nil }) else { return nil }
-        let roots = value("APPLE_ROOT_CERTIFICATES")?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } ?? []
+        let roots =
+            value("APPLE_ROOT_CERTIFICATES")?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } ?? []
         if roots.isEmpty { problems.append("APPLE_ROOT_CERTIFICATES is required for Apple billing (paths to PEM or DER, e.g. AppleRootCA-G3.cer)") }
         let bundle = value("APPLE_BUNDLE_ID")
         if bundle == nil { problems.append("APPLE_BUNDLE_ID is required for Apple billing") }
@@ -166,7 +170,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             case .sqlite(let path): "sqlite:\(path)"
             case .postgres: "postgres (credentials hidden)"
             }
-        return "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
+        return
+            "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
     }
 }
 

@@ -28,7 +28,9 @@ public struct Dependencies: Sendable {
     let billing: BillingService
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
-    public static func make(config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger) async throws
+    public static func make(
+        config: AppConfig, clock: any TimeSource = SystemTimeSource(), mailer: (any Mailer)? = nil, logger: Logger
+    ) async throws
         -> Dependencies
     {
         let catalog: PlanCatalog
@@ -48,17 +50,20 @@ public struct Dependencies: Sendable {
         let idempotency = IdempotencyStore(clock: clock)
         let packs = StickerPackStore(catalog: catalog, clock: clock)
         return Dependencies(
-            config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher, auth: auth,
+            config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
+            auth: auth,
             apiKeys: APIKeyService(database: database, clock: clock),
             profiles: ProfileService(
                 database: database, hasher: hasher, clock: clock, policy: config.authPolicy, passwords: auth.passwords,
                 limits: CatalogProfileLimits(subscriptions: store)),
             ledger: LedgerService(
                 database: database, ledger: ledger, idempotency: idempotency, users: AuthDirectory(), audit: AuditLog.shared, clock: clock),
-            entitlements: EntitlementService(database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock),
+            entitlements: EntitlementService(
+                database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock),
             subscriptions: SubscriptionService(database: database, machine: machine),
             stickers: StickerService(
-                database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared, clock: clock),
+                database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared, clock: clock
+            ),
             billing: BillingService(
                 database: database, machine: machine, apple: apple,
                 stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
@@ -86,7 +91,10 @@ public struct Dependencies: Sendable {
         case .postgres(let url):
             let configurations = try PostgresDatabase.configurations(url: url)
             let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
-            return (PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds), client)
+            return (
+                PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds),
+                client
+            )
         }
     }
 

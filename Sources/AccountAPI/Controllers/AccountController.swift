@@ -23,7 +23,8 @@ struct AccountController: Sendable {
         let session = try await authenticator.session(request, context)
         var request = request
         let body = try await request.decodeJSON(UpdateMeRequest.self, context: context)
-        return JSONResponse(try await auth.updateMe(session, name: body.name, promptEnhancementEnabled: body.promptEnhancementEnabled, logger: context.logger))
+        return JSONResponse(
+            try await auth.updateMe(session, name: body.name, promptEnhancementEnabled: body.promptEnhancementEnabled, logger: context.logger))
     }
 
     @Sendable func deleteMe(_ request: Request, context: AppRequestContext) async throws -> Response {

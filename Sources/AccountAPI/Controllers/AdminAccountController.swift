@@ -50,7 +50,8 @@ struct AdminAccountController: Sendable {
         let body = try await request.decodeJSON(GrantRequest.self, context: context)
         let expiresAt = try ISODate.parse(body.expiresAt, field: "expiresAt")
         let fields = LedgerController.GrantRequest(
-            userId: userID, amount: body.amount, bucket: body.bucket, reason: body.reason ?? "admin_grant", expiresAt: body.expiresAt, metadata: body.metadata)
+            userId: userID, amount: body.amount, bucket: body.bucket, reason: body.reason ?? "admin_grant", expiresAt: body.expiresAt,
+            metadata: body.metadata)
         let identity = IdempotentRequest(
             caller: actor, key: try IdempotentResponse.key(request), fields: canonicalFields(fields, extra: ["endpoint": "admin-grants"]))
         let answer = try await ledger.grant(

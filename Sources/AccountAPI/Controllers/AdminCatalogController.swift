@@ -63,17 +63,19 @@ struct AdminCatalogController: Sendable {
     @Sendable func billingEvents(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<EventsResponse> {
         _ = try await authenticator.requireOperator(request, context)
         let query = request.uri.queryParameters
-        let limit = try query["limit"].map { raw -> Int in
-            guard let n = Int(String(raw)), (1...200).contains(n) else { throw Problem.validation("limit must be from 1 to 200.") }
-            return n
-        } ?? 50
+        let limit =
+            try query["limit"].map { raw -> Int in
+                guard let n = Int(String(raw)), (1...200).contains(n) else { throw Problem.validation("limit must be from 1 to 200.") }
+                return n
+            } ?? 50
         let provider = query["provider"].map(String.init)
         if let provider, provider != "apple" && provider != "stripe" { throw Problem.validation("provider must be apple or stripe.") }
         let before = try query["cursor"].map { raw -> BillingCursor in
             guard let cursor = BillingCursor(String(raw)) else { throw Problem.validation("cursor must be a nextCursor from an earlier page.") }
             return cursor
         }
-        let events = try await billing.events(userID: query["userId"].map(String.init), provider: provider, limit: limit, before: before, logger: context.logger)
+        let events = try await billing.events(
+            userID: query["userId"].map(String.init), provider: provider, limit: limit, before: before, logger: context.logger)
         let next = events.count == limit ? events.last.map { BillingCursor(receivedAt: $0.receivedAt, id: $0.id).description } : nil
         return JSONResponse(EventsResponse(events: events.map(EventJSON.init), nextCursor: next))
     }

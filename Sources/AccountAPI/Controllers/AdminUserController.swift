@@ -50,7 +50,8 @@ struct AdminUserController: Sendable {
         let userID = try await authenticator.existingUser(context)
         var request = request
         let body = try await request.decodeJSON(ProfileRequest.self, context: context)
-        let profile = try await profiles.create(userID: userID, input: body.input, by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
+        let profile = try await profiles.create(
+            userID: userID, input: body.input, by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
         return JSONResponse(ProfileJSON(profile), status: .created)
     }
 

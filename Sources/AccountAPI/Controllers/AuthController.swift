@@ -23,13 +23,16 @@ struct AuthController: Sendable {
         let id: String; let token: String; let expiresAt: String
         init(_ session: IssuedSession) { (id, token, expiresAt) = (session.id, session.token, ISODate.string(session.expiresAt)) }
     }
-    struct VerifyOTPResponse: Encodable, Sendable { let success: Bool; let message: String; let user: User; let welcomeTokens: Int; let session: SessionJSON }
+    struct VerifyOTPResponse: Encodable, Sendable {
+        let success: Bool; let message: String; let user: User; let welcomeTokens: Int; let session: SessionJSON
+    }
     struct SignInResponse: Encodable, Sendable { let user: User; let session: SessionJSON }
     struct CurrentSessionJSON: Encodable, Sendable { let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String }
     struct SessionResponse: Encodable, Sendable { let user: User; let session: CurrentSessionJSON; let selectedProfile: FamilyProfile? }
     struct SessionsResponse: Encodable, Sendable { let sessions: [SessionSummaryJSON] }
     struct SessionSummaryJSON: Encodable, Sendable {
-        let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String; let userAgent: String?; let ip: String?; let current: Bool
+        let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String; let userAgent: String?; let ip: String?;
+        let current: Bool
         init(_ s: SessionSummary) {
             (id, createdAt, lastUsedAt, expiresAt) = (s.id, ISODate.string(s.createdAt), ISODate.string(s.lastUsedAt), ISODate.string(s.expiresAt))
             (userAgent, ip, current) = (s.userAgent, s.ip, s.current)
@@ -64,7 +67,9 @@ struct AuthController: Sendable {
         let body = try await request.decodeJSON(VerifyOTPRequest.self, context: context)
         let result = try await auth.verifyEmail(email: body.email, code: body.code, client: context.client(request), logger: context.logger)
         return JSONResponse(
-            VerifyOTPResponse(success: true, message: "Email verified.", user: result.user, welcomeTokens: result.welcomeTokens, session: SessionJSON(result.session)))
+            VerifyOTPResponse(
+                success: true, message: "Email verified.", user: result.user, welcomeTokens: result.welcomeTokens,
+                session: SessionJSON(result.session)))
     }
 
     @Sendable func resendOTP(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<Message> {
@@ -77,7 +82,8 @@ struct AuthController: Sendable {
     @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SignInResponse> {
         var request = request
         let body = try await request.decodeJSON(SignInRequest.self, context: context)
-        let (user, session) = try await auth.signIn(email: body.email, password: body.password, client: context.client(request), logger: context.logger)
+        let (user, session) = try await auth.signIn(
+            email: body.email, password: body.password, client: context.client(request), logger: context.logger)
         return JSONResponse(SignInResponse(user: user, session: SessionJSON(session)))
     }
 
@@ -117,7 +123,8 @@ struct AuthController: Sendable {
     @Sendable func resetPassword(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<Message> {
         var request = request
         let body = try await request.decodeJSON(ResetPasswordRequest.self, context: context)
-        try await auth.resetPassword(email: body.email, code: body.code, newPassword: body.newPassword, client: context.client(request), logger: context.logger)
+        try await auth.resetPassword(
+            email: body.email, code: body.code, newPassword: body.newPassword, client: context.client(request), logger: context.logger)
         return JSONResponse(Message(message: "Password changed; every session was signed out. Sign in with the new password."))
     }
 

@@ -40,7 +40,8 @@ struct BillingController: Sendable {
         return JSONResponse(
             VerifyResponse(
                 transactionId: transaction.transactionId, productId: transaction.productId, environment: environment.rawValue,
-                outcome: verdict.outcome.rawValue, subscription: SubscriptionJSON(try await entitlements.subscriptionView(userID: userID, logger: context.logger)),
+                outcome: verdict.outcome.rawValue,
+                subscription: SubscriptionJSON(try await entitlements.subscriptionView(userID: userID, logger: context.logger)),
                 tokenBalance: TokenBalanceJSON(try await entitlements.tokenBalance(userID: userID, logger: context.logger))))
     }
 
@@ -56,7 +57,8 @@ struct BillingController: Sendable {
         _ = try billing.requireStripe()
         var request = request
         let bytes = Array(try await request.rawBody(context: context).readableBytesView)
-        let verdict = try await billing.receiveStripeEvent(rawBody: bytes, signature: request.headers[HTTPField.Name("Stripe-Signature")!], logger: context.logger)
+        let verdict = try await billing.receiveStripeEvent(
+            rawBody: bytes, signature: request.headers[HTTPField.Name("Stripe-Signature")!], logger: context.logger)
         return JSONResponse(ReceivedResponse(received: true, outcome: verdict.outcome.rawValue))
     }
 }

@@ -30,7 +30,9 @@ struct EntitlementController: Sendable {
     }
 
     /// One statement finds the session and reads the snapshot; the session is then checked like any other.
-    func snapshot(_ request: Request, context: AppRequestContext, batcher: PostgresBatchedStatement<String, SessionSnapshotRow>?) async throws -> Response {
+    func snapshot(
+        _ request: Request, context: AppRequestContext, batcher: PostgresBatchedStatement<String, SessionSnapshotRow>?
+    ) async throws -> Response {
         let hash = try authenticator.sessionTokenHash(request)
         let row: SQLRow?
         let snapshot: RenderedSnapshot?
@@ -65,7 +67,9 @@ struct EntitlementController: Sendable {
         _ = try await authenticator.requireScope("entitlements:read", request, context)
         let userID = try context.parameters.require("id")
         _ = try await auth.findUser(id: userID, logger: context.logger)
-        guard let found = try await entitlements.rendered(subject: .user(userID), logger: context.logger) else { throw Problem.notFound("No such user.") }
+        guard let found = try await entitlements.rendered(subject: .user(userID), logger: context.logger) else {
+            throw Problem.notFound("No such user.")
+        }
         return Self.conditional(found.snapshot, request: request)
     }
 
@@ -83,7 +87,8 @@ struct EntitlementController: Sendable {
         let sessionsCounter = Counter(label: "entitlement_snapshot_sessions")
         let sql = entitlements.statement(Self.sessions([]), now: Date(timeIntervalSince1970: 0), engine: .postgres).sql
         let clock = entitlements.clock
-        return (entitlements.database as? Storage.PostgresDatabase)?.batchedStatement(sql: sql, maxBatch: 64, logger: logger) { [entitlements] hashes in
+        return (entitlements.database as? Storage.PostgresDatabase)?.batchedStatement(sql: sql, maxBatch: 64, logger: logger) {
+            [entitlements] hashes in
             let now = clock.now()
             statementsCounter.increment()
             sessionsCounter.increment(by: hashes.count)
@@ -107,10 +112,12 @@ struct EntitlementController: Sendable {
     /// clients keep the last body and send its ETag themselves.
     static func conditional(_ snapshot: RenderedSnapshot, request: Request) -> Response {
         let etag = snapshot.etag
-        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag }) {
+        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag })
+        {
             return Response(status: .notModified, headers: [.eTag: etag])
         }
         return Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag], body: .init(byteBuffer: ByteBuffer(bytes: snapshot.body)))
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag],
+            body: .init(byteBuffer: ByteBuffer(bytes: snapshot.body)))
     }
 }

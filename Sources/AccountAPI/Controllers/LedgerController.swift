@@ -12,7 +12,9 @@ struct LedgerController: Sendable {
     /// Spends through PostgreSQL's `ledger_spend_once` when possible (`LEDGER_ONE_STATEMENT_SPEND=false` turns it off).
     var oneStatementSpends = true
 
-    struct GrantRequest: Codable { let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue? }
+    struct GrantRequest: Codable {
+        let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue?
+    }
     struct SpendRequest: Codable { let userId: String; let amount: Int64; let reason: String; let metadata: JSONValue? }
     struct HoldRequest: Codable { let userId: String; let amount: Int64; let ttlSeconds: Int?; let reason: String; let metadata: JSONValue? }
     struct CaptureRequest: Codable { let amount: Int64? }
@@ -65,7 +67,8 @@ struct LedgerController: Sendable {
         let body = try await request.decodeJSON(CaptureRequest.self, context: context, emptyMeans: "{}")
         let identity = IdempotentRequest(
             caller: caller, key: try IdempotentResponse.key(request), fields: canonicalFields(body, extra: ["endpoint": "capture", "holdId": id]))
-        let answer = try await ledger.capture(identity, holdID: id, amountTokens: body.amount, format: IdempotentResponse.hold, logger: context.logger)
+        let answer = try await ledger.capture(
+            identity, holdID: id, amountTokens: body.amount, format: IdempotentResponse.hold, logger: context.logger)
         return IdempotentResponse.response(answer)
     }
 

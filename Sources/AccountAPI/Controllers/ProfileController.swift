@@ -52,7 +52,8 @@ struct ProfileController: Sendable {
     @Sendable func delete(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
         try await profiles.delete(
-            userID: session.user.id, profileID: try context.parameters.require("id"), by: .owner(session, currentPassword: nil), logger: context.logger)
+            userID: session.user.id, profileID: try context.parameters.require("id"), by: .owner(session, currentPassword: nil),
+            logger: context.logger)
         return Response(status: .noContent)
     }
 }

@@ -12,8 +12,10 @@ extension AuthError {
         case .emailNotVerified:
             Problem(.forbidden, code: "email_not_verified", detail: "Verify your email address first; POST /api/auth/resend-otp sends a new code.")
         case .accountLocked(let seconds):
-            Problem(.tooManyRequests, code: "account_locked", detail: "Sign-in is locked after repeated failures; try again later or reset your password.")
-                .retryAfter(seconds: seconds)
+            Problem(
+                .tooManyRequests, code: "account_locked", detail: "Sign-in is locked after repeated failures; try again later or reset your password."
+            )
+            .retryAfter(seconds: seconds)
         case .rateLimited(let seconds, let detail): Problem(.tooManyRequests, code: "rate_limited", detail: detail).retryAfter(seconds: seconds)
         case .invalidOTP(let remaining):
             Problem(.badRequest, code: "invalid_otp", detail: "The code is not valid.").with("attemptsRemaining", .int(remaining))
@@ -35,10 +37,13 @@ extension AuthError {
             Problem(.forbidden, code: "invalid_pin", detail: "This profile needs its PIN; the PIN given is missing or wrong.")
                 .with("attemptsRemaining", .int(remaining))
         case .pinLocked(let seconds):
-            Problem(.tooManyRequests, code: "pin_locked", detail: "Too many wrong PINs; this profile is locked for a while.").retryAfter(seconds: seconds)
+            Problem(.tooManyRequests, code: "pin_locked", detail: "Too many wrong PINs; this profile is locked for a while.").retryAfter(
+                seconds: seconds)
         case .profileLimitReached(let limit):
-            Problem(.forbidden, code: "profile_limit_reached", detail: "Your plan allows \(limit) profile(s), the default one included; upgrade for more.")
-                .with("maxFamilyProfiles", .int(limit))
+            Problem(
+                .forbidden, code: "profile_limit_reached", detail: "Your plan allows \(limit) profile(s), the default one included; upgrade for more."
+            )
+            .with("maxFamilyProfiles", .int(limit))
         case .subscriptionRequired(let detail): Problem(.forbidden, code: "subscription_required", detail: detail)
         case .overloaded: Problem.unavailable("The server is busy; retry shortly.", retryAfterSeconds: 1)
         }

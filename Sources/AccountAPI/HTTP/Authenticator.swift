@@ -70,4 +70,3 @@ struct Authenticator: Sendable {
         return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 }
-

@@ -18,7 +18,8 @@ enum IdempotentResponse {
 
     /// Stored answers are the JSON sent: `json` renders a success, a remembered ledger failure is its problem.
     static func format<Value, JSON: Encodable & SendableMetatype>(_ json: @escaping @Sendable (Value) -> JSON) -> AnswerFormat<Value> {
-        AnswerFormat(encode: { try encode(json($0)) }, failure: { error in (Int(error.problem.status.code), (try? error.problem.jsonText()) ?? "{}") })
+        AnswerFormat(
+            encode: { try encode(json($0)) }, failure: { error in (Int(error.problem.status.code), (try? error.problem.jsonText()) ?? "{}") })
     }
 
     static let ledgerResult = format(LedgerResultJSON.init)

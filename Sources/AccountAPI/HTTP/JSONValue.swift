@@ -13,13 +13,21 @@ indirect enum JSONValue: Codable, Sendable, Equatable {
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let s = try? container.decode(String.self) { self = .string(s) }
-        else if let b = try? container.decode(Bool.self) { self = .bool(b) }
-        else if let n = try? container.decode(Int64.self) { self = .integer(n) }
-        else if let n = try? container.decode(Decimal.self) { self = Self.exact(n) }
-        else if let a = try? container.decode([JSONValue].self) { self = .array(a) }
-        else { self = .object(try container.decode([String: JSONValue].self)) }
+        if container.decodeNil() {
+            self = .null
+        } else if let s = try? container.decode(String.self) {
+            self = .string(s)
+        } else if let b = try? container.decode(Bool.self) {
+            self = .bool(b)
+        } else if let n = try? container.decode(Int64.self) {
+            self = .integer(n)
+        } else if let n = try? container.decode(Decimal.self) {
+            self = Self.exact(n)
+        } else if let a = try? container.decode([JSONValue].self) {
+            self = .array(a)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
     }
 
     /// Integral decimals within `Int64` are integers, so `1.0` and `1` are one value.
@@ -61,7 +69,9 @@ indirect enum JSONValue: Codable, Sendable, Equatable {
 func canonicalFields<T: Encodable>(_ value: T, extra: [String: String] = [:]) -> [String: String] {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-    guard let data = try? encoder.encode(value), case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: data) else { return extra }
+    guard let data = try? encoder.encode(value), case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: data) else {
+        return extra
+    }
     var fields = extra
     for (key, field) in object where field != .null { fields[key] = field.canonicalText }
     return fields

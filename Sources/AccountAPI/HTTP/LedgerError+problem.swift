@@ -5,8 +5,11 @@ extension LedgerError {
     var problem: Problem {
         switch self {
         case .insufficientTokens(let available):
-            Problem(HTTPResponse.Status(code: 402, reasonPhrase: "Payment Required"), code: "insufficient_tokens", detail: "Not enough tokens: \(available) available.")
-                .with("availableTokens", .int(Int(available)))
+            Problem(
+                HTTPResponse.Status(code: 402, reasonPhrase: "Payment Required"), code: "insufficient_tokens",
+                detail: "Not enough tokens: \(available) available."
+            )
+            .with("availableTokens", .int(Int(available)))
         case .holdNotFound: Problem.notFound("No such hold.")
         case .holdResolved(let hold):
             Problem(.conflict, code: "hold_resolved", detail: "The hold is already \(hold.status); a hold resolves once.")
@@ -15,8 +18,11 @@ extension LedgerError {
         case .invalid(let detail): Problem.validation(detail)
         case .userNotFound(let id): Problem.notFound("No user with id \(id).")
         case .idempotencyConflict(let differing):
-            Problem(.conflict, code: "idempotency_conflict", detail: "This Idempotency-Key was used with a different request (\(differing.joined(separator: ", ")) differ).")
-                .with("fields", .strings(differing))
+            Problem(
+                .conflict, code: "idempotency_conflict",
+                detail: "This Idempotency-Key was used with a different request (\(differing.joined(separator: ", ")) differ)."
+            )
+            .with("fields", .strings(differing))
         }
     }
 }

@@ -1,9 +1,9 @@
 import Auth
 import Entitlements
-import Ledger
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Ledger
 import Logging
 import Storage
 

@@ -42,7 +42,8 @@ extension Request {
         case .typeMismatch(let type, let ctx): return "Field \(path(ctx.codingPath)) has the wrong type (expected \(Self.jsonName(type)))."
         case .valueNotFound(let type, let ctx): return "Field \(path(ctx.codingPath)) must not be null (expected \(Self.jsonName(type)))."
         case .dataCorrupted(let ctx):
-            return ctx.codingPath.isEmpty ? "The request body is not valid JSON." : "Field \(path(ctx.codingPath)) is invalid: \(ctx.debugDescription)"
+            return ctx.codingPath.isEmpty
+                ? "The request body is not valid JSON." : "Field \(path(ctx.codingPath)) is invalid: \(ctx.debugDescription)"
         @unknown default: return "The request body could not be decoded."
         }
     }

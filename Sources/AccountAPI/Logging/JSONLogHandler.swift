@@ -16,7 +16,9 @@ struct JSONLogHandler: LogHandler {
 
     // swift-log ≥ 1.6 calls this entry point.
     func log(event: LogEvent) {
-        log(level: event.level, message: event.message, metadata: event.metadata, source: event.source, file: event.file, function: event.function, line: event.line)
+        log(
+            level: event.level, message: event.message, metadata: event.metadata, source: event.source, file: event.file, function: event.function,
+            line: event.line)
     }
 
     func log(

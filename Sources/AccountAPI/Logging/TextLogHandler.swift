@@ -9,8 +9,12 @@ struct TextLogHandler: LogHandler {
     var metadataProvider: Logger.MetadataProvider?
 
     /// Writes to stderr, or to `stream` (tests).
-    init(label: String, stream output: (any TextOutputStream & Sendable)? = nil, metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider) {
-        stream = output.map { StreamLogHandler(label: label, stream: $0, metadataProvider: nil) }
+    init(
+        label: String, stream output: (any TextOutputStream & Sendable)? = nil,
+        metadataProvider: Logger.MetadataProvider? = LoggingSystem.metadataProvider
+    ) {
+        stream =
+            output.map { StreamLogHandler(label: label, stream: $0, metadataProvider: nil) }
             ?? StreamLogHandler.standardError(label: label, metadataProvider: nil)
         self.metadataProvider = metadataProvider
     }

@@ -44,7 +44,8 @@ public struct APIKeyService: Sendable {
         guard !scopeSet.isEmpty else { throw AuthError.validation("Give at least one scope: \(Self.knownScopes.sorted().joined(separator: ", ")).") }
         let unknown = scopeSet.subtracting(Self.knownScopes)
         guard unknown.isEmpty else {
-            throw AuthError.validation("Unknown scope(s) \(unknown.sorted().joined(separator: ", ")); known: \(Self.knownScopes.sorted().joined(separator: ", ")).")
+            throw AuthError.validation(
+                "Unknown scope(s) \(unknown.sorted().joined(separator: ", ")); known: \(Self.knownScopes.sorted().joined(separator: ", ")).")
         }
         let secret = Self.prefix + SecretHasher.base64url(SecureRandom.bytes(32))
         let key = try await database.transaction(logger: logger) { tx in
@@ -53,7 +54,8 @@ public struct APIKeyService: Sendable {
             try await tx.query(
                 "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms) VALUES (?, ?, ?, ?, ?)",
                 [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now])
-            try await AuditLog.record(tx, at: now, actor: "cli", action: "api_key_created", subject: id, ip: nil, detail: scopeSet.sorted().joined(separator: ","))
+            try await AuditLog.record(
+                tx, at: now, actor: "cli", action: "api_key_created", subject: id, ip: nil, detail: scopeSet.sorted().joined(separator: ","))
             return try APIKey(row: try await tx.first("SELECT * FROM api_keys WHERE id = ?", [id])!)
         }
         return (key, secret)
@@ -78,7 +80,9 @@ public struct APIKeyService: Sendable {
     /// The live key for a bearer secret, or nil. `last_used_at` is written at most once a minute.
     public func authenticate(secret: String, logger: Logger) async throws -> APIKey? {
         guard let hash = Self.hash(secret: secret) else { return nil }
-        guard let row = try await database.quickQuery("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash], logger: logger).first
+        guard
+            let row = try await database.quickQuery("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash], logger: logger)
+                .first
         else { return nil }
         let key = try APIKey(row: row)
         try await touch(id: key.id, lastUsedAt: key.lastUsedAt, logger: logger)

@@ -89,7 +89,8 @@ public enum AttemptBudget {
     /// Gives one attempt back when what it guarded turned out not to count (a successful sign-in against a per-network
     /// failure budget). Never while a lock is in force.
     public static func refund(_ tx: any SQLExecutor, key: String) async throws {
-        try await tx.query("UPDATE attempt_budgets SET attempts = attempts - 1 WHERE budget_key = ? AND attempts > 0 AND locked_until_ms IS NULL", [key])
+        try await tx.query(
+            "UPDATE attempt_budgets SET attempts = attempts - 1 WHERE budget_key = ? AND attempts > 0 AND locked_until_ms IS NULL", [key])
     }
 
     /// Forgets the budget (a password reset lifts a sign-in lock; a new code gets fresh attempts).
@@ -171,7 +172,9 @@ public enum AttemptBudget {
 extension AttemptBudget {
     /// Attempts left now, and the refusal the next ``reserve(_:key:rule:now:)`` would answer (nil: it would reserve).
     /// Nothing is written.
-    public static func peek(_ tx: any SQLExecutor, key: String, rule: AttemptRule, now: Date) async throws -> (remaining: Int, refusal: AttemptReservation?) {
+    public static func peek(
+        _ tx: any SQLExecutor, key: String, rule: AttemptRule, now: Date
+    ) async throws -> (remaining: Int, refusal: AttemptReservation?) {
         guard let row = try await tx.first("SELECT * FROM attempt_budgets WHERE budget_key = ?", [key]) else { return (rule.limit, nil) }
         let state = try State(row: row)
         if state.restarts(rule, now: now) { return (rule.limit, nil) }

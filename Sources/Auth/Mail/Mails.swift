@@ -5,38 +5,47 @@ enum Mails {
     static func verificationCode(to email: String, code: String, minutes: Int) -> MailMessage {
         MailMessage(
             to: email, subject: "Your verification code",
-            body: "Your verification code is \(code).\n\nIt expires in \(minutes) minutes and works once. If you did not sign up, ignore this message.",
+            body:
+                "Your verification code is \(code).\n\nIt expires in \(minutes) minutes and works once. If you did not sign up, ignore this message.",
             secrets: [code])
     }
 
     static func resetCode(to email: String, code: String, minutes: Int) -> MailMessage {
         MailMessage(
             to: email, subject: "Your password reset code",
-            body: "Your password reset code is \(code).\n\nIt expires in \(minutes) minutes. If you did not ask to reset your password, ignore this message; your password has not changed.",
+            body:
+                "Your password reset code is \(code).\n\nIt expires in \(minutes) minutes. If you did not ask to reset your password, ignore this message; your password has not changed.",
             secrets: [code])
     }
 
     static func existingAccount(to email: String) -> MailMessage {
         MailMessage(
             to: email, subject: "Someone tried to sign up with your address",
-            body: "Someone tried to create an account with this email address, which already has one.\n\nIf it was you, sign in, or reset your password if you forgot it. Otherwise you can ignore this message.")
+            body:
+                "Someone tried to create an account with this email address, which already has one.\n\nIf it was you, sign in, or reset your password if you forgot it. Otherwise you can ignore this message."
+        )
     }
 
     static func passwordChanged(to email: String) -> MailMessage {
         MailMessage(
             to: email, subject: "Your password was changed",
-            body: "The password of your account was just changed and other sessions were signed out.\n\nIf this was not you, reset your password now.")
+            body: "The password of your account was just changed and other sessions were signed out.\n\nIf this was not you, reset your password now."
+        )
     }
 
     static func newDevice(to email: String, client: ClientInfo, at date: Date) -> MailMessage {
         MailMessage(
             to: email, subject: "New sign-in to your account",
-            body: "Your account was signed in from a new device (\(client.userAgent ?? "unknown app")) at \(ISO8601DateFormatter().string(from: date)).\n\nIf this was not you, change your password now.")
+            body:
+                "Your account was signed in from a new device (\(client.userAgent ?? "unknown app")) at \(ISO8601DateFormatter().string(from: date)).\n\nIf this was not you, change your password now."
+        )
     }
 
     static func accountLocked(to email: String, minutes: Int) -> MailMessage {
         MailMessage(
             to: email, subject: "Sign-in to your account is locked",
-            body: "After repeated failed sign-ins, sign-in to your account is locked for \(minutes) minutes.\n\nIf this was not you, consider resetting your password; a reset also lifts the lock.")
+            body:
+                "After repeated failed sign-ins, sign-in to your account is locked for \(minutes) minutes.\n\nIf this was not you, consider resetting your password; a reset also lifts the lock."
+        )
     }
 }

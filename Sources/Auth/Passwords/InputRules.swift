@@ -49,7 +49,9 @@ public enum InputRules {
         if trimmed.isEmpty { return "\(field) must not be empty." }
         if trimmed.utf8.count > bytesMax { return "\(field) must be at most \(bytesMax) bytes." }
         if trimmed.count > charactersMax { return "\(field) must be at most \(charactersMax) characters." }
-        if trimmed.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) { return "\(field) must not contain control characters." }
+        if trimmed.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) {
+            return "\(field) must not contain control characters."
+        }
         return nil
     }
 

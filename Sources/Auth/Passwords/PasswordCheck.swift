@@ -39,7 +39,8 @@ public struct PasswordCheck: Sendable {
                 if matches {
                     try await AttemptBudget.succeeded(tx, key: key, attempt: attempt, now: now)
                 } else {
-                    try await AuditLog.record(tx, at: now, actor: user.id, action: "account_locked", subject: user.id, ip: ip, detail: "password check")
+                    try await AuditLog.record(
+                        tx, at: now, actor: user.id, action: "account_locked", subject: user.id, ip: ip, detail: "password check")
                 }
             }
         }

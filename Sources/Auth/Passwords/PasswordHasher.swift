@@ -1,7 +1,7 @@
-import Foundation
 import CoreMetrics
-import Metrics
+import Foundation
 import Logging
+import Metrics
 import NIOCore
 import NIOPosix
 import ServiceLifecycle

@@ -49,7 +49,10 @@ public struct ProfileService: Sendable {
     let passwords: PasswordCheck
 
     /// `passwords` is the auth service's (``AuthService/passwords``): PIN changes check the password in the same budget.
-    public init(database: any Database, hasher: PasswordHasher, clock: any TimeSource, policy: AuthPolicy, passwords: PasswordCheck, limits: any ProfilePlanLimits) {
+    public init(
+        database: any Database, hasher: PasswordHasher, clock: any TimeSource, policy: AuthPolicy, passwords: PasswordCheck,
+        limits: any ProfilePlanLimits
+    ) {
         self.database = database
         self.hasher = hasher
         self.clock = clock
@@ -79,7 +82,9 @@ public struct ProfileService: Sendable {
         let rule = policy.pinRule
         let reserved: (profile: FamilyProfile, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            guard let view = try await views(tx, userID: userID, now: now).first(where: { $0.profile.id == profileID }) else { throw AuthError.notFound }
+            guard let view = try await views(tx, userID: userID, now: now).first(where: { $0.profile.id == profileID }) else {
+                throw AuthError.notFound
+            }
             if view.isLocked { throw AuthError.subscriptionRequired("This profile is beyond your plan's profile limit; upgrade to use it.") }
             let row = try await tx.first("SELECT pin_hash FROM family_profiles WHERE id = ?", [profileID])
             guard let pinHash = row?.optionalString("pin_hash") else { return (view.profile, nil, 0) }
@@ -96,7 +101,8 @@ public struct ProfileService: Sendable {
         if let pinHash = reserved.pinHash, !(try await verify(pin ?? "", pinHash)) {
             guard reserved.attempt >= rule.limit else { throw AuthError.invalidPIN(attemptsRemaining: rule.limit - reserved.attempt) }
             try await database.transaction(logger: logger) { tx in
-                try await AuditLog.record(tx, at: clock.now(), actor: userID, action: "profile_pin_locked", subject: userID, ip: nil, detail: profileID)
+                try await AuditLog.record(
+                    tx, at: clock.now(), actor: userID, action: "profile_pin_locked", subject: userID, ip: nil, detail: profileID)
             }
             throw AuthError.pinLocked(retryAfterSeconds: Int(rule.lockSeconds))
         }
@@ -129,14 +135,19 @@ public struct ProfileService: Sendable {
                                                  created_at_ms, updated_at_ms)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                    [id, userID, Self.trimmed(input.name), input.avatar, false, input.canMakePurchases, input.canUseCustomContentTypes, pinHash, now, now])
+                    [
+                        id, userID, Self.trimmed(input.name), input.avatar, false, input.canMakePurchases, input.canUseCustomContentTypes, pinHash,
+                        now, now,
+                    ])
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_created", profileID: id, now: now)
                 return try await load(tx, id: id, userID: userID)
             }
         }
     }
 
-    public func update(userID: String, profileID: String, input: ProfileInput, by manager: ProfileManager, logger: Logger) async throws -> FamilyProfile {
+    public func update(
+        userID: String, profileID: String, input: ProfileInput, by manager: ProfileManager, logger: Logger
+    ) async throws -> FamilyProfile {
         let owner = try await checkManager(manager, userID: userID, settingPIN: input.pin != nil || input.removePin, logger: logger)
         try Self.validate(input)
         let pinHash = try await input.pin.asyncMap { try await hashPIN($0) }
@@ -242,7 +253,9 @@ public struct ProfileService: Sendable {
 
     static func checkUniqueName(_ name: String, among names: [String]) throws {
         let wanted = trimmed(name).lowercased()
-        if names.contains(where: { $0.lowercased() == wanted }) { throw AuthError.validation("Another profile of this account already has that name.") }
+        if names.contains(where: { $0.lowercased() == wanted }) {
+            throw AuthError.validation("Another profile of this account already has that name.")
+        }
     }
 
     static func trimmed(_ name: String) -> String { name.trimmingCharacters(in: .whitespacesAndNewlines) }
@@ -261,7 +274,8 @@ public struct ProfileService: Sendable {
         return try FamilyProfile(row: row)
     }
 
-    func audit(_ tx: any SQLExecutor, manager: ProfileManager, owner: Bool, userID: String, action: String, profileID: String, now: Date) async throws {
+    func audit(_ tx: any SQLExecutor, manager: ProfileManager, owner: Bool, userID: String, action: String, profileID: String, now: Date) async throws
+    {
         switch manager {
         case .owner(let session, _):
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: action, subject: userID, ip: nil, detail: profileID)

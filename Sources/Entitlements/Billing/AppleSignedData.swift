@@ -121,7 +121,8 @@ public struct AppleRenewalInfo: Codable, Sendable, Equatable {
 
     public init(
         originalTransactionId: String? = nil, productId: String? = nil, autoRenewProductId: String? = nil, autoRenewStatus: Int? = nil,
-        gracePeriodExpiresDate: Int64? = nil, isInBillingRetryPeriod: Bool? = nil, expirationIntent: Int? = nil, environment: String, signedDate: Int64? = nil
+        gracePeriodExpiresDate: Int64? = nil, isInBillingRetryPeriod: Bool? = nil, expirationIntent: Int? = nil, environment: String,
+        signedDate: Int64? = nil
     ) {
         self.originalTransactionId = originalTransactionId
         self.productId = productId

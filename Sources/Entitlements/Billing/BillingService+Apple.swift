@@ -31,8 +31,9 @@ extension BillingService {
     ) async throws -> BillingVerdict {
         if let token = transaction.appAccountToken, token.lowercased() != userID.lowercased() { throw BillingError.accountTokenMismatch }
         guard transaction.revocationDate == nil else { throw BillingError.transactionRevoked }
-        guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId })
-            || catalog.tokenPacks.contains(where: { $0.appleProductId == transaction.productId })
+        guard
+            catalog.plans.contains(where: { $0.appleProductId == transaction.productId })
+                || catalog.tokenPacks.contains(where: { $0.appleProductId == transaction.productId })
         else { throw BillingError.unknownProduct(transaction.productId) }
         let newBinding = try await bind(
             tx, provider: "apple", externalID: transaction.originalTransactionId, userID: userID, environment: environment.rawValue)
@@ -49,10 +50,12 @@ extension BillingService {
 
     /// `POST /api/webhooks/apple` after verification: stored once per notificationUUID, applied in the same transaction.
     public func handleAppleNotification(_ tx: any SQLExecutor, _ notification: AppleNotification, raw: String) async throws -> BillingVerdict {
-        guard let eventID = try await claim(
-            tx, provider: "apple", source: "notification", dedupeKey: "apple:\(notification.notificationUUID)",
-            externalID: notification.notificationUUID, eventType: Self.typeName(notification), originalID: notification.transaction?.originalTransactionId,
-            environment: notification.environment.rawValue, signedAt: Date(epochMilliseconds: notification.signedDate), raw: raw)
+        guard
+            let eventID = try await claim(
+                tx, provider: "apple", source: "notification", dedupeKey: "apple:\(notification.notificationUUID)",
+                externalID: notification.notificationUUID, eventType: Self.typeName(notification),
+                originalID: notification.transaction?.originalTransactionId,
+                environment: notification.environment.rawValue, signedAt: Date(epochMilliseconds: notification.signedDate), raw: raw)
         else { return BillingVerdict(outcome: .duplicate, detail: "already received; no effect", userID: nil) }
         let verdict = try await applyAppleNotification(tx, notification)
         try await settle(tx, eventID: eventID, verdict)
@@ -72,7 +75,8 @@ extension BillingService {
         if let token = try await existingUser(tx, transaction.appAccountToken) {
             if let bound, bound != token { return .conflict("appAccountToken names another account than the one this purchase is bound to") }
             if bound == nil {
-                _ = try await bind(tx, provider: "apple", externalID: transaction.originalTransactionId, userID: token, environment: environment.rawValue)
+                _ = try await bind(
+                    tx, provider: "apple", externalID: transaction.originalTransactionId, userID: token, environment: environment.rawValue)
             }
             return .user(token)
         }
@@ -87,7 +91,8 @@ extension BillingService {
         switch try await appleOwner(tx, transaction, environment: notification.environment) {
         case .user(let id): userID = id
         case .unmatched:
-            return BillingVerdict(outcome: .unmatched, detail: "no account for originalTransactionId yet; applied when the purchase is verified", userID: nil)
+            return BillingVerdict(
+                outcome: .unmatched, detail: "no account for originalTransactionId yet; applied when the purchase is verified", userID: nil)
         case .conflict(let why): return BillingVerdict(outcome: .conflict, detail: why, userID: nil)
         }
         let at = Date(epochMilliseconds: notification.signedDate)
@@ -108,7 +113,8 @@ extension BillingService {
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .setWillRenew(on))
         case "DID_FAIL_TO_RENEW":
             if notification.subtype == "GRACE_PERIOD", let until = renewal?.gracePeriodExpiresDate {
-                return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .grace(until: Date(epochMilliseconds: until)))
+                return try await applyMachine(
+                    tx, provider: .apple, eventID: eventID, userID: userID, at: at, .grace(until: Date(epochMilliseconds: until)))
             }
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .pastDue)
         case "GRACE_PERIOD_EXPIRED":
@@ -130,7 +136,8 @@ extension BillingService {
             guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) else {
                 return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }
-            return try await applyMachine(tx, provider: .apple, eventID: "refund_reversed:\(transaction.transactionId)", userID: userID, at: at, .reverseRefund)
+            return try await applyMachine(
+                tx, provider: .apple, eventID: "refund_reversed:\(transaction.transactionId)", userID: userID, at: at, .reverseRefund)
         default:
             return .acknowledged("\(type) is stored, no effect", user: userID)
         }
@@ -142,7 +149,8 @@ extension BillingService {
         if transaction.revocationDate != nil { return BillingVerdict(outcome: .ignored, detail: "the transaction is revoked", userID: userID) }
         if let pack = catalog.tokenPacks.first(where: { $0.appleProductId == transaction.productId }) {
             return try await grantPack(
-                tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, pack: pack, quantity: transaction.quantity ?? 1, paymentRef: nil)
+                tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, pack: pack, quantity: transaction.quantity ?? 1,
+                paymentRef: nil)
         }
         guard let plan = catalog.plans.first(where: { $0.appleProductId == transaction.productId }) else {
             return BillingVerdict(outcome: .ignored, detail: "unknown productId \(transaction.productId)", userID: userID)
@@ -151,7 +159,8 @@ extension BillingService {
         let end = transaction.expiresDate.map(Date.init(epochMilliseconds:))
         let trial = transaction.offerType == 1 && (transaction.price ?? 0) == 0
         let event = try await periodEvent(
-            tx, userID: userID, plan: plan, provider: .apple, providerSubscriptionID: transaction.originalTransactionId, start: start, end: end, trial: trial)
+            tx, userID: userID, plan: plan, provider: .apple, providerSubscriptionID: transaction.originalTransactionId, start: start, end: end,
+            trial: trial)
         let verdict = try await applyMachine(
             tx, provider: .apple, eventID: "txn:\(transaction.transactionId)", userID: userID, at: at, event,
             providerSubscriptionID: transaction.originalTransactionId)
@@ -174,7 +183,8 @@ extension BillingService {
                 let notification = try? await apple.verifyNotification(body.signedPayload)
             else { continue }
             let verdict = try await applyAppleNotification(tx, notification)
-            try await settle(tx, eventID: id, BillingVerdict(outcome: verdict.outcome, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
+            try await settle(
+                tx, eventID: id, BillingVerdict(outcome: verdict.outcome, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
         }
     }
 }

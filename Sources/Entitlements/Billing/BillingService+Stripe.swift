@@ -71,7 +71,9 @@ struct StripeObject: Decodable {
     }
 
     var subscriptionID: String? { subscription?.value ?? parent?.subscription_details?.subscription?.value }
-    var firstPriceID: String? { metadata?["priceId"] ?? line_items?.data?.first?.priceID ?? lines?.data?.first?.priceID ?? items?.data?.first?.priceID }
+    var firstPriceID: String? {
+        metadata?["priceId"] ?? line_items?.data?.first?.priceID ?? lines?.data?.first?.priceID ?? items?.data?.first?.priceID
+    }
 }
 
 extension BillingService {
@@ -94,10 +96,12 @@ extension BillingService {
         }
         let object = event.data.object
         let originalID = object.subscriptionID ?? object.payment_intent?.value ?? object.invoice?.value ?? object.customer?.value
-        guard let eventID = try await claim(
-            tx, provider: "stripe", source: "webhook", dedupeKey: "stripe:\(event.id)", externalID: event.id, eventType: event.type,
-            originalID: originalID, environment: event.livemode == false ? "test" : "live", signedAt: Date(timeIntervalSince1970: Double(event.created)),
-            raw: raw)
+        guard
+            let eventID = try await claim(
+                tx, provider: "stripe", source: "webhook", dedupeKey: "stripe:\(event.id)", externalID: event.id, eventType: event.type,
+                originalID: originalID, environment: event.livemode == false ? "test" : "live",
+                signedAt: Date(timeIntervalSince1970: Double(event.created)),
+                raw: raw)
         else { return BillingVerdict(outcome: .duplicate, detail: "already received; no effect", userID: nil) }
         let verdict = try await applyStripe(tx, event)
         try await settle(tx, eventID: eventID, verdict)
@@ -124,11 +128,13 @@ extension BillingService {
             let start = Date(timeIntervalSince1970: Double(line?.period?.start ?? event.created))
             let end = line?.period?.end.map { Date(timeIntervalSince1970: Double($0)) }
             let event = try await periodEvent(
-                tx, userID: userID, plan: plan, provider: .stripe, providerSubscriptionID: object.subscriptionID ?? "", start: start, end: end, trial: false)
+                tx, userID: userID, plan: plan, provider: .stripe, providerSubscriptionID: object.subscriptionID ?? "", start: start, end: end,
+                trial: false)
             let verdict = try await applyMachine(
                 tx, provider: .stripe, eventID: "invoice:\(invoiceID)", userID: userID, at: at, event, providerSubscriptionID: object.subscriptionID)
             if verdict.outcome == .applied || verdict.outcome == .stale {
-                try await recordPeriod(tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
+                try await recordPeriod(
+                    tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
             }
             return verdict
         case "customer.subscription.updated":
@@ -144,10 +150,12 @@ extension BillingService {
                     let changed = try await applyMachine(
                         tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .changePlanNow(planID: plan.id, periodEnd: end))
                     _ = try await applyMachine(
-                        tx, provider: .stripe, eventID: machineID + ":renew", userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
+                        tx, provider: .stripe, eventID: machineID + ":renew", userID: userID, at: at,
+                        .setWillRenew(!(object.cancel_at_period_end ?? false)))
                     return changed
                 }
-                return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
+                return try await applyMachine(
+                    tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
             case "past_due", "unpaid":
                 return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .pastDue)
             case "canceled", "incomplete_expired":
@@ -191,8 +199,12 @@ extension BillingService {
             return BillingVerdict(outcome: .ignored, detail: "payment_status \(session.payment_status ?? "missing"): not paid yet", userID: userID)
         }
         do {
-            if let customer = session.customer?.value { _ = try await bind(tx, provider: "stripe", externalID: "cus:\(customer)", userID: userID, environment: nil) }
-            if let sub = session.subscriptionID { _ = try await bind(tx, provider: "stripe", externalID: "sub:\(sub)", userID: userID, environment: nil) }
+            if let customer = session.customer?.value {
+                _ = try await bind(tx, provider: "stripe", externalID: "cus:\(customer)", userID: userID, environment: nil)
+            }
+            if let sub = session.subscriptionID {
+                _ = try await bind(tx, provider: "stripe", externalID: "sub:\(sub)", userID: userID, environment: nil)
+            }
         } catch BillingError.boundToAnotherAccount {
             return BillingVerdict(outcome: .conflict, detail: "the Stripe customer or subscription belongs to another account", userID: nil)
         }
@@ -209,7 +221,8 @@ extension BillingService {
                 providerSubscriptionID: session.subscriptionID, providerCustomerID: session.customer?.value)
             if verdict.outcome == .applied || verdict.outcome == .stale {
                 try await recordPeriod(
-                    tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, planID: plan.id, paymentRef: session.invoice?.value, start: start)
+                    tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, planID: plan.id, paymentRef: session.invoice?.value,
+                    start: start)
             }
         } else {
             guard let priceID, let pack = catalog.tokenPacks.first(where: { $0.stripePriceId == priceID }) else {
@@ -219,7 +232,8 @@ extension BillingService {
                 tx, provider: "stripe", sourceID: "checkout:\(sessionID)", userID: userID, pack: pack,
                 quantity: session.line_items?.data?.first?.quantity ?? 1, paymentRef: session.payment_intent?.value)
         }
-        try await replayUnmatchedStripe(tx, keys: [session.subscriptionID, session.payment_intent?.value, session.invoice?.value, session.customer?.value])
+        try await replayUnmatchedStripe(
+            tx, keys: [session.subscriptionID, session.payment_intent?.value, session.invoice?.value, session.customer?.value])
         return verdict
     }
 
@@ -229,7 +243,9 @@ extension BillingService {
         let refs = [charge.payment_intent?.value, charge.invoice?.value].compactMap { $0 }
         guard !refs.isEmpty, let amount = charge.amount, amount > 0 else { return .acknowledged("charge without payment reference or amount") }
         for ref in refs {
-            guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else { continue }
+            guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else {
+                continue
+            }
             let refunded = min(charge.amount_refunded ?? amount, amount)
             let sourceID = try grant.string("source_id")
             let userID = try grant.string("user_id")
@@ -242,7 +258,8 @@ extension BillingService {
             }
             return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund)
         }
-        return BillingVerdict(outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
+        return BillingVerdict(
+            outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
     }
 
     /// Stripe events stored as unmatched for these ids, applied now (oldest first).
@@ -255,7 +272,9 @@ extension BillingService {
                 guard let event = try? JSONDecoder().decode(StripeEvent.self, from: Data(try row.string("raw").utf8)) else { continue }
                 let verdict = try await applyStripe(tx, event)
                 guard verdict.outcome != .unmatched else { continue }
-                try await settle(tx, eventID: try row.string("id"), BillingVerdict(outcome: verdict.outcome, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
+                try await settle(
+                    tx, eventID: try row.string("id"),
+                    BillingVerdict(outcome: verdict.outcome, detail: "replayed: \(verdict.detail ?? "")", userID: verdict.userID))
             }
         }
     }

@@ -9,7 +9,9 @@ import Storage
 /// transaction of its own, with the reason.
 extension BillingService {
     /// `POST /api/iap/apple/verify`: the signed-in user's purchase (a profile that may make purchases) takes effect at once.
-    public func verifyApplePurchase(_ jws: String, userID: String, canMakePurchases: Bool, logger: Logger) async throws
+    public func verifyApplePurchase(
+        _ jws: String, userID: String, canMakePurchases: Bool, logger: Logger
+    ) async throws
         -> (transaction: AppleTransaction, environment: AppleEnvironment, verdict: BillingVerdict)
     {
         guard canMakePurchases else { throw EntitlementError.purchaseNotAllowed }
@@ -55,7 +57,9 @@ extension BillingService {
 
     /// Operators: received events, newest first (`before`: the cursor of the previous page).
     public func events(userID: String?, provider: String?, limit: Int, before: BillingCursor?, logger: Logger) async throws -> [BillingEvent] {
-        try await database.withConnection(logger: logger) { tx in try await events(tx, userID: userID, provider: provider, limit: limit, before: before) }
+        try await database.withConnection(logger: logger) { tx in
+            try await events(tx, userID: userID, provider: provider, limit: limit, before: before)
+        }
     }
 
     /// Runs a signature or payload verification; a failure is counted and logged without the body, never stored.

@@ -43,7 +43,9 @@ public struct BillingVerdict: Sendable, Equatable {
     public let detail: String?
     public let userID: String?
 
-    static func acknowledged(_ detail: String, user: String? = nil) -> BillingVerdict { BillingVerdict(outcome: .acknowledged, detail: detail, userID: user) }
+    static func acknowledged(_ detail: String, user: String? = nil) -> BillingVerdict {
+        BillingVerdict(outcome: .acknowledged, detail: detail, userID: user)
+    }
 }
 
 /// One stored billing event, for operators.
@@ -171,7 +173,8 @@ public struct BillingService: Sendable {
         binds.append(limit)
         return try await tx.query(sql, binds).map { row in
             BillingEvent(
-                id: try row.string("id"), provider: try row.string("provider"), source: try row.string("source"), externalID: row.optionalString("external_id"),
+                id: try row.string("id"), provider: try row.string("provider"), source: try row.string("source"),
+                externalID: row.optionalString("external_id"),
                 eventType: row.optionalString("event_type"), userID: row.optionalString("user_id"), originalID: row.optionalString("original_id"),
                 environment: row.optionalString("environment"), outcome: BillingOutcome(rawValue: try row.string("verdict")) ?? .rejected,
                 detail: row.optionalString("detail"),
@@ -196,7 +199,8 @@ public struct BillingService: Sendable {
     }
 
     func boundUser(_ tx: any SQLExecutor, provider: String, externalID: String) async throws -> String? {
-        try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?.optionalString("user_id")
+        try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?.optionalString(
+            "user_id")
     }
 
     func existingUser(_ tx: any SQLExecutor, _ id: String?) async throws -> String? {
@@ -215,13 +219,17 @@ public struct BillingService: Sendable {
             INSERT INTO billing_grants (provider, source_id, user_id, kind, product_id, payment_ref, tokens, created_at_ms, updated_at_ms)
             VALUES (?, ?, ?, 'tokens', ?, ?, ?, ?, ?) ON CONFLICT (provider, source_id) DO NOTHING RETURNING source_id
             """, [provider, sourceID, userID, pack.id, paymentRef, tokens, now, now])
-        guard !inserted.isEmpty else { return BillingVerdict(outcome: .duplicate, detail: "\(pack.id) already granted for \(sourceID)", userID: userID) }
+        guard !inserted.isEmpty else {
+            return BillingVerdict(outcome: .duplicate, detail: "\(pack.id) already granted for \(sourceID)", userID: userID)
+        }
         _ = try await ledger.grant(tx, userID: userID, amountTokens: tokens, bucket: .purchased, reason: "purchase.\(provider).\(pack.id)")
         return BillingVerdict(outcome: .applied, detail: "granted \(tokens) purchased tokens (\(pack.id))", userID: userID)
     }
 
     /// Records what a subscription period granted, so a refund of that payment can find it.
-    func recordPeriod(_ tx: any SQLExecutor, provider: String, sourceID: String, userID: String, planID: String, paymentRef: String?, start: Date)
+    func recordPeriod(
+        _ tx: any SQLExecutor, provider: String, sourceID: String, userID: String, planID: String, paymentRef: String?, start: Date
+    )
         async throws
     {
         let key = SubscriptionMachine.periodKey(start)
@@ -237,15 +245,17 @@ public struct BillingService: Sendable {
     /// Claws back a share (thousandths of a percent, 100000 = all) of what a token purchase granted, cumulatively:
     /// a second partial refund takes only the difference; never below zero, the shortfall is recorded.
     func clawPack(_ tx: any SQLExecutor, provider: String, sourceID: String, share: Int64) async throws -> BillingVerdict? {
-        guard let grant = try await tx.first(
-            "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
+        guard
+            let grant = try await tx.first(
+                "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
         else { return nil }
         let userID = try grant.string("user_id")
         let tokens = try grant.int("tokens")
         let done = try grant.int("clawed_tokens") + grant.int("shortfall_tokens")
         let target = tokens * min(max(share, 0), 100_000) / 100_000
         guard target > done else { return BillingVerdict(outcome: .duplicate, detail: "already clawed back \(done) of \(tokens)", userID: userID) }
-        let (clawed, shortfall) = try await ledger.clawback(tx, userID: userID, amountTokens: target - done, bucket: .purchased, reason: "refund_clawback")
+        let (clawed, shortfall) = try await ledger.clawback(
+            tx, userID: userID, amountTokens: target - done, bucket: .purchased, reason: "refund_clawback")
         try await tx.query(
             "UPDATE billing_grants SET clawed_tokens = clawed_tokens + ?, shortfall_tokens = shortfall_tokens + ?, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
             [clawed, shortfall, clock.now(), provider, sourceID])
@@ -254,8 +264,9 @@ public struct BillingService: Sendable {
 
     /// A reversed refund gives back what the refund took.
     func restorePack(_ tx: any SQLExecutor, provider: String, sourceID: String) async throws -> BillingVerdict? {
-        guard let grant = try await tx.first(
-            "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
+        guard
+            let grant = try await tx.first(
+                "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
         else { return nil }
         let userID = try grant.string("user_id")
         let clawed = try grant.int("clawed_tokens")
@@ -278,13 +289,16 @@ public struct BillingService: Sendable {
     }
 
     /// The event for a paid subscription period: a renewal of the same provider subscription, else a new start.
-    func periodEvent(_ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, provider: SubscriptionProvider, providerSubscriptionID: String,
-                     start: Date, end: Date?, trial: Bool) async throws -> SubscriptionEvent {
+    func periodEvent(
+        _ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, provider: SubscriptionProvider, providerSubscriptionID: String,
+        start: Date, end: Date?, trial: Bool
+    ) async throws -> SubscriptionEvent {
         if let current = try await machine.store.subscription(userID: userID, tx), current.provider == provider,
             current.providerSubscriptionID == providerSubscriptionID, current.status != .expired
         {
             if plan.id == current.planID || plan.id == current.pendingPlanID {
-                return .renew(periodStart: start, periodEnd: end ?? SubscriptionMachine.defaultEnd(start: start, plan: plan, trial: false), planID: plan.id)
+                return .renew(
+                    periodStart: start, periodEnd: end ?? SubscriptionMachine.defaultEnd(start: start, plan: plan, trial: false), planID: plan.id)
             }
             return .changePlanNow(planID: plan.id, periodEnd: end, periodStart: start)
         }

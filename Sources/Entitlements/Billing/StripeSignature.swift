@@ -13,7 +13,8 @@ public enum StripeSignatureError: Error, Equatable, Sendable {
         switch self {
         case .missingHeader: "The Stripe-Signature header is missing."
         case .malformedHeader: "The Stripe-Signature header needs t=<unix seconds> and at least one v1=<hex> signature."
-        case .staleTimestamp(let age): "The Stripe-Signature timestamp is \(abs(age)) s \(age < 0 ? "in the future" : "old"); at most 300 s either way is accepted."
+        case .staleTimestamp(let age):
+            "The Stripe-Signature timestamp is \(abs(age)) s \(age < 0 ? "in the future" : "old"); at most 300 s either way is accepted."
         case .noMatchingSignature: "No v1 signature matches the raw body with any configured webhook secret."
         }
     }
@@ -40,8 +41,11 @@ public struct StripeSignatureVerifier: Sendable {
             let pair = item.split(separator: "=", maxSplits: 1)
             guard pair.count == 2 else { continue }
             let key = pair[0].trimmingCharacters(in: .whitespaces)
-            if key == "t" { timestamp = Int64(pair[1].trimmingCharacters(in: .whitespaces)) }
-            else if key == "v1", let bytes = Self.hexBytes(pair[1].trimmingCharacters(in: .whitespaces)) { candidates.append(bytes) }
+            if key == "t" {
+                timestamp = Int64(pair[1].trimmingCharacters(in: .whitespaces))
+            } else if key == "v1", let bytes = Self.hexBytes(pair[1].trimmingCharacters(in: .whitespaces)) {
+                candidates.append(bytes)
+            }
         }
         guard let timestamp, !candidates.isEmpty else { throw .malformedHeader }
         var message = Array("\(timestamp).".utf8)

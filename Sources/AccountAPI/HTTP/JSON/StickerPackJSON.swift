@@ -1,5 +1,5 @@
-import Ledger
 import Entitlements
+import Ledger
 
 /// A pack as apps see it: the seed's `StickerPack` plus `isPremium` and `tokenPrice`.
 struct StickerPackJSON: Encodable, Sendable {

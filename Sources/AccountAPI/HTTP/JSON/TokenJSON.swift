@@ -1,6 +1,6 @@
-import Hummingbird
 import Entitlements
 import Foundation
+import Hummingbird
 import Ledger
 
 struct BalancesJSON: Codable, Sendable, Equatable {
@@ -79,7 +79,8 @@ struct TokenBalanceJSON: Encodable, Sendable {
 /// A page of the token history, newest first.
 struct HistoryJSON: Encodable, Sendable {
     struct Entry: Encodable, Sendable {
-        let id: String; let amount: Int64; let bucket: String?; let reason: String; let createdAt: String; let balanceAfter: Int64?; let metadata: JSONValue?
+        let id: String; let amount: Int64; let bucket: String?; let reason: String; let createdAt: String; let balanceAfter: Int64?;
+        let metadata: JSONValue?
     }
     let entries: [Entry]
     let nextCursor: String?
@@ -87,7 +88,8 @@ struct HistoryJSON: Encodable, Sendable {
     init(_ page: (entries: [HistoryEntry], nextCursor: Int64?)) {
         entries = page.entries.map {
             Entry(
-                id: $0.id, amount: $0.amount, bucket: $0.bucket, reason: $0.reason, createdAt: ISODate.string($0.createdAt), balanceAfter: $0.balanceAfter,
+                id: $0.id, amount: $0.amount, bucket: $0.bucket, reason: $0.reason, createdAt: ISODate.string($0.createdAt),
+                balanceAfter: $0.balanceAfter,
                 metadata: JSONValue.parse($0.metadata))
         }
         nextCursor = page.nextCursor.map(String.init)
@@ -95,12 +97,13 @@ struct HistoryJSON: Encodable, Sendable {
 
     /// `limit` (1…100, default 50) and `cursor` (a `nextCursor`) from the query string.
     static func page(_ request: Request) throws -> (limit: Int, cursor: Int64?) {
-        let limit = try request.uri.queryParameters["limit"].map { raw -> Int in
-            guard let n = Int(String(raw)), (1...LedgerLimits.historyPageMax).contains(n) else {
-                throw Problem.validation("limit must be from 1 to \(LedgerLimits.historyPageMax).")
-            }
-            return n
-        } ?? 50
+        let limit =
+            try request.uri.queryParameters["limit"].map { raw -> Int in
+                guard let n = Int(String(raw)), (1...LedgerLimits.historyPageMax).contains(n) else {
+                    throw Problem.validation("limit must be from 1 to \(LedgerLimits.historyPageMax).")
+                }
+                return n
+            } ?? 50
         let cursor = try request.uri.queryParameters["cursor"].map { raw -> Int64 in
             guard let n = Int64(String(raw)), n > 0 else { throw Problem.validation("cursor must be a value returned as nextCursor.") }
             return n

@@ -1,0 +1,146 @@
+import Entitlements
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Logging
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+@Suite("Billing over HTTP: Stripe")
+struct StripeBillingHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func stripeWebhooksAreSignedDeduplicatedAndOrderTolerant(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            var story = try await StripeStory(client: client, app: app)
+            try await story.packsAreGrantedOnceAndSignaturesChecked()
+            try await story.partialRefundsAreCumulative()
+            try await story.subscriptionsFollowTheirEventsInAnyOrder()
+            try await story.everythingIsOnRecord()
+        }
+    }
+}
+
+/// One Stripe customer's events, step by step.
+struct StripeStory {
+    let client: any TestClientProtocol
+    let app: TestApp
+    let user: String
+    var token: String
+    let now: Date
+    var later: Date
+
+    init(client: any TestClientProtocol, app: TestApp) async throws {
+        (self.client, self.app) = (client, app)
+        token = try await client.signUpAndVerify(app, email: "stripe@example.com")
+        user = try await app.userID(token: token)
+        now = app.clock.now()
+        later = now
+    }
+
+    func outcome(_ event: String, at date: Date) async throws -> String { try await client.stripe(event, at: date).json(ReceivedBody.self).outcome }
+
+    /// A refund before its checkout waits; a pack checkout grants once; bad signatures change and store nothing; the
+    /// rotated-out secret still verifies.
+    func packsAreGrantedOnceAndSignaturesChecked() async throws {
+        let earlyRefund = stripeEvent(
+            "evt_r0", "charge.refunded", created: now,
+            #"{"id":"ch_1","object":"charge","amount":1499,"amount_refunded":1499,"payment_intent":"pi_2"}"#)
+        #expect(try await outcome(earlyRefund, at: now) == "unmatched")
+        let checkout = stripeEvent(
+            "evt_1", "checkout.session.completed", created: now,
+            #"{"id":"cs_1","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(user)","customer":"cus_1","payment_intent":"pi_1","metadata":{"priceId":"price_tokens_25"}}"#
+        )
+        let first = try await client.stripe(checkout, at: now)
+        #expect(try first.status == .ok && (first.json(ReceivedBody.self).outcome) == "applied")
+        #expect(try await outcome(checkout, at: now.addingTimeInterval(60)) == "duplicate")
+        #expect(try await client.balance(token).purchasedTokens == 25)
+        let other = stripeEvent(
+            "evt_2", "checkout.session.completed", created: now,
+            #"{"id":"cs_2","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(user)","payment_intent":"pi_2","metadata":{"priceId":"price_tokens_100"}}"#
+        )
+        let wrong = try await client.stripe(other, at: now, secret: "whsec_someone_else_000000")
+        #expect(try wrong.status == .badRequest && (wrong.problem().code) == "invalid_signature")
+        let stale = try await client.stripe(other, at: now.addingTimeInterval(-301))
+        #expect(try stale.status == .badRequest && (stale.problem().detail.contains("old")))
+        #expect(try await client.stripe(other, at: now.addingTimeInterval(301)).status == .badRequest)
+        let noHeader = try await client.post("/api/webhooks/stripe", json: other)
+        #expect(try noHeader.status == .badRequest && (noHeader.problem().detail.contains("Stripe-Signature")))
+        #expect(try await client.balance(token).purchasedTokens == 25)
+        #expect(try await client.stripe(other, at: now, secret: "whsec_retired_secret_000000").json(ReceivedBody.self).outcome == "applied")
+        // …and the early refund of pi_2 was applied right after: 100 granted, 100 clawed back.
+        #expect(try await client.balance(token).purchasedTokens == 25)
+        #expect(try await app.rows("SELECT verdict FROM billing_events WHERE external_id = 'evt_r0'").first?.string("verdict") == "applied")
+    }
+
+    /// Partial refunds of the first pack are cumulative: 40 % then 100 %.
+    func partialRefundsAreCumulative() async throws {
+        let partial = stripeEvent(
+            "evt_3", "charge.refunded", created: now.addingTimeInterval(10),
+            #"{"id":"ch_2","object":"charge","amount":499,"amount_refunded":200,"payment_intent":"pi_1"}"#)
+        #expect(try await outcome(partial, at: now) == "applied")
+        #expect(try await client.balance(token).purchasedTokens == 15)  // 25 × 200/499 = 10 clawed
+        let rest = stripeEvent(
+            "evt_4", "charge.refunded", created: now.addingTimeInterval(20),
+            #"{"id":"ch_2","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_1"}"#)
+        #expect(try await outcome(rest, at: now) == "applied")
+        #expect(try await client.balance(token).purchasedTokens == 0)
+    }
+
+    /// A subscription checkout starts the plan; the first invoice adds nothing; a cycle invoice that arrives after a newer
+    /// update is stale but still grants its period once; deletion ends access.
+    mutating func subscriptionsFollowTheirEventsInAnyOrder() async throws {
+        let subCheckout = stripeEvent(
+            "evt_5", "checkout.session.completed", created: now.addingTimeInterval(30),
+            #"{"id":"cs_3","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(user)","customer":"cus_1","subscription":"sub_1","invoice":"in_0","metadata":{"priceId":"price_basic_monthly"}}"#
+        )
+        #expect(try await outcome(subCheckout, at: now) == "applied")
+        let started = try await client.subscription(token)
+        #expect(started.planId == "basic_monthly" && started.isEntitled)
+        #expect(try await client.balance(token).subscriptionTokens == 50)
+        let firstInvoice = stripeEvent(
+            "evt_6", "invoice.paid", created: now.addingTimeInterval(29),
+            #"{"id":"in_0","object":"invoice","billing_reason":"subscription_create","customer":"cus_1","subscription":"sub_1","lines":{"data":[{"price":{"id":"price_basic_monthly"},"period":{"start":\#(Int64(now.timeIntervalSince1970)),"end":\#(Int64(now.timeIntervalSince1970) + 2_592_000)}}]}}"#
+        )
+        #expect(try await outcome(firstInvoice, at: now) == "acknowledged")
+        let periodStart = Int64(now.timeIntervalSince1970) + 2_592_000
+        app.clock.set(Date(timeIntervalSince1970: Double(periodStart + 60)))
+        // Sessions idle out over a month: sign in again.
+        token = try await client.signIn("stripe@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
+        later = app.clock.now()
+        // Basil shape: subscription under parent.subscription_details, price under pricing.price_details.
+        let cycle = stripeEvent(
+            "evt_7", "invoice.paid", created: Date(timeIntervalSince1970: Double(periodStart)),
+            #"{"id":"in_1","object":"invoice","billing_reason":"subscription_cycle","customer":"cus_1","parent":{"subscription_details":{"subscription":"sub_1"}},"lines":{"data":[{"pricing":{"price_details":{"price":"price_basic_monthly"}},"period":{"start":\#(periodStart),"end":\#(periodStart + 2_592_000)}}]}}"#
+        )
+        let cancel = stripeEvent(
+            "evt_8", "customer.subscription.updated", created: Date(timeIntervalSince1970: Double(periodStart + 5)),
+            #"{"id":"sub_1","object":"subscription","status":"active","cancel_at_period_end":true,"customer":"cus_1","items":{"data":[{"price":{"id":"price_basic_monthly"},"current_period_end":\#(periodStart + 2_592_000)}]}}"#
+        )
+        #expect(try await outcome(cancel, at: later) == "applied")
+        #expect(try await outcome(cycle, at: later) == "stale")
+        #expect(try await outcome(cycle, at: later) == "duplicate")
+        #expect(try await client.balance(token).subscriptionTokens == 100)
+        #expect(try await client.subscription(token).willRenew == false)
+        let deleted = stripeEvent(
+            "evt_9", "customer.subscription.deleted", created: Date(timeIntervalSince1970: Double(periodStart + 10)),
+            #"{"id":"sub_1","object":"subscription","status":"canceled","customer":"cus_1"}"#)
+        #expect(try await outcome(deleted, at: later) == "applied")
+        #expect(try await client.subscription(token).isEntitled == false)
+    }
+
+    /// Unhandled types are stored and acknowledged; malformed events are refused; operators see every event; the books balance.
+    func everythingIsOnRecord() async throws {
+        #expect(try await outcome(stripeEvent("evt_10", "customer.created", created: later, #"{"id":"cus_2"}"#), at: later) == "acknowledged")
+        #expect(try await client.stripe(#"{"not":"an event"}"#, at: later).status == .badRequest)
+        let admin = try await app.apiKey(["admin"])
+        let mine = try await client.get("/api/admin/billing/events?userId=\(user)&provider=stripe&limit=200", token: admin).json(EventsBody.self)
+        #expect(mine.events.count >= 9 && mine.events.allSatisfy { $0.provider == "stripe" && $0.userId == user })
+        let verify = try await client.get("/api/admin/ledger/verify", token: admin)
+        #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+    }
+}
