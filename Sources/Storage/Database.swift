@@ -89,6 +89,7 @@ extension Database {
         return try await withConnection(logger: logger) { try await $0.query(sql, values) }
     }
 
+    @discardableResult
     public func transaction<T: Sendable>(
         logger: Logger,
         _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
