@@ -73,6 +73,11 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
     /// Active plans in `sortOrder`, as `GET /api/subscription-plans` lists them.
     public var activePlans: [SubscriptionPlan] { plans.filter(\.isActive).sorted { $0.sortOrder < $1.sortOrder } }
 
+    /// The repository's `plans.json` as compiled in (the catalog when no `PLANS_FILE` is given).
+    public static var builtIn: PlanCatalog {
+        get throws(PlanCatalogError) { try parse(Data(BuiltInPlans.json.utf8)) }
+    }
+
     /// Loads and validates a catalog file.
     public static func load(path: String) throws(PlanCatalogError) -> PlanCatalog {
         guard let data = FileManager.default.contents(atPath: path) else {

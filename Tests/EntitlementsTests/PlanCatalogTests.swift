@@ -21,6 +21,8 @@ struct PlanCatalogTests {
         #expect(catalog.welcomeTokens == 3)
         #expect(catalog.freePlan.id == "free")
         #expect(!catalog.tokenPacks.isEmpty)
+        // The compiled-in catalog (used when PLANS_FILE is not set) is this file: run scripts/embed-resources after editing it.
+        #expect(try PlanCatalog.builtIn == catalog, "run scripts/embed-resources")
     }
 
     @Test func unknownKeysAreRefusedByName() throws {

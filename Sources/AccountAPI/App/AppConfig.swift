@@ -11,7 +11,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     public var host = "127.0.0.1"
     public var port = 8080
     var database = DatabaseLocation.sqlite(path: "data/account-service.sqlite")
-    public var plansFile = "plans.json"
+    /// The plan catalog file (`PLANS_FILE`); nil → the compiled-in copy of the repository's `plans.json`.
+    public var plansFile: String?
     var mailTransport = MailTransport.log
     var mailFrom = "Account Service <no-reply@localhost>"
     public var logLevel = Logger.Level.info
@@ -171,7 +172,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             case .postgres: "postgres (credentials hidden)"
             }
         return
-            "host=\(host) port=\(port) database=\(db) plans=\(plansFile) log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
+            "host=\(host) port=\(port) database=\(db) plans=\(plansFile ?? "built-in") log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
     }
 }
 

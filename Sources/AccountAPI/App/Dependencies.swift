@@ -34,7 +34,9 @@ public struct Dependencies: Sendable {
         -> Dependencies
     {
         let catalog: PlanCatalog
-        do { catalog = try PlanCatalog.load(path: config.plansFile) } catch { throw StartupError(message: error.description) }
+        do { catalog = try config.plansFile.map { try PlanCatalog.load(path: $0) } ?? PlanCatalog.builtIn } catch {
+            throw StartupError(message: "\(error)")
+        }
         // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
         let apple = try appleVerifier(config)
         let (database, postgresClient) = try await open(config, logger: logger)

@@ -1,13 +1,20 @@
+import Foundation
 import Logging
 import PostgresNIO
 import Storage
 
 /// What every command does before its work: the logging backend, and for one-shot commands a migrated database.
 public enum Startup {
-    /// For one-shot commands: opens the database (running the PostgreSQL pool meanwhile), migrates, runs `body`.
+    /// For one-shot commands: opens the database (running the PostgreSQL pool meanwhile), migrates, runs `body`. With
+    /// `existingOnly`, a SQLite file that does not exist yet is an error instead of a new, empty database (a command that
+    /// only reads, run from the wrong directory).
     public static func withMigratedDatabase(
-        config: AppConfig, logger: Logger, _ body: @Sendable (Dependencies, [Migration]) async throws -> Void
+        config: AppConfig, logger: Logger, existingOnly: Bool = false, _ body: @Sendable (Dependencies, [Migration]) async throws -> Void
     ) async throws {
+        if existingOnly, case .sqlite(let path) = config.database, path != ":memory:", !FileManager.default.fileExists(atPath: path) {
+            throw StartupError(
+                message: "no database at \(path) (DATABASE_URL): run this in the directory the server runs in, or set DATABASE_URL")
+        }
         let dependencies = try await Dependencies.make(config: config, logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             if let client = dependencies.postgresClient { group.addTask { await client.run() } }
