@@ -77,25 +77,6 @@ extension AuthService {
         try await database.withConnection(logger: logger) { tx in try await loadUser(tx, id: id) }
     }
 
-    /// The selected profile, or the default one when none is selected (or the selected one is gone): one query.
-    public func activeProfile(selectedID: String?, userID: String, logger: Logger) async throws -> FamilyProfile? {
-        try await database.withConnection(logger: logger) { tx in
-            try await tx.first(
-                """
-                SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND (is_default OR id = ?)
-                ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1
-                """, [userID, selectedID ?? "", selectedID ?? ""]
-            ).map(FamilyProfile.init)
-        }
-    }
-
-    public func profile(id: String, userID: String, logger: Logger) async throws -> FamilyProfile? {
-        try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [id, userID]).map(
-                FamilyProfile.init)
-        }
-    }
-
     /// Forgets expired attempt budgets (the sweeper calls it); returns how many rows went.
     public func purgeAttemptBudgets(limit: Int, logger: Logger) async throws -> Int {
         let now = clock.now()

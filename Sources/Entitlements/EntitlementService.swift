@@ -20,6 +20,17 @@ public struct ProfilePermissions: Codable, Sendable, Equatable {
     }
 }
 
+/// The profile a snapshot is read for, as the profile owner's fragment found it.
+public enum SnapshotProfile: Sendable, Equatable {
+    /// The snapshot is about the user alone (a service asking).
+    case notRequested
+    /// The session's profile and its place in the account's order (0 = the default profile): usable while the place is
+    /// below the plan's `maxFamilyProfiles`.
+    case found(ProfilePermissions, rank: Int)
+    /// The session's selected profile is gone.
+    case missing
+}
+
 /// The seed's `FeatureAccess`, exactly.
 public struct FeatureAccess: Codable, Sendable, Equatable {
     public let hasQualitySelector: Bool
@@ -45,7 +56,10 @@ public struct EntitlementSnapshot: Codable, Sendable, Equatable {
     public let limits: Limits
     public let tokens: Tokens
     public let unlockedStickerPacks: [String]
+    /// The profile the session acts as; nil when it must select one (see `profileSelectionRequired`) or for services.
     public let profile: ProfilePermissions?
+    /// The session's selected profile was deleted or is beyond the plan's profile limit: the app asks the user to pick one.
+    public let profileSelectionRequired: Bool
 }
 
 /// The answer of `POST /api/entitlements/check`.
@@ -100,7 +114,7 @@ public struct EntitlementService: Sendable {
     }
 
     /// The snapshot read with several statements in one transaction (the path for users with an expired hold to settle).
-    public func snapshot(_ tx: any SQLExecutor, userID: String, profile: ProfilePermissions?) async throws -> EntitlementSnapshot {
+    public func snapshot(_ tx: any SQLExecutor, userID: String, profile: SnapshotProfile) async throws -> EntitlementSnapshot {
         let now = clock.now()
         let subscription = try await subscriptions.subscription(userID: userID, tx)
         let balances = try await ledger.peekBalances(tx, userID: userID)
@@ -160,11 +174,7 @@ public struct EntitlementService: Sendable {
         read.append(SQLValue.bool(row.optionalInt("current_period_end_ms").map { now.timeIntervalSince1970 * 1000 < Double($0) } ?? false))
         let key = withProfile ? "p:" + userID : "u:" + userID
         if let hit = renderings.lookup(key, read: read) { return hit }
-        let profile = try row.optionalString("profile_id").map {
-            ProfilePermissions(
-                id: $0, name: try row.string("profile_name"), canMakePurchases: try row.bool("profile_can_make_purchases"),
-                canUseCustomContentTypes: try row.bool("profile_can_use_custom_content_types"))
-        }
+        let profile = try Self.profile(row, withProfile: withProfile)
         guard try row.int("expired_holds") == 0 else {
             let full = try await database.readTransaction(logger: logger) { try await self.snapshot($0, userID: userID, profile: profile) }
             return try RenderedSnapshot(full)
@@ -178,6 +188,15 @@ public struct EntitlementService: Sendable {
                 bought: bought, profile: profile))
         renderings.store(key, read: read, rendered: rendered)
         return rendered
+    }
+
+    static func profile(_ row: SQLRow, withProfile: Bool) throws -> SnapshotProfile {
+        guard withProfile else { return .notRequested }
+        guard let id = row.optionalString("profile_id") else { return .missing }
+        let permissions = ProfilePermissions(
+            id: id, name: try row.string("profile_name"), canMakePurchases: try row.bool("profile_can_make_purchases"),
+            canUseCustomContentTypes: try row.bool("profile_can_use_custom_content_types"))
+        return .found(permissions, rank: Int(try row.int("profile_rank")))
     }
 
     /// What a snapshot shows of a subscription, and all the snapshot statement reads of it.
@@ -202,18 +221,25 @@ public struct EntitlementService: Sendable {
 
     func assemble(
         userID: String, subscription: SubscriptionTerms?, now: Date, balances: BucketBalances, premium: [StickerPack.Premium], bought: Set<String>,
-        profile: ProfilePermissions?
+        profile: SnapshotProfile
     ) -> EntitlementSnapshot {
         let entitled = subscription?.isEntitled(at: now) ?? false
         let plan = (entitled ? subscription.flatMap { subscriptions.catalog.plan(id: $0.planID) } : nil) ?? subscriptions.catalog.freePlan
         let unlocked = premium.filter { !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought) }
             .map(\.id)
+        let (shown, selectionRequired): (ProfilePermissions?, Bool) =
+            switch profile {
+            case .notRequested: (nil, false)
+            case .missing: (nil, true)
+            case .found(let permissions, let rank): rank < plan.maxFamilyProfiles ? (permissions, false) : (nil, true)
+            }
         return EntitlementSnapshot(
             userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
             periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil,
             features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
-            tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(), profile: profile)
+            tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(), profile: shown,
+            profileSelectionRequired: selectionRequired)
     }
 
     /// Checks a feature, a pack and/or a token amount for the user on a profile; the first refusal wins. One consistent

@@ -16,7 +16,7 @@ enum SnapshotStatement {
     static let columns = [
         "user_id", "plan_id", "status", "current_period_end_ms", "bonus_balance", "subscription_balance", "purchased_balance", "held",
         "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases",
-        "profile_can_use_custom_content_types",
+        "profile_can_use_custom_content_types", "profile_rank",
     ]
 
     /// Built once per subject query and engine: the subject queries are a few constants (their values are binds), and

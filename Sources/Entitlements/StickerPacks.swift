@@ -19,6 +19,29 @@ public struct StickerPack: Codable, Sendable, Equatable {
 
     public static let categories: Set<String> = ["emoji", "custom", "seasonal", "branded"]
 
+    enum CodingKeys: String, CodingKey {
+        case id, name, description, iconUrl, category, isPremium, tokenPrice, includedInPlans, isActive, sortOrder, stickerCount, previewStickers
+    }
+
+    /// Operators give `id`, `name` and `category`; the rest has defaults: `description` "", no `iconUrl`, `tokenPrice` 0,
+    /// `includedInPlans` [], `isPremium` true when a `tokenPrice` or `includedInPlans` is given, `isActive` true,
+    /// `sortOrder` 0, `stickerCount` 0, `previewStickers` [].
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        name = try c.decode(String.self, forKey: .name)
+        category = try c.decode(String.self, forKey: .category)
+        description = try c.decodeIfPresent(String.self, forKey: .description) ?? ""
+        iconUrl = try c.decodeIfPresent(String.self, forKey: .iconUrl)
+        tokenPrice = try c.decodeIfPresent(Int64.self, forKey: .tokenPrice) ?? 0
+        includedInPlans = try c.decodeIfPresent([String].self, forKey: .includedInPlans) ?? []
+        isPremium = try c.decodeIfPresent(Bool.self, forKey: .isPremium) ?? (tokenPrice > 0 || !includedInPlans.isEmpty)
+        isActive = try c.decodeIfPresent(Bool.self, forKey: .isActive) ?? true
+        sortOrder = try c.decodeIfPresent(Int64.self, forKey: .sortOrder) ?? 0
+        stickerCount = try c.decodeIfPresent(Int64.self, forKey: .stickerCount) ?? 0
+        previewStickers = try c.decodeIfPresent([String].self, forKey: .previewStickers) ?? []
+    }
+
     /// What locking needs of an active premium pack.
     struct Premium: Sendable { let id: String; let includedInPlans: [String] }
 
@@ -52,8 +75,9 @@ public struct StickerPack: Codable, Sendable, Equatable {
         if isPremium && tokenPrice == 0 && includedInPlans.isEmpty { problems.append("a premium pack needs a tokenPrice or includedInPlans") }
         if stickerCount < 0 { problems.append("stickerCount must not be negative") }
         for plan in includedInPlans where catalog.plan(id: plan) == nil { problems.append("includedInPlans names an unknown plan '\(plan)'") }
-        for url in [iconUrl].compactMap({ $0 }) + previewStickers where !Self.isHTTPS(url) {
-            problems.append("'\(url.prefix(80))' is not an https URL")
+        if let iconUrl, !Self.isHTTPS(iconUrl) { problems.append("iconUrl '\(iconUrl.prefix(80))' is not an https URL") }
+        for (index, url) in previewStickers.enumerated() where !Self.isHTTPS(url) {
+            problems.append("previewStickers[\(index)] '\(url.prefix(80))' is not an https URL")
         }
         if previewStickers.count > 50 { problems.append("at most 50 previewStickers") }
         return problems

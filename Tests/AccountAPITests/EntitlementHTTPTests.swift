@@ -124,7 +124,9 @@ struct EntitlementHTTPTests {
             #expect(try await client.send(.post, "/api/auth/sign-out", token: token).status == .ok)
             #expect(try await client.get("/api/entitlements", token: token).status == .unauthorized)
             #expect(try await client.get("/api/entitlements", token: "not-a-session").status == .unauthorized)
-            #expect(try await client.get("/api/entitlements", token: ledgerKey).status == .unauthorized)
+            // A live API key where a user's session is needed: 403 session_required, not "signed out".
+            let withKey = try await client.get("/api/entitlements", token: ledgerKey)
+            #expect(try withKey.status == .forbidden && withKey.problem().code == "session_required")
         }
     }
 

@@ -138,7 +138,9 @@ struct LedgerHTTPTests {
             let readOnly = try await app.apiKey(["entitlements:read"])
             let body = #"{"userId":"\#(user)","amount":5,"reason":"generation"}"#
             #expect(try await client.ledger("/api/ledger/spend", key: nil, idempotencyKey: "k", json: body).status == .unauthorized)
-            #expect(try await client.ledger("/api/ledger/spend", key: token, idempotencyKey: "k", json: body).status == .unauthorized)
+            // A user's live session is not an API key: 403 api_key_required (an app must not sign its user out over it).
+            let withSession = try await client.ledger("/api/ledger/spend", key: token, idempotencyKey: "k", json: body)
+            #expect(try withSession.status == .forbidden && withSession.problem().code == "api_key_required")
             #expect(try await client.ledger("/api/ledger/spend", key: readOnly, idempotencyKey: "k", json: body).status == .forbidden)
             let noKey = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: nil, json: body)
             #expect(try noKey.status == .badRequest && noKey.problem().detail.contains("Idempotency-Key"))

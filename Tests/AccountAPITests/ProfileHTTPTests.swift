@@ -77,7 +77,8 @@ struct ProfileHTTPTests {
             #expect(asKid.status == .forbidden)
             #expect(try asKid.problem().code == "forbidden")
             #expect(try await client.send(.delete, "/api/family-profiles/\(kid.id)", token: token).status == .forbidden)
-            // Back on the default profile it works; deleting the selected profile falls back to the default.
+            // Back on the default profile it works; deleting a profile another session selected never hands that session
+            // the owner's profile: it must pick again (profileSelectionRequired), and profile-gated calls answer 403.
             let profiles = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self)
             let defaultID = try #require(profiles.first { $0.isDefault }).id
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(defaultID)"}"#).status == .ok)
@@ -85,8 +86,17 @@ struct ProfileHTTPTests {
             let other = try await client.signIn("p2@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
             #expect(try await client.send(.post, "/api/profiles/select", token: other, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
             #expect(try await client.send(.delete, "/api/family-profiles/\(kid.id)", token: token).status == .noContent)
-            struct SessionBody: Decodable { let selectedProfile: SeedFamilyProfile? }
-            #expect(try await client.get("/api/auth/session", token: other).json(SessionBody.self).selectedProfile?.id == defaultID)
+            struct SelectionBody: Decodable {
+                let selectedProfile: SeedFamilyProfile?
+                let profileSelectionRequired: Bool
+            }
+            let after = try await client.get("/api/auth/session", token: other).json(SelectionBody.self)
+            #expect(after.selectedProfile == nil && after.profileSelectionRequired)
+            let gated = try await client.send(.post, "/api/entitlements/check", token: other, json: #"{"feature":"premium_stickers"}"#)
+            #expect(try gated.status == .forbidden && gated.problem().code == "profile_selection_required")
+            #expect(try await client.send(.post, "/api/profiles/select", token: other, json: #"{"profileId":"\#(defaultID)"}"#).status == .ok)
+            let picked = try await client.get("/api/auth/session", token: other).json(SelectionBody.self)
+            #expect(picked.selectedProfile?.id == defaultID && !picked.profileSelectionRequired)
         }
     }
 

@@ -17,12 +17,14 @@ struct AuthFragmentTests {
                     INSERT INTO users (id, email, name, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
                     VALUES ('u', 'u@x.com', 'U', ?, 'user', ?, 0, 0)
                     """, [true, true])
-                for (id, isDefault) in [("d", true), ("k", false)] {
+                // The default profile is the newest, and two kids share a creation time: the order is default first, then
+                // by creation time, then by id.
+                for (id, isDefault, createdAt) in [("d", true, 9), ("kb", false, 5), ("ka", false, 5), ("k", false, 1)] {
                     try await tx.query(
                         """
                         INSERT INTO family_profiles (id, user_id, name, is_default, can_make_purchases, can_use_custom_content_types, created_at_ms, updated_at_ms)
-                        VALUES (?, 'u', ?, ?, ?, ?, 0, 0)
-                        """, [id, id == "d" ? "Parent" : "Kid", isDefault, isDefault, true])
+                        VALUES (?, 'u', ?, ?, ?, ?, ?, 0)
+                        """, [id, id == "d" ? "Parent" : "Kid " + id, isDefault, isDefault, true, createdAt])
                 }
             }
             try await body(db)
@@ -30,23 +32,30 @@ struct AuthFragmentTests {
     }
 
     @Test(arguments: TestDatabase.engines)
-    func profileFragmentYieldsTheSelectedOrDefaultProfile(engine: Engine) async throws {
+    func profileFragmentYieldsTheSelectedOrDefaultProfileAndItsRank(engine: Engine) async throws {
         try await Self.migrated(engine) { (db: any Database) async throws in
             let fragment = ProfileService.snapshotFragment(engine: engine)
-            #expect(fragment.columns == ["profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types"])
+            #expect(
+                fragment.columns == [
+                    "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types", "profile_rank",
+                ])
             let sql = """
                 SELECT \(fragment.select) FROM (SELECT CAST(? AS BOOLEAN) AS with_profile) n
                 CROSS JOIN (SELECT CAST(? AS TEXT) AS id, CAST(? AS TEXT) AS selected_profile_id) x \(fragment.joins)
                 """
-            for (withProfile, selected, expected) in [(true, "k", "k"), (true, nil, "d"), (true, "gone", "d"), (false, "k", nil)]
-                as [(Bool, String?, String?)]
-            {
+            // A gone selection yields no profile (never the owner's); ranks follow the account's order (d, k, ka, kb).
+            let cases: [(Bool, String?, String?, Int)] = [
+                (true, "k", "k", 1), (true, "ka", "ka", 2), (true, "kb", "kb", 3), (true, "d", "d", 0), (true, nil, "d", 0), (true, "gone", nil, 0),
+                (false, "k", nil, 0),
+            ]
+            for (withProfile, selected, expected, rank) in cases {
                 let row = try #require(
                     try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(sql, [withProfile, "u", selected]) })
                 #expect(Set(row.columns.names) == Set(fragment.columns))
                 #expect(row.optionalString("profile_id") == expected, "\(withProfile) \(selected ?? "none")")
+                #expect(try row.int("profile_rank") == Int64(rank), "\(withProfile) \(selected ?? "none")")
             }
-            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await ProfileService.count(userID: "u", $0) } == 2)
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await ProfileService.count(userID: "u", $0) } == 4)
         }
     }
 

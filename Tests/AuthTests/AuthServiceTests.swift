@@ -92,7 +92,10 @@ struct AuthServiceTests {
             let admin = try await auth.createAdmin(
                 email: "Root@Example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
             #expect(admin.role == "admin" && admin.emailVerified && admin.email == "root@example.com")
-            #expect(try await auth.activeProfile(selectedID: nil, userID: admin.id, logger: TestDatabase.logger)?.isDefault == true)
+            let profiles = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("SELECT is_default FROM family_profiles WHERE user_id = ?", [admin.id])
+            }
+            #expect(try profiles.map { try $0.bool("is_default") } == [true])
             await #expect(throws: AuthError.conflict("An account with this email already exists.")) {
                 _ = try await auth.createAdmin(email: "root@example.com", password: "long enough password", name: "Root", logger: TestDatabase.logger)
             }

@@ -181,16 +181,18 @@ struct SubscriptionMachineTests {
             try await Self.addProfiles(db)
             let profile = ProfilePermissions(id: "p", name: "Kid", canMakePurchases: false, canUseCustomContentTypes: true)
             let parent = ProfilePermissions(id: "d", name: "Parent", canMakePurchases: true, canUseCustomContentTypes: true)
-            // The selected profile, the default one when none is selected or the selected one is gone, none for services.
-            for (selected, expected) in [("p", Optional(profile)), (nil, parent), ("gone", parent)] as [(String?, ProfilePermissions?)] {
-                #expect(
-                    try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger).profile
-                        == expected)
+            // The default profile when none is selected; on the free plan (one profile) the kid's is locked, and a gone
+            // selection needs a new one: never the owner's profile. Services get none.
+            for (selected, expected) in [("p", nil), (nil, Optional(parent)), ("gone", nil)] as [(String?, ProfilePermissions?)] {
+                let snapshot = try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: selected, logger: TestDatabase.logger)
+                #expect(snapshot.profile == expected && snapshot.profileSelectionRequired == (expected == nil), "\(selected ?? "none")")
             }
             #expect(try await service.snapshot(userID: "u", withProfile: false, selectedProfileID: "p", logger: TestDatabase.logger).profile == nil)
             func compare(_ label: String) async throws -> EntitlementSnapshot {
                 let fast = try await service.snapshot(userID: "u", withProfile: true, selectedProfileID: "p", logger: TestDatabase.logger)
-                let full = try await db.readTransaction(logger: TestDatabase.logger) { try await service.snapshot($0, userID: "u", profile: profile) }
+                let full = try await db.readTransaction(logger: TestDatabase.logger) {
+                    try await service.snapshot($0, userID: "u", profile: .found(profile, rank: 1))
+                }
                 #expect(fast == full, "\(label)")
                 // A rendering reused from an earlier call is byte-identical to a fresh one (a new service has none kept).
                 let subject = SnapshotSubject.user("u", withProfile: true, selectedProfileID: "p")
@@ -203,13 +205,15 @@ struct SubscriptionMachineTests {
                 #expect(reused.body == fresh.body && reused.etag == fresh.etag && reused.snapshot == fast, "\(label)")
                 return fast
             }
-            #expect(try await compare("new user").planId == "free")
+            let new = try await compare("new user")
+            #expect(new.planId == "free" && new.profile == nil && new.profileSelectionRequired, "the kid's profile is locked on free")
             try await Self.addPacks(db)
             #expect(try await compare("bought packs").unlockedStickerPacks == ["bought"])
             #expect(
                 try await w.apply("e1", .start(planID: "pro_monthly", periodStart: w.t0, periodEnd: nil, trial: false, willRenew: true)) == .applied)
             let pro = try await compare("on pro")
             #expect(pro.planId == "pro_monthly" && pro.unlockedStickerPacks == ["bought", "in-pro"])
+            #expect(pro.profile == profile && !pro.profileSelectionRequired, "pro allows five profiles")
             try await db.transaction(logger: TestDatabase.logger) { tx in
                 _ = try await w.ledger.grant(
                     tx, userID: "u", amountTokens: 30, bucket: .bonus, reason: "promo", expiresAt: w.t0.addingTimeInterval(3600))
@@ -227,7 +231,8 @@ struct SubscriptionMachineTests {
             let lapsed = try await compare("lapsed lot")
             #expect(lapsed.tokens.held == 3)
             w.clock.advance(seconds: 40 * 86400)  // the period ended: free again, bought packs stay
-            #expect(try await compare("period over").unlockedStickerPacks == ["bought"])
+            let over = try await compare("period over")
+            #expect(over.unlockedStickerPacks == ["bought"] && over.profile == nil && over.profileSelectionRequired)
         }
     }
 }

@@ -36,7 +36,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     let allowedMethods = AllowedMethods()
     router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
     router.add(middleware: ClientAddressMiddleware(proxies: d.config.trustedProxies))
-    let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys)
+    let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys, profiles: d.profiles)
     SystemController(database: d.database, catalog: d.catalog).addRoutes(to: router)
     MetricsController(ledger: d.ledger, token: d.config.metricsToken).addRoutes(to: router)
     AuthController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)

@@ -28,7 +28,11 @@ struct AuthController: Sendable {
     }
     struct SignInResponse: Encodable, Sendable { let user: User; let session: SessionJSON }
     struct CurrentSessionJSON: Encodable, Sendable { let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String }
-    struct SessionResponse: Encodable, Sendable { let user: User; let session: CurrentSessionJSON; let selectedProfile: FamilyProfile? }
+    /// `selectedProfile`: the profile the session selected, while it is usable; `profileSelectionRequired`: the selection was
+    /// deleted or locked by a downgrade, and the app must let the user select again.
+    struct SessionResponse: Encodable, Sendable {
+        let user: User; let session: CurrentSessionJSON; let selectedProfile: FamilyProfile?; let profileSelectionRequired: Bool
+    }
     struct SessionsResponse: Encodable, Sendable { let sessions: [SessionSummaryJSON] }
     struct SessionSummaryJSON: Encodable, Sendable {
         let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String; let userAgent: String?; let ip: String?;
@@ -95,11 +99,13 @@ struct AuthController: Sendable {
 
     @Sendable func session(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SessionResponse> {
         let session = try await authenticator.session(request, context)
-        let profile = try await session.selectedProfileID.asyncMap { try await auth.profile(id: $0, userID: session.user.id, logger: context.logger) }
+        let profile = try await authenticator.profile(of: session, context)
         let current = CurrentSessionJSON(
             id: session.sessionID, createdAt: ISODate.string(session.createdAt), lastUsedAt: ISODate.string(session.lastUsedAt),
             expiresAt: ISODate.string(session.expiresAt))
-        return JSONResponse(SessionResponse(user: session.user, session: current, selectedProfile: profile ?? nil))
+        let selected: FamilyProfile? = if case .selected(let p) = profile { p } else { nil }
+        return JSONResponse(
+            SessionResponse(user: session.user, session: current, selectedProfile: selected, profileSelectionRequired: profile == .selectionRequired))
     }
 
     @Sendable func sessions(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SessionsResponse> {

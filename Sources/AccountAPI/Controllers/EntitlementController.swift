@@ -33,7 +33,7 @@ struct EntitlementController: Sendable {
     func snapshot(
         _ request: Request, context: AppRequestContext, batcher: PostgresBatchedStatement<String, SessionSnapshotRow>?
     ) async throws -> Response {
-        let hash = try authenticator.sessionTokenHash(request)
+        let hash = try await authenticator.sessionTokenHash(request, context)
         let row: SQLRow?
         let snapshot: RenderedSnapshot?
         if let batcher {

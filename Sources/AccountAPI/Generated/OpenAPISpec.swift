@@ -17,7 +17,13 @@ info:
     is 403 (`invalid_password`, `invalid_pin`) or 400 (`invalid_otp`), never 401. Limits answer 429 with
     `Retry-After`. A known path asked with another method answers 405 with `Allow`. Every response carries
     `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
-    personal data) carries `Cache-Control: no-store`.
+    personal data) carries `Cache-Control: no-store`. Live credentials of the wrong kind are 403, not 401: an API key
+    on a user's endpoint answers `session_required`, a user's session on a service endpoint `api_key_required`.
+
+    **Profile selection.** When the profile a session selected is deleted, or is beyond the plan's profile limit after
+    a downgrade, the session never falls back to the owner's profile: `/api/auth/session` and `/api/entitlements`
+    answer `selectedProfile`/`profile` null with `profileSelectionRequired: true`, and calls that act for a profile
+    (unlocks, checks, purchases) answer 403 `profile_selection_required` until `POST /api/profiles/select`.
 
     **Family profiles and account actions.** A session acts for the profile it selected. Account actions need the
     owner's (default) profile; a session on another profile gets 403 `owner_profile_required` (profile management:
@@ -282,6 +288,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/Message" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/auth/session:
     get:
       tags: [auth]
@@ -307,10 +314,15 @@ paths:
                       lastUsedAt: { type: string, format: date-time }
                       expiresAt: { type: string, format: date-time, description: The earlier of the 30-day absolute and the 7-day idle expiry. }
                   selectedProfile:
+                    description: The profile the session acts as, while it exists and is within the plan's limit.
                     oneOf:
                       - { $ref: "#/components/schemas/FamilyProfile" }
                       - { type: "null" }
+                  profileSelectionRequired:
+                    type: boolean
+                    description: The selected profile was deleted or is locked by the plan; the app asks the user to pick one.
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/auth/sessions:
     get:
       tags: [auth]
@@ -469,6 +481,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/User" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
     patch:
       tags: [account]
       operationId: updateMe
@@ -539,6 +552,7 @@ paths:
                 type: array
                 items: { $ref: "#/components/schemas/ListedProfile" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/profiles/select:
     post:
       tags: [profiles]
@@ -677,6 +691,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/SubscriptionState" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/admin/users:
     get:
       tags: [operators]
@@ -1003,6 +1018,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/TokenBalance" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/user/token-history:
     get:
       tags: [ledger]
@@ -1120,6 +1136,7 @@ paths:
             application/json:
               schema: { $ref: "#/components/schemas/FeatureAccess" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/entitlements:
     get:
       tags: [entitlements]
@@ -1139,6 +1156,7 @@ paths:
               schema: { $ref: "#/components/schemas/EntitlementSnapshot" }
         "304": { description: Not modified. }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/entitlements/check:
     post:
       tags: [entitlements]
@@ -1170,6 +1188,7 @@ paths:
                   reason: { type: [string, "null"], enum: [subscription_required, pack_locked, insufficient_tokens, purchase_not_allowed, profile_restricted, null] }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
         "404": { $ref: "#/components/responses/NotFound" }
   /api/users/{id}/entitlements:
     get:
@@ -1212,6 +1231,7 @@ paths:
                     type: array
                     items: { $ref: "#/components/schemas/UserStickerPack" }
         "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
   /api/stickers/packs/{id}/unlock:
     post:
       tags: [stickers]
@@ -1266,12 +1286,13 @@ paths:
       tags: [operators]
       operationId: adminCreateStickerPack
       summary: Add a pack to the catalog (audited).
+      description: An existing id answers 409 `pack_exists` (change it with PUT instead).
       security: [{ session: [] }, { apiKey: [] }]
       requestBody:
         required: true
         content:
           application/json:
-            schema: { $ref: "#/components/schemas/StickerPack" }
+            schema: { $ref: "#/components/schemas/StickerPackInput" }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -1288,7 +1309,7 @@ paths:
     put:
       tags: [operators]
       operationId: adminUpdateStickerPack
-      summary: Replace a pack's fields (audited).
+      summary: Replace a pack's fields (audited); omitted fields take their defaults.
       security: [{ session: [] }, { apiKey: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
@@ -1296,7 +1317,7 @@ paths:
         required: true
         content:
           application/json:
-            schema: { $ref: "#/components/schemas/StickerPack" }
+            schema: { $ref: "#/components/schemas/StickerPackInput" }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -1543,12 +1564,22 @@ components:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
     Conflict:
-      description: "`idempotency_conflict` (with `fields`, the differing request fields) or `hold_resolved` (with holdId, holdStatus, amount, capturedAmount)."
+      description: "`idempotency_conflict` (with `fields`, the differing request fields), `hold_resolved` (with holdId, holdStatus, amount, capturedAmount), `pack_exists` or `already_exists`."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
     Forbidden:
-      description: "`forbidden`, `profile_limit_reached` or `subscription_required`."
+      description: "`forbidden` (an API key without the scope, or a profile that may not), `profile_limit_reached`, `subscription_required`, `profile_selection_required`, `session_required` (an API key on a user's endpoint) or `api_key_required` (a user's session on a service endpoint)."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    SessionRequired:
+      description: "`session_required`: the bearer token is a live API key; this endpoint acts for a user's session."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    ApiKeyRequired:
+      description: "`api_key_required`: the bearer token is a user's live session; this endpoint is for services and operators (API keys)."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
@@ -1589,7 +1620,8 @@ components:
           enum: [invalid_credentials, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
-            invalid_password, otp_already_used, owner_profile_required, method_not_allowed]
+            invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
+            profile_selection_required, pack_exists, already_exists]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -1811,8 +1843,11 @@ components:
         currentProfileCount: { type: integer }
     EntitlementSnapshot:
       type: object
-      required: [userId, planId, status, features, limits, tokens, unlockedStickerPacks]
+      required: [userId, planId, status, features, limits, tokens, unlockedStickerPacks, profileSelectionRequired]
       properties:
+        profileSelectionRequired:
+          type: boolean
+          description: The session's selected profile was deleted or is beyond the plan's profile limit (`profile` is then null).
         userId: { type: string }
         planId: { type: string }
         status: { type: string, description: "The subscription status while entitled, else free." }
@@ -1858,6 +1893,23 @@ components:
         sortOrder: { type: integer }
         stickerCount: { type: integer, minimum: 0 }
         previewStickers: { type: array, maxItems: 50, items: { type: string } }
+    StickerPackInput:
+      type: object
+      description: A pack as an operator writes it; only id, name and category are required, the rest have defaults.
+      required: [id, name, category]
+      properties:
+        id: { type: string, pattern: "^[a-z0-9-]{1,64}$" }
+        name: { type: string, minLength: 1, maxLength: 100 }
+        description: { type: string, maxLength: 1000, default: "" }
+        iconUrl: { type: [string, "null"], description: An https URL. }
+        category: { type: string, enum: [emoji, custom, seasonal, branded] }
+        isPremium: { type: boolean, description: "Default: true when tokenPrice > 0 or includedInPlans is not empty." }
+        tokenPrice: { type: integer, minimum: 0, default: 0 }
+        includedInPlans: { type: array, items: { type: string }, default: [] }
+        isActive: { type: boolean, default: true }
+        sortOrder: { type: integer, default: 0 }
+        stickerCount: { type: integer, minimum: 0, default: 0 }
+        previewStickers: { type: array, maxItems: 50, items: { type: string }, default: [], description: https URLs. }
     UserStickerPack:
       type: object
       required: [id, name, category, stickerCount, isLocked, previewStickers, isPremium, tokenPrice]

@@ -32,7 +32,7 @@ extension AuthError {
         case .unauthorized: Problem.unauthorized("The session is missing, expired or revoked; sign in again.")
         case .forbidden(let detail): Problem.forbidden(detail)
         case .notFound: Problem.notFound()
-        case .conflict(let detail): Problem(.conflict, code: "validation_failed", detail: detail)
+        case .conflict(let detail): Problem(.conflict, code: "already_exists", detail: detail)
         case .invalidPIN(let remaining):
             Problem(.forbidden, code: "invalid_pin", detail: "This profile needs its PIN; the PIN given is missing or wrong.")
                 .with("attemptsRemaining", .int(remaining))

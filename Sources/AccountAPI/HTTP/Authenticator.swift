@@ -8,18 +8,30 @@ import Hummingbird
 struct Authenticator: Sendable {
     let auth: AuthService
     let apiKeys: APIKeyService
+    let profiles: ProfileService
 
-    /// The end user's live session (API keys are not sessions).
+    /// The end user's live session. API keys are not sessions: a live key answers 403 `session_required` (the credential
+    /// is fine, the endpoint is for users), anything else 401.
     func session(_ request: Request, _ context: AppRequestContext) async throws -> AuthenticatedSession {
-        guard let token = Self.bearerToken(request), !token.hasPrefix(APIKeyService.prefix) else { throw AuthError.unauthorized }
+        guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
+        if token.hasPrefix(APIKeyService.prefix) { throw try await refusal(apiKey: token, context) }
         return try await auth.authenticate(token: token, logger: context.logger)
     }
 
     /// The bind of `AuthService.sessionQuery` for the request's bearer token, for statements that look the session up
-    /// themselves (then `AuthService.session(row:logger:)` checks it).
-    func sessionTokenHash(_ request: Request) throws -> String {
-        guard let token = Self.bearerToken(request), !token.hasPrefix(APIKeyService.prefix) else { throw AuthError.unauthorized }
+    /// themselves (then `AuthService.session(row:logger:)` checks it). An API key is refused as in ``session(_:_:)``.
+    func sessionTokenHash(_ request: Request, _ context: AppRequestContext) async throws -> String {
+        guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
+        if token.hasPrefix(APIKeyService.prefix) { throw try await refusal(apiKey: token, context) }
         return try AuthService.sessionTokenHash(token)
+    }
+
+    /// Why an API key cannot call a user's endpoint: 403 when it is a live key, 401 when it is not a key at all.
+    private func refusal(apiKey token: String, _ context: AppRequestContext) async throws -> any Error {
+        guard try await apiKeys.authenticate(secret: token, logger: context.logger) != nil else { return AuthError.unauthorized }
+        return Problem(
+            .forbidden, code: "session_required",
+            detail: "This endpoint acts for a signed-in user: send a session token (from sign-in or verify-otp), not an API key.")
     }
 
     /// An operator: a user with role admin, or an API key with scope admin. Returns the audit actor.
@@ -33,11 +45,19 @@ struct Authenticator: Sendable {
         return "user:" + session.user.id
     }
 
-    /// A live API key carrying `scope`: missing/unknown → 401, wrong scope → 403.
+    /// A live API key carrying `scope`: missing or unknown → 401, a user's live session → 403 `api_key_required`, a key
+    /// without the scope → 403 `forbidden`.
     func requireScope(_ scope: String, _ request: Request, _ context: AppRequestContext) async throws -> APIKey {
-        guard let token = Self.bearerToken(request), let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else {
-            throw AuthError.unauthorized
+        guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
+        guard token.hasPrefix(APIKeyService.prefix) else {
+            _ = try await auth.authenticate(token: token, logger: context.logger)
+            throw Problem(
+                .forbidden, code: "api_key_required",
+                detail:
+                    "This endpoint is for services: send an API key with the scope '\(scope)' (account-service api-key create), not a user's session."
+            )
         }
+        guard let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else { throw AuthError.unauthorized }
         guard key.allows(scope) else { throw AuthError.forbidden("This API key lacks the scope '\(scope)'.") }
         return key
     }
@@ -49,12 +69,24 @@ struct Authenticator: Sendable {
         return id
     }
 
-    /// The session's selected profile (the default one when none is selected).
+    /// The permissions of the profile the session acts as (the default one when none is selected). A selection that was
+    /// deleted or is locked by a downgrade is 403 `profile_selection_required`: never the owner's permissions.
     func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
-        try await auth.activeProfile(selectedID: session.selectedProfileID, userID: session.user.id, logger: context.logger).map {
+        let current = try await profile(of: session, context)
+        if current == .selectionRequired { throw Self.selectionRequired }
+        return current.profile.map {
             ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
         }
     }
+
+    /// The profile the session acts as, re-checked against the current plan.
+    func profile(of session: AuthenticatedSession, _ context: AppRequestContext) async throws -> SessionProfile {
+        try await profiles.sessionProfile(session, logger: context.logger)
+    }
+
+    static let selectionRequired = Problem(
+        .forbidden, code: "profile_selection_required",
+        detail: "The selected profile was deleted or is beyond your plan's profile limit; select a profile (GET /api/profiles/available).")
 
     /// The credential of `Authorization: Bearer …` (scheme case-insensitive, surrounding spaces and tabs dropped).
     /// Byte-wise: this runs on every authenticated request.

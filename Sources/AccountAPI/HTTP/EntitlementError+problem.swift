@@ -5,7 +5,8 @@ extension EntitlementError {
     var problem: Problem {
         switch self {
         case .packNotFound: Problem.notFound("No such sticker pack.")
-        case .packExists(let id): Problem(.conflict, code: "validation_failed", detail: "A pack with id '\(id)' exists; use PUT to change it.")
+        case .packExists(let id):
+            Problem(.conflict, code: "pack_exists", detail: "A pack with id '\(id)' exists; change it with PUT /api/admin/stickers/packs/\(id).")
         case .alreadyUnlocked(let detail): Problem(.conflict, code: "already_unlocked", detail: detail)
         case .purchaseNotAllowed:
             Problem(.forbidden, code: "purchase_not_allowed", detail: "This profile cannot make purchases; switch to a profile that can.")

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import Ledger
 import NIOCore
 
 extension Request {
@@ -32,20 +33,37 @@ extension Request {
         }
     }
 
+    /// A decoding failure as a sentence naming the JSON field (`previewStickers[2]`, `metadata.kind`) and what it must be.
     static func describe(_ error: DecodingError) -> String {
         func path(_ keys: [any CodingKey]) -> String {
-            let p = keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
-            return p.isEmpty ? "the body" : "'\(p)'"
+            keys.reduce(into: "") { text, key in
+                if let index = key.intValue { text += "[\(index)]" } else { text += (text.isEmpty ? "" : ".") + key.stringValue }
+            }
         }
         switch error {
-        case .keyNotFound(let key, let ctx): return "Missing field '\((ctx.codingPath + [key]).map(\.stringValue).joined(separator: "."))'."
-        case .typeMismatch(let type, let ctx): return "Field \(path(ctx.codingPath)) has the wrong type (expected \(Self.jsonName(type)))."
-        case .valueNotFound(let type, let ctx): return "Field \(path(ctx.codingPath)) must not be null (expected \(Self.jsonName(type)))."
+        case .keyNotFound(let key, let ctx): return "Missing field '\(path(ctx.codingPath + [key]))'."
+        case .typeMismatch(let type, let ctx):
+            if ctx.codingPath.isEmpty { return "The request body must be a JSON object." }
+            return "Field '\(path(ctx.codingPath))' has the wrong type (expected \(Self.jsonName(type)))."
+        case .valueNotFound(let type, let ctx):
+            if ctx.codingPath.isEmpty { return "The request body must be a JSON object." }
+            return "Field '\(path(ctx.codingPath))' must not be null (expected \(Self.jsonName(type)))."
         case .dataCorrupted(let ctx):
-            return ctx.codingPath.isEmpty
-                ? "The request body is not valid JSON." : "Field \(path(ctx.codingPath)) is invalid: \(ctx.debugDescription)"
+            guard !ctx.codingPath.isEmpty else { return "The request body is not valid JSON." }
+            return "Field '\(path(ctx.codingPath))' \(Self.allowedValues(ctx.debugDescription) ?? "is invalid: " + ctx.debugDescription)"
         @unknown default: return "The request body could not be decoded."
         }
+    }
+
+    /// The enumerations request bodies decode, by type name: Foundation reports a bad value as "Cannot initialize Bucket
+    /// from invalid String value gold", which is rewritten to name the allowed values instead of a Swift type.
+    static let enumerations: [String: [String]] = ["Bucket": Bucket.allCases.map(\.rawValue)]
+
+    static func allowedValues(_ debugDescription: String) -> String? {
+        guard let match = debugDescription.firstMatch(of: /^Cannot initialize (\w+) from invalid \w+ value (.*)$/) else { return nil }
+        let given = String(match.output.2).prefix(40)
+        guard let allowed = enumerations[String(match.output.1)] else { return "has a value that is not allowed ('\(given)')." }
+        return "must be one of \(allowed.joined(separator: ", ")) (got '\(given)')."
     }
 
     static func jsonName(_ type: Any.Type) -> String {

@@ -10,36 +10,44 @@ extension ProfileService {
 
     /// The profile part of the entitlement snapshot statement. The embedding statement provides `x.id` (the user),
     /// `x.selected_profile_id` and `n.with_profile`. Yields the selected profile, or the account's default one when none
-    /// is selected or it is gone; all NULL without `with_profile`. Columns: `profile_id`, `profile_name`,
-    /// `profile_can_make_purchases`, `profile_can_use_custom_content_types` (`ProfileFragmentTests` pins them).
+    /// is selected; all NULL without `with_profile` or when the selected profile is gone (the session must select again,
+    /// it never falls back to the owner's profile). Columns: `profile_id`, `profile_name`, `profile_can_make_purchases`,
+    /// `profile_can_use_custom_content_types` and `profile_rank`, the profile's place in the account's order (0 = the
+    /// default profile, then oldest first): a profile is usable while `profile_rank` < the plan's `maxFamilyProfiles`, the
+    /// rule ``ProfileService/available(userID:logger:)`` applies (`ProfileFragmentTests` pins both).
     ///
-    /// The selected profile is a lookup by primary key and, only when there is none, the default one by its unique partial
-    /// index. On PostgreSQL each is a lateral subquery with `LIMIT 1`, which keeps the planner from flattening it into a
-    /// plain join (flattened, the default profile was looked up for every session; callgrind: 4.8 % fewer instructions per
+    /// The selected profile is a lookup by primary key and, only when none is selected, the default one by its unique
+    /// partial index; the rank is counted only for a selected non-default profile (a handful of rows of one account). On
+    /// PostgreSQL each lookup is a lateral subquery with `LIMIT 1`, which keeps the planner from flattening it into a plain
+    /// join (flattened, the default profile was looked up for every session; callgrind: 4.8 % fewer instructions per
     /// 8-session statement). SQLite has no LATERAL; it tests a join's conditions on outer tables before scanning the inner one.
     public static func snapshotFragment(engine: Engine) -> SQLJoinFragment {
         let select = """
             COALESCE(ps.id, pd.id) AS profile_id, COALESCE(ps.name, pd.name) AS profile_name,
               COALESCE(ps.can_make_purchases, pd.can_make_purchases) AS profile_can_make_purchases,
-              COALESCE(ps.can_use_custom_content_types, pd.can_use_custom_content_types) AS profile_can_use_custom_content_types
+              COALESCE(ps.can_use_custom_content_types, pd.can_use_custom_content_types) AS profile_can_use_custom_content_types,
+              CASE WHEN ps.id IS NULL OR ps.is_default THEN 0 ELSE (
+                SELECT COUNT(*) FROM family_profiles o WHERE o.user_id = x.id
+                  AND (o.is_default OR o.created_at_ms < ps.created_at_ms OR (o.created_at_ms = ps.created_at_ms AND o.id < ps.id))) END AS profile_rank
             """
-        let columns = ["profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types"]
+        let columns = ["profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types", "profile_rank"]
         guard engine == .postgres else {
             return SQLJoinFragment(
                 select: select,
                 joins: """
                     LEFT JOIN family_profiles ps ON n.with_profile AND ps.id = x.selected_profile_id AND ps.user_id = x.id
-                    LEFT JOIN family_profiles pd ON n.with_profile AND ps.id IS NULL AND pd.user_id = x.id AND pd.is_default
+                    LEFT JOIN family_profiles pd ON n.with_profile AND x.selected_profile_id IS NULL AND pd.user_id = x.id AND pd.is_default
                     """, columns: columns)
         }
-        let profile = "id, name, can_make_purchases, can_use_custom_content_types"
+        let profile = "id, name, can_make_purchases, can_use_custom_content_types, is_default, created_at_ms"
         return SQLJoinFragment(
             select: select,
             joins: """
                 LEFT JOIN LATERAL (
                   SELECT \(profile) FROM family_profiles WHERE n.with_profile AND id = x.selected_profile_id AND user_id = x.id LIMIT 1) ps ON TRUE
                 LEFT JOIN LATERAL (
-                  SELECT \(profile) FROM family_profiles WHERE n.with_profile AND ps.id IS NULL AND user_id = x.id AND is_default LIMIT 1) pd ON TRUE
+                  SELECT \(profile) FROM family_profiles WHERE n.with_profile AND x.selected_profile_id IS NULL AND user_id = x.id AND is_default
+                  LIMIT 1) pd ON TRUE
                 """, columns: columns)
     }
 }

@@ -14,6 +14,27 @@ public struct ProfileView: Sendable, Equatable {
     public let isLocked: Bool
 }
 
+/// The profile a session acts as, checked against the plan on every request that uses it.
+public enum SessionProfile: Sendable, Equatable {
+    /// Nothing selected (a fresh sign-in): the account's default profile, the owner's.
+    case defaultProfile(FamilyProfile)
+    /// The selected profile, still within the plan's limit.
+    case selected(FamilyProfile)
+    /// The selected profile was deleted, or lies beyond the plan's profile limit since a downgrade. The session never
+    /// falls back to the owner's profile: the app asks the user to select again.
+    case selectionRequired
+    /// The account has no profile at all (never true of a verified account).
+    case none
+
+    /// The profile to act as, if any.
+    public var profile: FamilyProfile? {
+        switch self {
+        case .defaultProfile(let p), .selected(let p): p
+        case .selectionRequired, .none: nil
+        }
+    }
+}
+
 /// What a create or update sets (the seed's `CreateProfileRequest` plus `removePin`).
 public struct ProfileInput: Sendable {
     public var name: String
@@ -71,6 +92,22 @@ public struct ProfileService: Sendable {
         let rows = try await tx.query(
             "SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? ORDER BY is_default DESC, created_at_ms, id LIMIT 100", [userID])
         return try rows.enumerated().map { index, row in ProfileView(profile: try FamilyProfile(row: row), isLocked: index >= limit) }
+    }
+
+    /// The profile `session` acts as right now: its selection is re-checked against the current plan (a downgrade locks
+    /// profiles beyond the limit, and a session that had selected one must select again).
+    public func sessionProfile(_ session: AuthenticatedSession, logger: Logger) async throws -> SessionProfile {
+        try await database.withConnection(logger: logger) { tx in
+            guard let selectedID = session.selectedProfileID else {
+                let row = try await tx.first(
+                    "SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND is_default", [session.user.id])
+                return try row.map { .defaultProfile(try FamilyProfile(row: $0)) } ?? .none
+            }
+            guard let view = try await views(tx, userID: session.user.id, now: clock.now()).first(where: { $0.profile.id == selectedID }),
+                !view.isLocked
+            else { return .selectionRequired }
+            return .selected(view.profile)
+        }
     }
 
     /// Binds a profile to the session. A PIN profile needs its PIN: each check reserves an attempt in the profile's PIN
@@ -178,15 +215,14 @@ public struct ProfileService: Sendable {
         }
     }
 
-    /// Deletes a non-default profile; sessions that had it selected fall back to the default profile.
+    /// Deletes a non-default profile. Sessions that had it selected keep the dangling selection: they act as no profile
+    /// (``SessionProfile/selectionRequired``) until they select one, and never become the owner's.
     public func delete(userID: String, profileID: String, by manager: ProfileManager, logger: Logger) async throws {
         let owner = try await checkManager(manager, userID: userID, settingPIN: false, logger: logger)
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let profile = try await load(tx, id: profileID, userID: userID)
             if profile.isDefault { throw AuthError.forbidden("The default profile cannot be deleted.") }
-            let fallback = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
-            try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE selected_profile_id = ?", [fallback, profileID])
             try await tx.query("DELETE FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
             try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
             try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_deleted", profileID: profileID, now: now)
