@@ -26,6 +26,7 @@ struct Admin: AsyncParsableCommand {
             }
             let config = try CLI.config()
             let logger = Startup.bootstrapLogging(config)
+            CLI.noteNewDatabase(config)
             try await Startup.withMigratedDatabase(config: config, logger: logger) { dependencies, _ in
                 let user = try await dependencies.auth.createAdmin(email: email, password: secret, name: name, logger: logger)
                 print("created admin \(user.email) with id \(user.id)")
@@ -44,8 +45,17 @@ struct APIKeyCommand: AsyncParsableCommand {
         @Option(name: .long, help: "What the key is for.") var name: String
         @Option(name: .long, help: "Comma-separated: admin, ledger:write, ledger:read, entitlements:read.") var scopes: String
 
+        func validate() throws {
+            let unknown = Set(scopes.split(separator: ",").map(String.init)).subtracting(APIKeyService.knownScopes)
+            if !unknown.isEmpty || scopes.isEmpty {
+                throw ValidationError(
+                    "Unknown scope(s) '\(scopes.prefix(80))'; known: \(APIKeyService.knownScopes.sorted().joined(separator: ", ")).")
+            }
+        }
+
         func run() async throws {
             let config = try CLI.config()
+            CLI.noteNewDatabase(config)
             try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config)) { dependencies, _ in
                 let (key, secret) = try await dependencies.apiKeys.create(
                     name: name, scopes: scopes.split(separator: ",").map(String.init), logger: Logger(label: "cli"))
@@ -60,7 +70,9 @@ struct APIKeyCommand: AsyncParsableCommand {
             abstract: "List keys (id, state, scopes, name; never their secrets).", discussion: CLI.databaseVariables)
         func run() async throws {
             try await CLI.withExistingDatabase { dependencies, logger in
-                for key in try await dependencies.apiKeys.list(logger: logger) {
+                let keys = try await dependencies.apiKeys.list(logger: logger)
+                if keys.isEmpty { print("no API keys yet (account-service api-key create --name NAME --scopes SCOPES)") }
+                for key in keys {
                     let state = key.revokedAt == nil ? "active" : "revoked"
                     print("\(key.id)\t\(state)\t\(key.scopes.sorted().joined(separator: ","))\t\(key.name)")
                 }

@@ -40,13 +40,9 @@ struct AccountServiceCommand: AsyncParsableCommand {
                 var syncCommand = command
                 try syncCommand.run()
             }
-        } catch let error as ValidationError {
-            type(of: command).exit(withError: error)
-        } catch let error as ExitCode {
-            type(of: command).exit(withError: error)
-        } catch let error as CleanExit {
-            type(of: command).exit(withError: error)
         } catch {
+            // ArgumentParser's own errors (help requests, validation, exit codes) print as it prints them.
+            if String(reflecting: type(of: error)).hasPrefix("ArgumentParser.") { type(of: command).exit(withError: error) }
             FileHandle.standardError.write(Data("error: \(CLI.message(error))\n".utf8))
             Foundation.exit(1)
         }
@@ -73,6 +69,14 @@ enum CLI {
         try await Startup.withMigratedDatabase(config: config, logger: Startup.bootstrapLogging(config), existingOnly: true) { dependencies, _ in
             try await body(dependencies, Logger(label: "cli"))
         }
+    }
+
+    /// Writes a note when a command is about to create a new SQLite database: run from the wrong directory, what it
+    /// writes would land in a database the server does not use.
+    static func noteNewDatabase(_ config: AppConfig) {
+        guard let path = Startup.missingSQLiteFile(config) else { return }
+        FileHandle.standardError.write(
+            Data("note: no database at \(path) yet; creating it. The server must use the same one (same directory or DATABASE_URL).\n".utf8))
     }
 
     /// A failure that is not about the command line (no usage is printed).

@@ -73,8 +73,13 @@ public struct StickerPack: Codable, Sendable, Equatable {
             problems.append("tokenPrice must be from 0 to \(LedgerLimits.amountTokensMax)")
         }
         if isPremium && tokenPrice == 0 && includedInPlans.isEmpty { problems.append("a premium pack needs a tokenPrice or includedInPlans") }
+        if !isPremium && (tokenPrice > 0 || !includedInPlans.isEmpty) {
+            problems.append("a pack with a tokenPrice or includedInPlans is premium (set isPremium true or leave it out)")
+        }
         if stickerCount < 0 { problems.append("stickerCount must not be negative") }
-        for plan in includedInPlans where catalog.plan(id: plan) == nil { problems.append("includedInPlans names an unknown plan '\(plan)'") }
+        for plan in includedInPlans where catalog.plan(id: plan) == nil {
+            problems.append("includedInPlans names an unknown plan '\(plan.prefix(80))'")
+        }
         if let iconUrl, !Self.isHTTPS(iconUrl) { problems.append("iconUrl '\(iconUrl.prefix(80))' is not an https URL") }
         for (index, url) in previewStickers.enumerated() where !Self.isHTTPS(url) {
             problems.append("previewStickers[\(index)] '\(url.prefix(80))' is not an https URL")

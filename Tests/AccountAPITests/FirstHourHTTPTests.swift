@@ -72,7 +72,9 @@ struct FirstHourHTTPTests {
             let user = try await app.userID(token: token)
             let asUser = try await client.get("/api/users/\(user)/entitlements", token: token)
             #expect(try asUser.status == .forbidden && asUser.problem().code == "api_key_required")
-            // Dead credentials of either kind stay 401.
+            // Dead credentials of either kind stay 401, worded for who calls.
+            let noKey = try await client.get("/api/users/\(user)/entitlements", token: nil)
+            #expect(try noKey.status == .unauthorized && noKey.problem().detail.contains("API key"))
             #expect(try await client.get("/api/entitlements", token: "ask_not-a-key").status == .unauthorized)
             #expect(try await client.get("/api/users/\(user)/entitlements", token: "not-a-session").status == .unauthorized)
         }
@@ -103,6 +105,30 @@ struct FirstHourHTTPTests {
                 .post, "/api/admin/stickers/packs", token: admin,
                 json: #"{"id":"p2","name":"P","category":"emoji","previewStickers":["https://cdn.example.com/a.png","ftp://x"]}"#)
             #expect(try badPreview.status == .badRequest && badPreview.problem().detail.contains("previewStickers[1]"))
+
+            // PUT changes what the body names: a rename keeps the price; a price change makes the pack premium.
+            struct Priced: Decodable { let name: String; let tokenPrice: Int; let isPremium: Bool; let description: String }
+            let described = try await client.send(
+                .put, "/api/admin/stickers/packs/priced", token: admin, json: #"{"description":"Three tokens","tokenPrice":3}"#)
+            #expect(try described.json(Priced.self).description == "Three tokens")
+            let renamed = try await client.send(.put, "/api/admin/stickers/packs/priced", token: admin, json: #"{"name":"Renamed"}"#)
+            let after = try renamed.json(Priced.self)
+            #expect(after.name == "Renamed" && after.tokenPrice == 3 && after.isPremium && after.description == "Three tokens")
+            let repriced = try await client.send(.put, "/api/admin/stickers/packs/starter", token: admin, json: #"{"tokenPrice":4}"#)
+            #expect(try repriced.json(Priced.self).isPremium)
+            let otherID = try await client.send(.put, "/api/admin/stickers/packs/starter", token: admin, json: #"{"id":"priced"}"#)
+            #expect(otherID.status == .badRequest)
+            #expect(try await client.send(.put, "/api/admin/stickers/packs/nope", token: admin, json: #"{"name":"X"}"#).status == .notFound)
+            let pricedButFree = try await client.send(
+                .post, "/api/admin/stickers/packs", token: admin,
+                json: #"{"id":"odd","name":"Odd","category":"emoji","tokenPrice":5,"isPremium":false}"#)
+            #expect(try pricedButFree.status == .badRequest && pricedButFree.problem().detail.contains("premium"))
+            // Details quote input, but never much of it.
+            let longPlan = String(repeating: "h", count: 20_000)
+            let echoed = try await client.send(
+                .post, "/api/admin/stickers/packs", token: admin,
+                json: #"{"id":"p9","name":"P","category":"emoji","includedInPlans":["\#(longPlan)"]}"#)
+            #expect(try echoed.status == .badRequest && echoed.problem().detail.count <= Problem.maxDetailCharacters + 1)
 
             let notObject = try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: "[1,2]")
             #expect(try notObject.problem().detail == "The request body must be a JSON object.")

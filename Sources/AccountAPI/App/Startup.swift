@@ -8,10 +8,16 @@ public enum Startup {
     /// For one-shot commands: opens the database (running the PostgreSQL pool meanwhile), migrates, runs `body`. With
     /// `existingOnly`, a SQLite file that does not exist yet is an error instead of a new, empty database (a command that
     /// only reads, run from the wrong directory).
+    /// The configured SQLite file when it does not exist yet (opening it would create an empty database).
+    public static func missingSQLiteFile(_ config: AppConfig) -> String? {
+        guard case .sqlite(let path) = config.database, path != ":memory:", !FileManager.default.fileExists(atPath: path) else { return nil }
+        return path
+    }
+
     public static func withMigratedDatabase(
         config: AppConfig, logger: Logger, existingOnly: Bool = false, _ body: @Sendable (Dependencies, [Migration]) async throws -> Void
     ) async throws {
-        if existingOnly, case .sqlite(let path) = config.database, path != ":memory:", !FileManager.default.fileExists(atPath: path) {
+        if existingOnly, let path = missingSQLiteFile(config) {
             throw StartupError(
                 message: "no database at \(path) (DATABASE_URL): run this in the directory the server runs in, or set DATABASE_URL")
         }

@@ -45,11 +45,26 @@ struct AdminCatalogController: Sendable {
         return JSONResponse(pack, status: .created)
     }
 
+    /// Changes the fields the body names; omitted ones keep their current values (a rename never makes a paid pack free).
     @Sendable func replacePack(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickerPack> {
         let actor = try await authenticator.requireOperator(request, context)
+        let id = try context.parameters.require("id")
         var request = request
-        let pack = try await request.decodeJSON(StickerPack.self, context: context)
-        guard pack.id == (try context.parameters.require("id")) else { throw Problem.validation("The body's id must match the path.") }
+        let changes = try await request.decodeJSON([String: JSONValue].self, context: context)
+        if let given = changes["id"], given != .string(id) { throw Problem.validation("The body's id must match the path (or be left out).") }
+        guard let current = try await stickers.catalog(logger: context.logger).first(where: { $0.id == id }) else {
+            throw Problem.notFound("No sticker pack with this id.")
+        }
+        var fields = try JSONDecoder().decode([String: JSONValue].self, from: JSONEncoder().encode(current))
+        // isPremium follows the price and plans unless the body sets it.
+        if changes["isPremium"] == nil && (changes["tokenPrice"] != nil || changes["includedInPlans"] != nil) { fields["isPremium"] = nil }
+        fields.merge(changes) { _, new in new }
+        let pack: StickerPack
+        do {
+            pack = try JSONDecoder().decode(StickerPack.self, from: JSONEncoder().encode(fields))
+        } catch let error as DecodingError {
+            throw Problem.validation(Request.describe(error))
+        }
         try await stickers.save(pack, create: false, actor: actor, ip: context.clientIP, logger: context.logger)
         return JSONResponse(pack)
     }

@@ -1309,7 +1309,7 @@ paths:
     put:
       tags: [operators]
       operationId: adminUpdateStickerPack
-      summary: Replace a pack's fields (audited); omitted fields take their defaults.
+      summary: Change a pack's fields (audited); omitted fields keep their current values.
       security: [{ session: [] }, { apiKey: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
@@ -1317,7 +1317,7 @@ paths:
         required: true
         content:
           application/json:
-            schema: { $ref: "#/components/schemas/StickerPackInput" }
+            schema: { $ref: "#/components/schemas/StickerPackChanges" }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -1903,13 +1903,29 @@ components:
         description: { type: string, maxLength: 1000, default: "" }
         iconUrl: { type: [string, "null"], description: An https URL. }
         category: { type: string, enum: [emoji, custom, seasonal, branded] }
-        isPremium: { type: boolean, description: "Default: true when tokenPrice > 0 or includedInPlans is not empty." }
+        isPremium: { type: boolean, description: "Default: true when tokenPrice > 0 or includedInPlans is not empty; false with a price or plans is refused." }
         tokenPrice: { type: integer, minimum: 0, default: 0 }
         includedInPlans: { type: array, items: { type: string }, default: [] }
         isActive: { type: boolean, default: true }
         sortOrder: { type: integer, default: 0 }
         stickerCount: { type: integer, minimum: 0, default: 0 }
         previewStickers: { type: array, maxItems: 50, items: { type: string }, default: [], description: https URLs. }
+    StickerPackChanges:
+      type: object
+      description: The fields to change; omitted ones keep their current values. `id`, when given, must match the path.
+      properties:
+        id: { type: string, pattern: "^[a-z0-9-]{1,64}$" }
+        name: { type: string, minLength: 1, maxLength: 100 }
+        description: { type: string, maxLength: 1000 }
+        iconUrl: { type: [string, "null"], description: An https URL. }
+        category: { type: string, enum: [emoji, custom, seasonal, branded] }
+        isPremium: { type: boolean, description: "When left out and tokenPrice or includedInPlans change: true when the pack costs tokens or belongs to plans." }
+        tokenPrice: { type: integer, minimum: 0 }
+        includedInPlans: { type: array, items: { type: string } }
+        isActive: { type: boolean }
+        sortOrder: { type: integer }
+        stickerCount: { type: integer, minimum: 0 }
+        previewStickers: { type: array, maxItems: 50, items: { type: string }, description: https URLs. }
     UserStickerPack:
       type: object
       required: [id, name, category, stickerCount, isLocked, previewStickers, isPremium, tokenPrice]

@@ -48,19 +48,22 @@ struct Authenticator: Sendable {
     /// A live API key carrying `scope`: missing or unknown → 401, a user's live session → 403 `api_key_required`, a key
     /// without the scope → 403 `forbidden`.
     func requireScope(_ scope: String, _ request: Request, _ context: AppRequestContext) async throws -> APIKey {
-        guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
+        guard let token = Self.bearerToken(request) else { throw Self.keyMissing }
         guard token.hasPrefix(APIKeyService.prefix) else {
-            _ = try await auth.authenticate(token: token, logger: context.logger)
+            do { _ = try await auth.authenticate(token: token, logger: context.logger) } catch AuthError.unauthorized { throw Self.keyMissing }
             throw Problem(
                 .forbidden, code: "api_key_required",
                 detail:
                     "This endpoint is for services: send an API key with the scope '\(scope)' (account-service api-key create), not a user's session."
             )
         }
-        guard let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else { throw AuthError.unauthorized }
+        guard let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else { throw Self.keyMissing }
         guard key.allows(scope) else { throw AuthError.forbidden("This API key lacks the scope '\(scope)'.") }
         return key
     }
+
+    /// 401 on a service endpoint, worded for services.
+    static let keyMissing = Problem.unauthorized("The API key is missing or revoked; send Authorization: Bearer ask_….")
 
     /// The `userId` path parameter of an operator route, when such a user exists (else 404).
     func existingUser(_ context: AppRequestContext) async throws -> String {

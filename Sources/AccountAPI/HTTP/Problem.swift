@@ -16,10 +16,14 @@ struct Problem: Error, HTTPResponseError, Sendable {
     /// Headers to add (e.g. `Retry-After`).
     var headers: HTTPFields = [:]
 
+    /// Details quote input (an id, a path, a value); they are cut at this many characters so an answer never
+    /// echoes a huge input back.
+    static let maxDetailCharacters = 300
+
     init(_ status: HTTPResponse.Status, code: String, detail: String) {
         self.status = status
         self.code = code
-        self.detail = detail
+        self.detail = detail.count > Self.maxDetailCharacters ? detail.prefix(Self.maxDetailCharacters) + "…" : detail
     }
 
     func retryAfter(seconds: Int) -> Problem {
