@@ -59,8 +59,12 @@ enum CLI {
         """
 
     /// The configuration from the environment; every problem is listed at once.
-    static func config() throws -> AppConfig {
-        do { return try AppConfig.from(environment: ProcessInfo.processInfo.environment) } catch { throw Failure(error.description) }
+    /// Tools log warnings and errors only unless LOG_LEVEL says otherwise (their output is what they print); `serve`
+    /// passes `tool: false` and logs at LOG_LEVEL's default, info.
+    static func config(tool: Bool = true) throws -> AppConfig {
+        var environment = ProcessInfo.processInfo.environment
+        if tool && environment["LOG_LEVEL"] == nil { environment["LOG_LEVEL"] = "warning" }
+        do { return try AppConfig.from(environment: environment) } catch { throw Failure(error.description) }
     }
 
     /// Runs `body` against the configured database, which must exist already (tools never create an empty one).

@@ -16,7 +16,7 @@ struct Serve: AsyncParsableCommand {
             """)
 
     func run() async throws {
-        let config = try CLI.config()
+        let config = try CLI.config(tool: false)
         let logger = Startup.bootstrapLogging(config)
         logger.info("starting", metadata: ["config": "\(config)"])
         let dependencies = try await Dependencies.make(config: config, logger: logger)

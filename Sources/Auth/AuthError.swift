@@ -17,6 +17,8 @@ public enum AuthError: Error, Equatable, Sendable {
     case otpAlreadyUsed
     /// An account action from a session on a profile other than the owner's (default) one.
     case ownerProfileRequired
+    /// The session's selected profile was deleted or is locked by the plan: it must select a profile first.
+    case profileSelectionRequired
     case unauthorized
     case forbidden(String)
     case notFound

@@ -52,7 +52,8 @@ extension AuthService {
             sessionID: try row.string("session_id"), user: try User(row: row), createdAt: try row.date("created_at_ms"), lastUsedAt: usedAt,
             expiresAt: min(try row.date("expires_at_ms"), usedAt.addingTimeInterval(policy.sessionIdleSeconds)),
             authenticatedAt: try row.date("authenticated_at_ms"), selectedProfileID: selected,
-            isOwnerProfile: selected == nil || ((try? row.bool("selected_is_default")) ?? false))
+            isOwnerProfile: selected == nil || ((try? row.bool("selected_is_default")) ?? false),
+            selectedProfileGone: selected != nil && (try? row.bool("selected_is_default")) == nil)
     }
 
     /// The checks of ``session(row:logger:)`` alone, on a row of ``sessionQuery`` or ``checkedSessionQuery``: 401 unless
@@ -76,6 +77,7 @@ extension AuthService {
     /// Account actions (sessions, password, the account itself, its token history) need the owner profile: a session on
     /// another profile sees its own things only.
     public func requireOwnerProfile(_ session: AuthenticatedSession) throws {
+        if session.selectedProfileGone { throw AuthError.profileSelectionRequired }
         guard session.isOwnerProfile else { throw AuthError.ownerProfileRequired }
     }
 

@@ -64,6 +64,8 @@ public struct AuthenticatedSession: Sendable {
     /// True when the session acts as the account's owner (no profile selected, or the default one): account actions
     /// (sessions, password, erasure, token history) need it.
     public let isOwnerProfile: Bool
+    /// The selected profile no longer exists: the session must select one (it never falls back to the owner's).
+    public let selectedProfileGone: Bool
 }
 
 /// One row of `GET /api/auth/sessions`.

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import NIOCore
 import Storage
 import TestSupport
 import Testing
@@ -77,6 +78,39 @@ struct FirstHourHTTPTests {
             #expect(try noKey.status == .unauthorized && noKey.problem().detail.contains("API key"))
             #expect(try await client.get("/api/entitlements", token: "ask_not-a-key").status == .unauthorized)
             #expect(try await client.get("/api/users/\(user)/entitlements", token: "not-a-session").status == .unauthorized)
+            // HEAD answers wherever GET does, without a body.
+            let head = try await client.execute(uri: "/api/entitlements", method: .head, headers: [.authorization: "Bearer \(token)"])
+            #expect(head.status == .ok && head.body.readableBytes == 0 && head.headers[.eTag] != nil, "\(head.status) \(head.headers)")
+            #expect(try await client.execute(uri: "/health", method: .head, headers: [:]).status == .ok)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func packEditsChangeOnlyWhatTheyName(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            for body in [
+                #"{"id":"starter","name":"Starter","category":"emoji"}"#, #"{"id":"priced","name":"Priced","category":"emoji","tokenPrice":3}"#,
+            ] {
+                #expect(try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: body).status == .created)
+            }
+            // PUT changes what the body names: a rename keeps the price; a price change makes the pack premium.
+            struct Priced: Decodable { let name: String; let tokenPrice: Int; let isPremium: Bool; let description: String }
+            let described = try await client.send(
+                .put, "/api/admin/stickers/packs/priced", token: admin, json: #"{"description":"Three tokens","tokenPrice":3}"#)
+            #expect(try described.json(Priced.self).description == "Three tokens")
+            let renamed = try await client.send(.put, "/api/admin/stickers/packs/priced", token: admin, json: #"{"name":"Renamed"}"#)
+            let after = try renamed.json(Priced.self)
+            #expect(after.name == "Renamed" && after.tokenPrice == 3 && after.isPremium && after.description == "Three tokens")
+            let repriced = try await client.send(.put, "/api/admin/stickers/packs/starter", token: admin, json: #"{"tokenPrice":4}"#)
+            #expect(try repriced.json(Priced.self).isPremium)
+            let otherID = try await client.send(.put, "/api/admin/stickers/packs/starter", token: admin, json: #"{"id":"priced"}"#)
+            #expect(otherID.status == .badRequest)
+            #expect(try await client.send(.put, "/api/admin/stickers/packs/nope", token: admin, json: #"{"name":"X"}"#).status == .notFound)
+            let pricedButFree = try await client.send(
+                .post, "/api/admin/stickers/packs", token: admin,
+                json: #"{"id":"odd","name":"Odd","category":"emoji","tokenPrice":5,"isPremium":false}"#)
+            #expect(try pricedButFree.status == .badRequest && pricedButFree.problem().detail.contains("premium"))
         }
     }
 
@@ -106,23 +140,6 @@ struct FirstHourHTTPTests {
                 json: #"{"id":"p2","name":"P","category":"emoji","previewStickers":["https://cdn.example.com/a.png","ftp://x"]}"#)
             #expect(try badPreview.status == .badRequest && badPreview.problem().detail.contains("previewStickers[1]"))
 
-            // PUT changes what the body names: a rename keeps the price; a price change makes the pack premium.
-            struct Priced: Decodable { let name: String; let tokenPrice: Int; let isPremium: Bool; let description: String }
-            let described = try await client.send(
-                .put, "/api/admin/stickers/packs/priced", token: admin, json: #"{"description":"Three tokens","tokenPrice":3}"#)
-            #expect(try described.json(Priced.self).description == "Three tokens")
-            let renamed = try await client.send(.put, "/api/admin/stickers/packs/priced", token: admin, json: #"{"name":"Renamed"}"#)
-            let after = try renamed.json(Priced.self)
-            #expect(after.name == "Renamed" && after.tokenPrice == 3 && after.isPremium && after.description == "Three tokens")
-            let repriced = try await client.send(.put, "/api/admin/stickers/packs/starter", token: admin, json: #"{"tokenPrice":4}"#)
-            #expect(try repriced.json(Priced.self).isPremium)
-            let otherID = try await client.send(.put, "/api/admin/stickers/packs/starter", token: admin, json: #"{"id":"priced"}"#)
-            #expect(otherID.status == .badRequest)
-            #expect(try await client.send(.put, "/api/admin/stickers/packs/nope", token: admin, json: #"{"name":"X"}"#).status == .notFound)
-            let pricedButFree = try await client.send(
-                .post, "/api/admin/stickers/packs", token: admin,
-                json: #"{"id":"odd","name":"Odd","category":"emoji","tokenPrice":5,"isPremium":false}"#)
-            #expect(try pricedButFree.status == .badRequest && pricedButFree.problem().detail.contains("premium"))
             // Details quote input, but never much of it.
             let longPlan = String(repeating: "h", count: 20_000)
             let echoed = try await client.send(
@@ -130,6 +147,12 @@ struct FirstHourHTTPTests {
                 json: #"{"id":"p9","name":"P","category":"emoji","includedInPlans":["\#(longPlan)"]}"#)
             #expect(try echoed.status == .badRequest && echoed.problem().detail.count <= Problem.maxDetailCharacters + 1)
 
+            for number in ["1.5", "99999999999999999999999", "-1e30"] {
+                let fractional = try await client.send(
+                    .post, "/api/admin/stickers/packs", token: admin, json: #"{"id":"p4","name":"P","category":"emoji","tokenPrice":\#(number)}"#)
+                let detail = try fractional.problem().detail
+                #expect(detail.hasPrefix("Field 'tokenPrice' must be a whole number in range (got "), "\(detail)")
+            }
             let notObject = try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: "[1,2]")
             #expect(try notObject.problem().detail == "The request body must be a JSON object.")
             let nested = try await client.send(

@@ -94,6 +94,11 @@ struct ProfileHTTPTests {
             #expect(after.selectedProfile == nil && after.profileSelectionRequired)
             let gated = try await client.send(.post, "/api/entitlements/check", token: other, json: #"{"feature":"premium_stickers"}"#)
             #expect(try gated.status == .forbidden && gated.problem().code == "profile_selection_required")
+            // Account actions and profile management say the same, so the app knows to show the picker.
+            let rename = try await client.send(.patch, "/api/user/me", token: other, json: #"{"name":"Mine now"}"#)
+            #expect(try rename.status == .forbidden && rename.problem().code == "profile_selection_required")
+            let manage = try await client.createProfile(other, #"{"name":"Sneaky","canMakePurchases":true,"canUseCustomContentTypes":true}"#)
+            #expect(try manage.status == .forbidden && manage.problem().code == "profile_selection_required")
             #expect(try await client.send(.post, "/api/profiles/select", token: other, json: #"{"profileId":"\#(defaultID)"}"#).status == .ok)
             let picked = try await client.get("/api/auth/session", token: other).json(SelectionBody.self)
             #expect(picked.selectedProfile?.id == defaultID && !picked.profileSelectionRequired)

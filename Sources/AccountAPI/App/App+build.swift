@@ -9,7 +9,7 @@ import Storage
 public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some ApplicationProtocol {
     let router = buildRouter(dependencies)
     var app = Application(
-        router: router,
+        responder: HeadResponder(wrapped: router.buildResponder()),
         configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
         logger: logger
     )

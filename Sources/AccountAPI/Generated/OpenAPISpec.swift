@@ -15,7 +15,7 @@ info:
     **Statuses apps can rely on.** 401 means only that the request's own credentials (session or API key) are
     missing, expired or revoked: the app should sign in again. A wrong password, PIN or code inside a valid session
     is 403 (`invalid_password`, `invalid_pin`) or 400 (`invalid_otp`), never 401. Limits answer 429 with
-    `Retry-After`. A known path asked with another method answers 405 with `Allow`. Every response carries
+    `Retry-After`. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
     `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
     personal data) carries `Cache-Control: no-store`. Live credentials of the wrong kind are 403, not 401: an API key
     on a user's endpoint answers `session_required`, a user's session on a service endpoint `api_key_required`.
@@ -23,7 +23,8 @@ info:
     **Profile selection.** When the profile a session selected is deleted, or is beyond the plan's profile limit after
     a downgrade, the session never falls back to the owner's profile: `/api/auth/session` and `/api/entitlements`
     answer `selectedProfile`/`profile` null with `profileSelectionRequired: true`, and calls that act for a profile
-    (unlocks, checks, purchases) answer 403 `profile_selection_required` until `POST /api/profiles/select`.
+    (unlocks, checks, purchases; account actions and profile management too when the profile was deleted) answer 403
+    `profile_selection_required` until `POST /api/profiles/select`.
 
     **Family profiles and account actions.** A session acts for the profile it selected. Account actions need the
     owner's (default) profile; a session on another profile gets 403 `owner_profile_required` (profile management:
@@ -1589,7 +1590,7 @@ components:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
     OwnerProfileRequired:
-      description: "`owner_profile_required`: an account action from a session on another profile than the owner's (default) one."
+      description: "`owner_profile_required`: an account action from a session on another profile than the owner's (default) one; `profile_selection_required` when the selected profile was deleted."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }

@@ -29,6 +29,10 @@ extension AuthError {
             Problem(
                 .forbidden, code: "owner_profile_required",
                 detail: "This is an account action: it needs the account owner's (default) profile. Select it with POST /api/profiles/select.")
+        case .profileSelectionRequired:
+            Problem(
+                .forbidden, code: "profile_selection_required",
+                detail: "The selected profile was deleted or is beyond your plan's profile limit; select a profile (GET /api/profiles/available).")
         case .unauthorized: Problem.unauthorized("The session is missing, expired or revoked; sign in again.")
         case .forbidden(let detail): Problem.forbidden(detail)
         case .notFound: Problem.notFound()

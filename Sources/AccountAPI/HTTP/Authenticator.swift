@@ -76,7 +76,7 @@ struct Authenticator: Sendable {
     /// deleted or is locked by a downgrade is 403 `profile_selection_required`: never the owner's permissions.
     func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
         let current = try await profile(of: session, context)
-        if current == .selectionRequired { throw Self.selectionRequired }
+        if current == .selectionRequired { throw AuthError.profileSelectionRequired }
         return current.profile.map {
             ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
         }
@@ -86,10 +86,6 @@ struct Authenticator: Sendable {
     func profile(of session: AuthenticatedSession, _ context: AppRequestContext) async throws -> SessionProfile {
         try await profiles.sessionProfile(session, logger: context.logger)
     }
-
-    static let selectionRequired = Problem(
-        .forbidden, code: "profile_selection_required",
-        detail: "The selected profile was deleted or is beyond your plan's profile limit; select a profile (GET /api/profiles/available).")
 
     /// The credential of `Authorization: Bearer …` (scheme case-insensitive, surrounding spaces and tabs dropped).
     /// Byte-wise: this runs on every authenticated request.

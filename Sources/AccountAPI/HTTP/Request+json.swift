@@ -18,7 +18,7 @@ extension Request {
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
         } catch let error as DecodingError {
-            throw Problem.validation(Self.describe(error))
+            throw Problem.validation(Self.describe(error, body: Data(buffer.readableBytesView)))
         } catch {
             throw Problem.validation("The request body is not valid JSON.")
         }
@@ -31,6 +31,36 @@ extension Request {
         } catch is NIOTooManyBytesError {
             throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
         }
+    }
+
+    /// Like ``describe(_:)``, for a failure with the body at hand: Foundation reports a number that does not fit its field
+    /// (`1.5` or `1e30` for an integer) as "not valid JSON" without a path; when the body is valid JSON, the first such
+    /// number outside `metadata` is named instead.
+    static func describe(_ error: DecodingError, body: Data) -> String {
+        guard case .dataCorrupted(let ctx) = error, ctx.codingPath.isEmpty,
+            let json = try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed])
+        else { return describe(error) }
+        guard let (path, number) = unfitNumber(in: json, path: "") else { return describe(error) }
+        return "Field '\(path)' must be a whole number in range (got \(number))."
+    }
+
+    /// The first number (by path) that is not a whole number within Int64, outside `metadata` (which keeps any number).
+    static func unfitNumber(in value: Any, path: String) -> (String, String)? {
+        switch value {
+        case let object as [String: Any]:
+            for key in object.keys.sorted() where !(path.isEmpty && key == "metadata") {
+                if let found = unfitNumber(in: object[key]!, path: path.isEmpty ? key : "\(path).\(key)") { return found }
+            }
+        case let array as [Any]:
+            for (index, element) in array.enumerated() {
+                if let found = unfitNumber(in: element, path: "\(path)[\(index)]") { return found }
+            }
+        case let number as NSNumber:
+            let double = number.doubleValue
+            if double.rounded() != double || abs(double) >= 9.2e18 { return (path, number.stringValue) }
+        default: break
+        }
+        return nil
     }
 
     /// A decoding failure as a sentence naming the JSON field (`previewStickers[2]`, `metadata.kind`) and what it must be.

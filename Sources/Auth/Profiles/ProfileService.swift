@@ -247,6 +247,7 @@ public struct ProfileService: Sendable {
     /// password or a sign-in within the last 10 minutes. Operators pass. Returns whether it is the owner.
     func checkManager(_ manager: ProfileManager, userID: String, settingPIN: Bool, logger: Logger) async throws -> Bool {
         guard case .owner(let session, let currentPassword) = manager else { return false }
+        if session.selectedProfileGone { throw AuthError.profileSelectionRequired }
         let defaultID = try await database.withConnection(logger: logger) { tx in
             try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
         }
