@@ -26,12 +26,22 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
     ],
     targets: [
         .systemLibrary(
             name: "CArgon2",
             pkgConfig: "libargon2",
             providers: [.apt(["libargon2-dev"]), .brew(["argon2"])]
+        ),
+        // libvips (images: sniffing, thumbnails, lossless re-encoding) and plain C wrappers over its variadic API.
+        .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"]), .brew(["vips"])]),
+        .target(name: "CVipsSupport", dependencies: ["CVips"]),
+        // Media: image checks and thumbnails (libvips), the blob store, signed expiring URLs. No database.
+        .target(
+            name: "Media",
+            dependencies: ["CVipsSupport", .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
         ),
         // A C function for SQLite's variadic configuration call (the query planner stability guarantee).
         .target(name: "CSQLiteSupport"),
@@ -85,7 +95,8 @@ let package = Package(
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Auth", "Ledger", "Entitlements", "Storage",
+                "Auth", "Ledger", "Entitlements", "Storage", "Media",
+                .product(name: "MultipartKit", package: "multipart-kit"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -122,6 +133,7 @@ let package = Package(
         ),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "MediaTests", dependencies: ["Media"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "EntitlementsTests",
@@ -134,7 +146,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),

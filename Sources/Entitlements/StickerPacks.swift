@@ -102,6 +102,9 @@ public enum EntitlementError: Error, Equatable, Sendable {
     case alreadyUnlocked(String)
     case purchaseNotAllowed
     case invalid([String])
+    /// A premium pack this user has not unlocked; `previews` are the thumbnails anyone may see.
+    case packLocked(previewKeys: [String])
+    case stickerExists(String)
 }
 
 /// The pack catalog and who unlocked what.

@@ -75,7 +75,8 @@ extension ContractTests {
             "job_leases",
         ],
         "Entitlements": [
-            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "billing_events", "billing_accounts", "billing_grants",
+            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "billing_events", "billing_accounts",
+            "billing_grants",
         ],
         "Storage": ["schema_migrations"],
     ]

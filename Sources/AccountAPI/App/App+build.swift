@@ -46,6 +46,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     LedgerController(ledger: d.ledger, authenticator: authenticator, oneStatementSpends: d.config.oneStatementSpends).addRoutes(to: router)
     EntitlementController(entitlements: d.entitlements, auth: d.auth, authenticator: authenticator).addRoutes(to: router)
     StickerController(stickers: d.stickers, authenticator: authenticator).addRoutes(to: router)
+    StickerContentController(content: d.stickerContent, media: d.media, authenticator: authenticator).addRoutes(to: router)
     BillingController(billing: d.billing, entitlements: d.entitlements, authenticator: authenticator).addRoutes(to: router)
     AdminUserController(auth: d.auth, profiles: d.profiles, authenticator: authenticator).addRoutes(to: router)
     AdminAccountController(subscriptions: d.subscriptions, entitlements: d.entitlements, ledger: d.ledger, authenticator: authenticator)

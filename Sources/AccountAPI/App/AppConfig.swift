@@ -19,6 +19,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     public var logFormat = LogFormat.text
     /// Where generated secrets (the server HMAC key) live when not given in the environment.
     var dataDirectory = "data"
+    /// Prefix of media URLs: the service's own `/media` or a CDN in front of it (`MEDIA_BASE_URL`).
+    var mediaBaseURL = "/media"
     /// Server secret for OTP HMACs, from `SERVER_SECRET` (hex or text, ≥ 32 bytes) or `data/server-secret`.
     var serverSecret: String?
     /// Argon2id cost (DESIGN.md defaults); `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`.
@@ -93,6 +95,13 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             if let f = LogFormat(rawValue: format.lowercased()) { logFormat = f } else { reader.problems.append("LOG_FORMAT must be text or json") }
         }
         if let dir = reader.value("DATA_DIR") { dataDirectory = dir }
+        if let base = reader.value("MEDIA_BASE_URL") {
+            if base.hasPrefix("https://") || base.hasPrefix("http://") || base.hasPrefix("/") {
+                mediaBaseURL = base.hasSuffix("/") ? String(base.dropLast()) : base
+            } else {
+                reader.problems.append("MEDIA_BASE_URL must be an http(s) URL or a path starting with /")
+            }
+        }
         if let secret = reader.value("SERVER_SECRET") {
             if secret.utf8.count < 32 { reader.problems.append("SERVER_SECRET must be at least 32 characters") } else { serverSecret = secret }
         }

@@ -3,6 +3,7 @@ import Entitlements
 import Foundation
 import Ledger
 import Logging
+import Media
 import PostgresNIO
 import Storage
 import X509
@@ -25,6 +26,8 @@ public struct Dependencies: Sendable {
     let entitlements: EntitlementService
     let subscriptions: SubscriptionService
     let stickers: StickerService
+    let stickerContent: StickerContentService
+    let media: MediaServices
     let billing: BillingService
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
@@ -42,7 +45,9 @@ public struct Dependencies: Sendable {
         let (database, postgresClient) = try await open(config, logger: logger)
         let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
-        let secrets = SecretHasher(serverSecret: try serverSecret(config))
+        let secret = try serverSecret(config)
+        let secrets = SecretHasher(serverSecret: secret)
+        let media = try mediaServices(config, secret: secret)
         let ledger = Ledger(clock: clock)
         let auth = AuthService(
             database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, policy: config.authPolicy,
@@ -66,10 +71,24 @@ public struct Dependencies: Sendable {
             stickers: StickerService(
                 database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared, clock: clock
             ),
+            stickerContent: StickerContentService(database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock),
+            media: media,
             billing: BillingService(
                 database: database, machine: machine, apple: apple,
                 stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
                 accounts: AuthDirectory(), clock: clock))
+    }
+
+    /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).
+    static func mediaServices(_ config: AppConfig, secret: [UInt8]) throws -> MediaServices {
+        do {
+            return MediaServices(
+                images: try ImageProcessor(),
+                blobs: try FileBlobStore(directory: URL(fileURLWithPath: config.dataDirectory).appendingPathComponent("media", isDirectory: true)),
+                signer: URLSigner(secret: Data(secret), baseURL: config.mediaBaseURL))
+        } catch {
+            throw StartupError(message: "media: \(error)")
+        }
     }
 
     /// The Apple verifier when Apple billing is configured (its roots read now: a bad file stops start-up).

@@ -1233,6 +1233,107 @@ paths:
                     items: { $ref: "#/components/schemas/UserStickerPack" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/SessionRequired" }
+  /api/stickers/pack/{packId}:
+    get:
+      tags: [stickers]
+      operationId: listPackStickers
+      summary: The stickers of a pack this user can use.
+      description: |
+        Free packs' files have public URLs. A premium pack's files (bought, or included in the current plan) come as
+        signed URLs that expire after about an hour (`?exp=…&sig=…`, HMAC under the server secret); fetch the list
+        again for fresh ones. A locked premium pack answers 403 `pack_locked` with `previewStickers`: public URLs of
+        its first three thumbnails. JSON names are camelCase (the seed's `image_url` is `imageUrl`, `thumbnail_url`
+        is `thumbnailUrl`). Ids are `packId:slug`, stable across devices (send them in messages).
+      security: [{ session: [] }]
+      parameters:
+        - { name: packId, in: path, required: true, schema: { type: string, maxLength: 64 } }
+      responses:
+        "200":
+          description: Stickers in pack order.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [stickers]
+                properties:
+                  stickers: { type: array, items: { $ref: "#/components/schemas/Sticker" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`pack_locked` (with `previewStickers`), or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/stickers/pack/{packId}/stickers:
+    post:
+      tags: [operators]
+      operationId: adminUploadStickers
+      summary: Add images to a pack (multipart; audited).
+      description: |
+        One or more parts named `file` (at most 20, 12 MiB in all); optional `name` (one file only; else the file
+        name without its extension) and `tags` (comma-separated). Each image is checked by its content, never its
+        declared type: PNG, GIF or WebP (SVG is refused), at most 500 KB, each side 200 to 1024 px. libvips makes a
+        100 px thumbnail (aspect and transparency kept) and re-encodes PNGs losslessly; files are stored by content
+        address. The sticker id is `packId:slug(name)`; an existing id is 409 `sticker_exists`.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: packId, in: path, required: true, schema: { type: string, maxLength: 64 } }
+      requestBody:
+        required: true
+        content:
+          multipart/form-data:
+            schema:
+              type: object
+              required: [file]
+              properties:
+                file: { type: array, items: { type: string, format: binary } }
+                name: { type: string, maxLength: 100 }
+                tags: { type: string, description: Comma-separated. }
+      responses:
+        "201":
+          description: The stickers added (URLs unsigned; premium packs' files need signed URLs to be fetched).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [stickers]
+                properties:
+                  stickers: { type: array, items: { $ref: "#/components/schemas/Sticker" } }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+  /media/{key}:
+    get:
+      tags: [stickers]
+      operationId: getMedia
+      summary: A stored file (content-addressed, immutable).
+      description: |
+        Free packs' files and previews are public. Premium files need `exp` and `sig` from a signed URL; a missing,
+        altered or expired signature is 403. `ETag` is the key; `If-None-Match` answers 304; one `Range` answers 206.
+        `MEDIA_BASE_URL` puts a CDN in front (it forwards the query string).
+      parameters:
+        - { name: key, in: path, required: true, schema: { type: string, maxLength: 80 } }
+        - { name: exp, in: query, required: false, schema: { type: string } }
+        - { name: sig, in: query, required: false, schema: { type: string } }
+      responses:
+        "200":
+          description: The file.
+          content:
+            image/png: { schema: { type: string, format: binary } }
+            image/gif: { schema: { type: string, format: binary } }
+            image/webp: { schema: { type: string, format: binary } }
+        "206": { description: The requested byte range. }
+        "304": { description: Not modified. }
+        "403":
+          description: "`forbidden`: a premium file without a valid, unexpired signature."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
   /api/stickers/packs/{id}/unlock:
     post:
       tags: [stickers]
@@ -1622,7 +1723,7 @@ components:
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
-            profile_selection_required, pack_exists, already_exists]
+            profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -1927,6 +2028,22 @@ components:
         sortOrder: { type: integer }
         stickerCount: { type: integer, minimum: 0 }
         previewStickers: { type: array, maxItems: 50, items: { type: string }, description: https URLs. }
+    Sticker:
+      type: object
+      required: [id, packId, name, imageUrl, thumbnailUrl, width, height, fileType, tags, isAnimated, sortOrder, usageCount]
+      properties:
+        id: { type: string, description: "`packId:slug`, stable." }
+        packId: { type: string }
+        name: { type: string }
+        imageUrl: { type: string, description: Public, or signed and expiring for premium packs. }
+        thumbnailUrl: { type: string, description: "100 px PNG; public, or signed and expiring for premium packs." }
+        width: { type: integer }
+        height: { type: integer }
+        fileType: { type: string, enum: [png, gif, webp] }
+        tags: { type: array, items: { type: string } }
+        isAnimated: { type: boolean }
+        sortOrder: { type: integer }
+        usageCount: { type: integer }
     UserStickerPack:
       type: object
       required: [id, name, category, stickerCount, isLocked, previewStickers, isPremium, tokenPrice]

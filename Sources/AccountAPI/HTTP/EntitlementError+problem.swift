@@ -11,6 +11,10 @@ extension EntitlementError {
         case .purchaseNotAllowed:
             Problem(.forbidden, code: "purchase_not_allowed", detail: "This profile cannot make purchases; switch to a profile that can.")
         case .invalid(let problems): Problem.validation(problems.joined(separator: "; "))
+        case .packLocked:
+            Problem(.forbidden, code: "pack_locked", detail: "This premium pack is locked: unlock it with tokens or a plan that includes it.")
+        case .stickerExists(let id):
+            Problem(.conflict, code: "sticker_exists", detail: "A sticker with id '\(id)' exists in this pack; give it another name.")
         }
     }
 }

@@ -1,0 +1,79 @@
+#include "CVipsSupport.h"
+#include <vips/vips.h>
+#include <string.h>
+
+static __thread char last_error[512];
+
+static int fail(void) {
+    const char *text = vips_error_buffer();
+    strncpy(last_error, text ? text : "libvips failed", sizeof(last_error) - 1);
+    last_error[sizeof(last_error) - 1] = 0;
+    vips_error_clear();
+    return -1;
+}
+
+int as_vips_start(void) {
+    if (VIPS_INIT("account-service")) return fail();
+    // The service keeps no decoded images: no operation cache.
+    vips_cache_set_max(0);
+    return 0;
+}
+
+int as_vips_inspect(const void *buf, size_t len, int *width, int *height, int *pages, int *bands) {
+    VipsImage *image = vips_image_new_from_buffer(buf, len, "", "access", VIPS_ACCESS_SEQUENTIAL, NULL);
+    if (!image) return fail();
+    *width = vips_image_get_width(image);
+    *height = vips_image_get_page_height(image);
+    *pages = vips_image_get_n_pages(image);
+    *bands = vips_image_get_bands(image);
+    g_object_unref(image);
+    return 0;
+}
+
+int as_vips_thumbnail_png(const void *buf, size_t len, int size, void **out, size_t *out_len) {
+    VipsImage *thumb = NULL;
+    if (vips_thumbnail_buffer((void *)buf, len, &thumb, size, "height", size, NULL)) return fail();
+    int status = vips_pngsave_buffer(thumb, out, out_len, "compression", 9, NULL);
+    g_object_unref(thumb);
+    return status ? fail() : 0;
+}
+
+int as_vips_optimise_png(const void *buf, size_t len, void **out, size_t *out_len) {
+    VipsImage *image = vips_image_new_from_buffer(buf, len, "", NULL);
+    if (!image) return fail();
+    int status = vips_pngsave_buffer(image, out, out_len, "compression", 9, "strip", TRUE, NULL);
+    g_object_unref(image);
+    return status ? fail() : 0;
+}
+
+int as_vips_test_png(int width, int height, void **out, size_t *out_len) {
+    VipsImage *x = NULL, *rgb = NULL, *alpha = NULL, *rgba = NULL;
+    int status = -1;
+    if (vips_xyz(&x, width, height, NULL)) goto done;
+    // Band 0 of xyz is x: scale it to 0..255 for three colour bands; alpha 255 on the left half, 0 on the right.
+    VipsImage *xb = NULL;
+    if (vips_extract_band(x, &xb, 0, NULL)) goto done;
+    VipsImage *scaled = NULL;
+    if (vips_linear1(xb, &scaled, 255.0 / (width > 1 ? width - 1 : 1), 0, "uchar", TRUE, NULL)) { g_object_unref(xb); goto done; }
+    g_object_unref(xb);
+    VipsImage *bands[3] = {scaled, scaled, scaled};
+    if (vips_bandjoin(bands, &rgb, 3, NULL)) { g_object_unref(scaled); goto done; }
+    VipsImage *mask = NULL;
+    if (vips_relational_const1(scaled, &mask, VIPS_OPERATION_RELATIONAL_LESS, 128, NULL)) { g_object_unref(scaled); goto done; }
+    g_object_unref(scaled);
+    alpha = mask;
+    VipsImage *parts[2] = {rgb, alpha};
+    if (vips_bandjoin(parts, &rgba, 2, NULL)) goto done;
+    if (vips_pngsave_buffer(rgba, out, out_len, NULL)) goto done;
+    status = 0;
+done:
+    if (x) g_object_unref(x);
+    if (rgb) g_object_unref(rgb);
+    if (alpha) g_object_unref(alpha);
+    if (rgba) g_object_unref(rgba);
+    return status ? fail() : 0;
+}
+
+void as_vips_free(void *p) { g_free(p); }
+
+const char *as_vips_last_error(void) { return last_error; }

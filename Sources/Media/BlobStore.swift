@@ -1,0 +1,53 @@
+import Crypto
+import Foundation
+
+/// Where media files live. Keys are content addresses (`sha256hex.ext`), so a file never changes once written and
+/// can be cached forever. An S3-compatible store implements the same three calls (PUT with `If-None-Match: *`, GET
+/// with a range, HEAD) with async-http-client and signs with SigV4; `MEDIA_BASE_URL` then points at its CDN.
+public protocol BlobStore: Sendable {
+    /// Stores `data` under its content address and returns the key; storing the same bytes again is a no-op.
+    func put(_ data: Data, fileExtension: String) async throws -> String
+    /// The file's bytes, or nil when there is none.
+    func get(_ key: String) async throws -> Data?
+}
+
+extension BlobStore {
+    public static func key(for data: Data, fileExtension: String) -> String {
+        SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() + "." + fileExtension
+    }
+
+    /// A key as this store writes it: 64 lower-case hex digits, a dot, a short extension.
+    public static func isValidKey(_ key: String) -> Bool {
+        let parts = key.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[0].count == 64, (1...5).contains(parts[1].count) else { return false }
+        return parts[0].allSatisfy { $0.isHexDigit && !$0.isUppercase } && parts[1].allSatisfy { $0.isLetter && $0.isLowercase }
+    }
+}
+
+/// The default store: files under a directory (`DATA_DIR/media`), two levels of fan-out, written atomically.
+public struct FileBlobStore: BlobStore {
+    public let directory: URL
+
+    public init(directory: URL) throws {
+        self.directory = directory
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    func url(_ key: String) -> URL {
+        directory.appendingPathComponent(String(key.prefix(2)), isDirectory: true).appendingPathComponent(key)
+    }
+
+    public func put(_ data: Data, fileExtension: String) async throws -> String {
+        let key = Self.key(for: data, fileExtension: fileExtension)
+        let target = url(key)
+        if FileManager.default.fileExists(atPath: target.path) { return key }
+        try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try data.write(to: target, options: .atomic)
+        return key
+    }
+
+    public func get(_ key: String) async throws -> Data? {
+        guard Self.isValidKey(key) else { return nil }
+        return FileManager.default.contents(atPath: url(key).path)
+    }
+}

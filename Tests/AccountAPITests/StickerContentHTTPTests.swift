@@ -1,0 +1,149 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Media
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+extension TestClientProtocol {
+    /// Operator upload: one multipart part per file (`file`), plus optional `name` and `tags` parts.
+    func uploadStickers(_ key: String, pack: String, files: [(String, Data)], name: String? = nil, tags: String? = nil) async throws -> TestResponse {
+        let boundary = "test-boundary-\(UUID().uuidString)"
+        var body = ByteBuffer()
+        func part(_ headers: String, _ content: Data) {
+            body.writeString("--\(boundary)\r\n\(headers)\r\n\r\n")
+            body.writeBytes(content)
+            body.writeString("\r\n")
+        }
+        for (fileName, data) in files {
+            part("Content-Disposition: form-data; name=\"file\"; filename=\"\(fileName)\"\r\nContent-Type: image/png", data)
+        }
+        if let name { part("Content-Disposition: form-data; name=\"name\"", Data(name.utf8)) }
+        if let tags { part("Content-Disposition: form-data; name=\"tags\"", Data(tags.utf8)) }
+        body.writeString("--\(boundary)--\r\n")
+        return try await execute(
+            uri: "/api/admin/stickers/pack/\(pack)/stickers", method: .post,
+            headers: [.authorization: "Bearer \(key)", .contentType: "multipart/form-data; boundary=\(boundary)"], body: body)
+    }
+}
+
+struct StickerBody: Decodable {
+    let id: String; let name: String; let imageUrl: String; let thumbnailUrl: String; let width: Int; let height: Int; let fileType: String
+    let tags: [String]
+}
+struct StickersBody: Decodable { let stickers: [StickerBody] }
+
+@Suite("Sticker content over HTTP")
+struct StickerContentHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func premiumFilesOpenOnlyWithTheirPackAndASignature(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            for pack in [#"{"id":"free-fun","name":"Free","category":"emoji"}"#, #"{"id":"gold","name":"Gold","category":"emoji","tokenPrice":2}"#] {
+                #expect(try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: pack).status == .created)
+            }
+            let png = try ImageProcessor.testPNG(width: 400, height: 200)
+            let free = try await client.uploadStickers(admin, pack: "free-fun", files: [("Party Hat.png", png)], tags: "party, hat")
+            #expect(free.status == .created)
+            let freeSticker = try #require(try free.json(StickersBody.self).stickers.first)
+            #expect(freeSticker.id == "free-fun:party-hat" && freeSticker.name == "Party Hat" && freeSticker.tags == ["party", "hat"])
+            #expect(freeSticker.width == 400 && freeSticker.height == 200 && freeSticker.fileType == "png")
+            let goldFiles = try (0..<4).map { ("g\($0).png", try ImageProcessor.testPNG(width: 300 + $0, height: 300)) }
+            #expect(try await client.uploadStickers(admin, pack: "gold", files: goldFiles).status == .created)
+
+            let token = try await client.signUpAndVerify(app, email: "st1@example.com")
+            // A free pack: public URLs, served to anyone, immutable, with ETag and ranges.
+            let listed = try await client.get("/api/stickers/pack/free-fun", token: token).json(StickersBody.self).stickers
+            #expect(listed.map(\.id) == ["free-fun:party-hat"] && !listed[0].imageUrl.contains("sig="))
+            let file = try await client.get(listed[0].imageUrl, token: nil)
+            #expect(file.status == .ok && file.headers[.contentType] == "image/png" && file.headers[.cacheControl]?.contains("immutable") == true)
+            #expect(Data(file.body.readableBytesView).starts(with: [0x89, 0x50, 0x4E, 0x47]))
+            let etag = try #require(file.headers[.eTag])
+            #expect(try await client.execute(uri: listed[0].imageUrl, method: .get, headers: [.ifNoneMatch: etag]).status == .notModified)
+            let range = try await client.execute(uri: listed[0].imageUrl, method: .get, headers: [.range: "bytes=0-3"])
+            #expect(range.status == .partialContent && range.body.readableBytes == 4)
+            let thumb = try await client.get(listed[0].thumbnailUrl, token: nil)
+            var relaxed = ImageProcessor.Rules()
+            relaxed.minSide = 1
+            let thumbInfo = try ImageProcessor(rules: relaxed).inspect(Data(thumb.body.readableBytesView))
+            #expect(thumbInfo.width == 100 && thumbInfo.height == 50)
+
+            // A locked premium pack: 403 pack_locked with its previews (public); its files need a signature.
+            let locked = try await client.get("/api/stickers/pack/gold", token: token)
+            #expect(try locked.status == .forbidden && locked.problem().code == "pack_locked")
+            struct LockedBody: Decodable { let previewStickers: [String] }
+            let previews = try locked.json(LockedBody.self).previewStickers
+            #expect(previews.count == 3)
+            #expect(try await client.get(previews[0], token: nil).status == .ok)
+            let rows = try await app.rows("SELECT image_key, thumbnail_key FROM stickers WHERE pack_id = 'gold' ORDER BY sort_order")
+            let premiumImage = try rows[0].string("image_key")
+            #expect(try await client.get("/media/\(premiumImage)", token: nil).status == .forbidden)
+            #expect(try await client.get("/media/\(try rows[3].string("thumbnail_key"))", token: nil).status == .forbidden)  // not a preview
+
+            // Unlocked: signed URLs that work; altered or expired ones do not.
+            #expect(try await client.send(.post, "/api/stickers/packs/gold/unlock", token: token).status == .ok)
+            let open = try await client.get("/api/stickers/pack/gold", token: token).json(StickersBody.self).stickers
+            #expect(open.count == 4 && open.allSatisfy { $0.imageUrl.contains("sig=") })
+            #expect(try await client.get(open[0].imageUrl, token: nil).status == .ok)
+            let tampered = open[0].imageUrl.replacingOccurrences(of: "exp=", with: "exp=9")
+            #expect(try await client.get(tampered, token: nil).status == .forbidden)
+            let expired = app.dependencies.media.signer.signedURL(premiumImage, now: Date().addingTimeInterval(-7200))
+            #expect(try await client.get(expired, token: nil).status == .forbidden)
+            #expect(try await client.get("/media/\(String(repeating: "0", count: 64)).png", token: nil).status == .notFound)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func planIncludedPacksCloseAgainAfterADowngrade(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            let pack = #"{"id":"pro-pack","name":"Pro","category":"emoji","includedInPlans":["pro_monthly"]}"#
+            #expect(try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: pack).status == .created)
+            #expect(
+                try await client.uploadStickers(admin, pack: "pro-pack", files: [("a.png", try ImageProcessor.testPNG(width: 256, height: 256))])
+                    .status == .created)
+            let token = try await client.signUpAndVerify(app, email: "st2@example.com")
+            let user = try await app.userID(token: token)
+            #expect(try await client.get("/api/stickers/pack/pro-pack", token: token).status == .forbidden)
+            #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
+            #expect(try await client.get("/api/stickers/pack/pro-pack", token: token).json(StickersBody.self).stickers.count == 1)
+            #expect(try await client.send(.delete, "/api/admin/users/\(user)/subscription", token: admin).status == .noContent)
+            #expect(try await client.get("/api/stickers/pack/pro-pack", token: token).status == .forbidden)
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func uploadsAreCheckedByContent(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            #expect(
+                try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: #"{"id":"p","name":"P","category":"emoji"}"#).status
+                    == .created)
+            let svg = Data(#"<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>"#.utf8)
+            let small = try ImageProcessor.testPNG(width: 100, height: 100)
+            var oversize = try ImageProcessor.testPNG(width: 300, height: 300)
+            oversize.append(Data(count: 600 * 1024))
+            var garbage = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+            garbage.append(Data(repeating: 1, count: 500))
+            for (name, data, expected) in [
+                ("x.svg", svg, "not a PNG, GIF or WebP"), ("small.png", small, "each side must be 200 to 1024"),
+                ("big.png", oversize, "at most 512000"), ("bad.png", garbage, "could not be read"),
+            ] {
+                let answer = try await client.uploadStickers(admin, pack: "p", files: [(name, data)])
+                #expect(try answer.status == .badRequest && answer.problem().detail.contains(expected), "\(name)")
+            }
+            #expect(try await app.rows("SELECT id FROM stickers").isEmpty)
+            let png = try ImageProcessor.testPNG(width: 300, height: 300)
+            #expect(try await client.uploadStickers(admin, pack: "p", files: [("one.png", png)]).status == .created)
+            let again = try await client.uploadStickers(admin, pack: "p", files: [("one.png", png)])
+            #expect(try again.status == .conflict && again.problem().code == "sticker_exists")
+            #expect(try await client.uploadStickers(admin, pack: "nope", files: [("one.png", png)]).status == .notFound)
+            let user = try await client.signUpAndVerify(app, email: "st3@example.com")
+            #expect(try await client.uploadStickers(user, pack: "p", files: [("two.png", png)]).status == .forbidden)
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import Testing
+
+@testable import Media
+
+@Suite("Media: images, blobs, signed URLs")
+struct MediaTests {
+    let images: ImageProcessor
+
+    init() throws { images = try ImageProcessor() }
+
+    @Test func formatsAreRecognisedByContentNotByName() throws {
+        let png = try ImageProcessor.testPNG(width: 300, height: 200)
+        #expect(ImageFormat.sniff(png) == .png)
+        #expect(ImageFormat.sniff(Array("GIF89a....".utf8)) == .gif)
+        #expect(ImageFormat.sniff(Array("RIFF\0\0\0\0WEBPVP8 ".utf8)) == .webp)
+        #expect(ImageFormat.sniff(Array("<svg xmlns=\"http://www.w3.org/2000/svg\"/>".utf8)) == nil)
+        #expect(ImageFormat.sniff([0xFF, 0xD8, 0xFF, 0xE0]) == nil)  // JPEG is not a sticker format
+        #expect(throws: ImageProblem.unsupportedFormat) { try images.inspect(Data("<svg onload=\"alert(1)\"/>".utf8)) }
+    }
+
+    @Test func sizesAndBytesAreChecked() throws {
+        let info = try images.inspect(try ImageProcessor.testPNG(width: 300, height: 200))
+        #expect(info == ImageInfo(format: .png, width: 300, height: 200, pages: 1, hasAlpha: true))
+        #expect(throws: ImageProblem.dimensions(width: 100, height: 100, min: 200, max: 1024)) {
+            try images.inspect(try ImageProcessor.testPNG(width: 100, height: 100))
+        }
+        #expect(throws: ImageProblem.dimensions(width: 1100, height: 300, min: 200, max: 1024)) {
+            try images.inspect(try ImageProcessor.testPNG(width: 1100, height: 300))
+        }
+        var oversize = try ImageProcessor.testPNG(width: 300, height: 300)
+        oversize.append(Data(count: 600 * 1024))
+        #expect(throws: ImageProblem.tooLarge(bytes: oversize.count, limit: 500 * 1024)) { try images.inspect(oversize) }
+        // A PNG signature followed by garbage is refused by the decoder, not trusted.
+        var broken = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        broken.append(Data(repeating: 7, count: 200))
+        #expect(throws: ImageProblem.self) { try images.inspect(broken) }
+    }
+
+    @Test func thumbnailsFitTheBoxKeepAspectAndAlpha() throws {
+        let thumbnail = try images.thumbnail(try ImageProcessor.testPNG(width: 400, height: 200))
+        var relaxed = ImageProcessor.Rules()
+        relaxed.minSide = 1
+        let info = try ImageProcessor(rules: relaxed).inspect(thumbnail)
+        #expect(info.format == .png && info.width == 100 && info.height == 50 && info.hasAlpha)
+        let original = try ImageProcessor.testPNG(width: 1024, height: 1024)
+        let optimised = try images.optimisedPNG(original)
+        #expect(optimised.count <= original.count)
+        #expect(try images.inspect(optimised).width == 1024)
+    }
+
+    @Test func blobsAreContentAddressed() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blobs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try FileBlobStore(directory: directory)
+        let key = try await store.put(Data("hello".utf8), fileExtension: "png")
+        #expect(key == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824.png")
+        #expect(try await store.put(Data("hello".utf8), fileExtension: "png") == key)
+        #expect(try await store.get(key) == Data("hello".utf8))
+        #expect(try await store.get("../../etc/passwd") == nil)
+        #expect(try await store.get(String(repeating: "0", count: 64) + ".png") == nil)
+    }
+
+    @Test func signedURLsExpireAndCannotBeAltered() throws {
+        let signer = URLSigner(secret: Data("a secret of at least thirty-two bytes".utf8), lifetimeSeconds: 3600, windowSeconds: 600)
+        let now = Date(timeIntervalSince1970: 1_800_000_100)
+        let key = String(repeating: "a", count: 64) + ".png"
+        let url = signer.signedURL(key, now: now)
+        let query = Dictionary(
+            uniqueKeysWithValues: url.split(separator: "?")[1].split(separator: "&").map { pair in
+                let kv = pair.split(separator: "=", maxSplits: 1)
+                return (String(kv[0]), String(kv[1]))
+            })
+        let (exp, sig) = (query["exp"]!, query["sig"]!)
+        #expect(Int(exp)! >= 1_800_003_700 && Int(exp)! < 1_800_003_700 + 600)
+        #expect(signer.verify(key, exp: exp, sig: sig, now: now))
+        #expect(signer.signedURL(key, now: now.addingTimeInterval(30)) == url)  // the same within a window
+        #expect(!signer.verify(key, exp: exp, sig: sig, now: Date(timeIntervalSince1970: Double(exp)!)))  // expired
+        #expect(!signer.verify(key, exp: String(Int(exp)! + 600), sig: sig, now: now))  // a later expiry
+        #expect(!signer.verify(String(repeating: "b", count: 64) + ".png", exp: exp, sig: sig, now: now))  // another file
+        #expect(!signer.verify(key, exp: exp, sig: nil, now: now) && !signer.verify(key, exp: exp, sig: "AAAA", now: now))
+        let other = URLSigner(secret: Data("another secret of at least thirty-two".utf8))
+        #expect(!other.verify(key, exp: exp, sig: sig, now: now))
+    }
+}
