@@ -80,7 +80,7 @@ public struct StickerPack: Codable, Sendable, Equatable {
         for plan in includedInPlans where catalog.plan(id: plan) == nil {
             problems.append("includedInPlans names an unknown plan '\(plan.prefix(80))'")
         }
-        if let iconUrl, !Self.isHTTPS(iconUrl) { problems.append("iconUrl '\(iconUrl.prefix(80))' is not an https URL") }
+        if let iconUrl, !Self.isHTTPS(iconUrl) && !Self.isOwnMedia(iconUrl) { problems.append("iconUrl '\(iconUrl.prefix(80))' is not an https URL") }
         for (index, url) in previewStickers.enumerated() where !Self.isHTTPS(url) {
             problems.append("previewStickers[\(index)] '\(url.prefix(80))' is not an https URL")
         }
@@ -91,6 +91,11 @@ public struct StickerPack: Codable, Sendable, Equatable {
     static func isHTTPS(_ text: String) -> Bool {
         guard text.utf8.count <= 1024, let url = URL(string: text), url.scheme == "https", let host = url.host else { return false }
         return !host.isEmpty
+    }
+
+    /// A URL of this service's own media (`/media/<key>`, as an icon upload sets it).
+    static func isOwnMedia(_ text: String) -> Bool {
+        text.hasPrefix("/media/") && text.utf8.count <= 100 && !text.contains("?")
     }
 }
 
@@ -105,6 +110,8 @@ public enum EntitlementError: Error, Equatable, Sendable {
     /// A premium pack this user has not unlocked; `previews` are the thumbnails anyone may see.
     case packLocked(previewKeys: [String])
     case stickerExists(String)
+    case stickerNotFound
+    case uploadQuotaExceeded(maxStickers: Int, maxBytes: Int)
 }
 
 /// The pack catalog and who unlocked what.
@@ -154,6 +161,14 @@ public struct StickerPackStore: Sendable {
             """, values + [pack.id])
         if updated.isEmpty { throw EntitlementError.packNotFound }
         return true
+    }
+
+    /// Points a pack's icon at a stored file (its URL is the service's own, so it skips the https rule of operator input).
+    public func setIcon(_ tx: any SQLExecutor, id: String, url: String) async throws -> StickerPack? {
+        guard
+            !(try await tx.query("UPDATE sticker_packs SET icon_url = ?, updated_at_ms = ? WHERE id = ? RETURNING id", [url, clock.now(), id]).isEmpty)
+        else { return nil }
+        return try await pack(tx, id: id)
     }
 
     /// Deactivates a pack (unlocks are kept). Returns false when there is no such pack.

@@ -95,4 +95,13 @@ public struct StickerService: Sendable {
             try await audit.record(tx, at: clock.now(), actor: actor, action: "admin_pack_deactivated", subject: nil, ip: ip, detail: id)
         }
     }
+
+    /// Sets a pack's icon to an uploaded file's URL, audited.
+    public func setIcon(packID: String, url: String, actor: String, ip: String?, logger: Logger) async throws -> StickerPack {
+        try await database.transaction(logger: logger) { tx in
+            guard let pack = try await packs.setIcon(tx, id: packID, url: url) else { throw EntitlementError.packNotFound }
+            try await audit.record(tx, at: clock.now(), actor: actor, action: "admin_pack_icon", subject: nil, ip: ip, detail: packID)
+            return pack
+        }
+    }
 }

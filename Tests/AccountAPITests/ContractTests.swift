@@ -75,7 +75,8 @@ extension ContractTests {
             "job_leases",
         ],
         "Entitlements": [
-            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "billing_events", "billing_accounts",
+            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas", "billing_events",
+            "billing_accounts",
             "billing_grants",
         ],
         "Storage": ["schema_migrations"],

@@ -9,34 +9,6 @@ import Testing
 
 @testable import AccountAPI
 
-extension TestClientProtocol {
-    /// Operator upload: one multipart part per file (`file`), plus optional `name` and `tags` parts.
-    func uploadStickers(_ key: String, pack: String, files: [(String, Data)], name: String? = nil, tags: String? = nil) async throws -> TestResponse {
-        let boundary = "test-boundary-\(UUID().uuidString)"
-        var body = ByteBuffer()
-        func part(_ headers: String, _ content: Data) {
-            body.writeString("--\(boundary)\r\n\(headers)\r\n\r\n")
-            body.writeBytes(content)
-            body.writeString("\r\n")
-        }
-        for (fileName, data) in files {
-            part("Content-Disposition: form-data; name=\"file\"; filename=\"\(fileName)\"\r\nContent-Type: image/png", data)
-        }
-        if let name { part("Content-Disposition: form-data; name=\"name\"", Data(name.utf8)) }
-        if let tags { part("Content-Disposition: form-data; name=\"tags\"", Data(tags.utf8)) }
-        body.writeString("--\(boundary)--\r\n")
-        return try await execute(
-            uri: "/api/admin/stickers/pack/\(pack)/stickers", method: .post,
-            headers: [.authorization: "Bearer \(key)", .contentType: "multipart/form-data; boundary=\(boundary)"], body: body)
-    }
-}
-
-struct StickerBody: Decodable {
-    let id: String; let name: String; let imageUrl: String; let thumbnailUrl: String; let width: Int; let height: Int; let fileType: String
-    let tags: [String]
-}
-struct StickersBody: Decodable { let stickers: [StickerBody] }
-
 @Suite("Sticker content over HTTP")
 struct StickerContentHTTPTests {
     @Test(arguments: TestDatabase.engines)

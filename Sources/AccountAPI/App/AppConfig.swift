@@ -21,6 +21,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var dataDirectory = "data"
     /// Prefix of media URLs: the service's own `/media` or a CDN in front of it (`MEDIA_BASE_URL`).
     var mediaBaseURL = "/media"
+    /// Each user's allowance for their own sticker uploads.
+    var stickerUploads = UploadAllowance()
     /// Server secret for OTP HMACs, from `SERVER_SECRET` (hex or text, ≥ 32 bytes) or `data/server-secret`.
     var serverSecret: String?
     /// Argon2id cost (DESIGN.md defaults); `ARGON2_MEMORY_KIB`, `ARGON2_ITERATIONS`, `ARGON2_PARALLELISM`.
@@ -95,6 +97,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             if let f = LogFormat(rawValue: format.lowercased()) { logFormat = f } else { reader.problems.append("LOG_FORMAT must be text or json") }
         }
         if let dir = reader.value("DATA_DIR") { dataDirectory = dir }
+        if let n = reader.number("STICKER_UPLOADS_PER_USER", 0...100_000) { stickerUploads.maxStickers = n }
+        if let n = reader.number("STICKER_UPLOAD_BYTES_PER_USER", 0...10_737_418_240) { stickerUploads.maxBytes = n }
         if let base = reader.value("MEDIA_BASE_URL") {
             if base.hasPrefix("https://") || base.hasPrefix("http://") || base.hasPrefix("/") {
                 mediaBaseURL = base.hasSuffix("/") ? String(base.dropLast()) : base

@@ -71,7 +71,8 @@ public struct Dependencies: Sendable {
             stickers: StickerService(
                 database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared, clock: clock
             ),
-            stickerContent: StickerContentService(database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock),
+            stickerContent: StickerContentService(
+                database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads),
             media: media,
             billing: BillingService(
                 database: database, machine: machine, apple: apple,

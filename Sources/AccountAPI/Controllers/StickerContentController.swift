@@ -1,4 +1,5 @@
 import Auth
+import Crypto
 import Entitlements
 import Foundation
 import HTTPTypes
@@ -7,118 +8,140 @@ import Media
 import MultipartKit
 import NIOCore
 
-/// Stickers inside packs: the app lists a pack's stickers (premium files as signed, expiring URLs), operators upload
-/// images (multipart), and `/media/…` serves the files: public ones to anyone, premium ones only with a valid signature.
+/// Stickers for apps: a pack's stickers (premium and own files as signed, expiring URLs), recent, search, uses, the
+/// editor catalog, own uploads; and `/media/…`, which serves public files to anyone and private ones only with a valid
+/// signature.
 struct StickerContentController: Sendable {
     let content: StickerContentService
     let media: MediaServices
     let authenticator: Authenticator
 
-    struct StickerJSON: Encodable, Sendable {
-        let id: String; let packId: String; let name: String; let imageUrl: String; let thumbnailUrl: String; let width: Int; let height: Int
-        let fileType: String; let tags: [String]; let isAnimated: Bool; let sortOrder: Int; let usageCount: Int
-    }
     struct StickersResponse: Encodable, Sendable { let stickers: [StickerJSON] }
+    struct SearchResponse: Encodable, Sendable { let stickers: [StickerJSON]; let nextCursor: String? }
+    struct UploadResponse: Encodable, Sendable { let sticker: StickerJSON }
+    struct Success: Encodable, Sendable { let success: Bool }
 
     func addRoutes(to router: Router<AppRequestContext>) {
         router.get("/api/stickers/pack/:packId", use: packStickers)
-        router.post("/api/admin/stickers/pack/:packId/stickers", use: upload)
+        router.get("/api/stickers/recent", use: recent)
+        router.get("/api/stickers/search", use: search)
+        router.get("/api/stickers/catalog", use: catalog)
+        router.post("/api/stickers/upload", use: upload)
+        router.post("/api/stickers/:stickerId/use", use: use)
+        router.delete("/api/stickers/:stickerId", use: deleteUpload)
         router.get("/media/:key", use: file)
-    }
-
-    func json(_ sticker: Sticker, premium: Bool) -> StickerJSON {
-        let now = Date()
-        let url = { (key: String) in premium ? media.signer.signedURL(key, now: now) : media.signer.publicURL(key) }
-        return StickerJSON(
-            id: sticker.id, packId: sticker.packID, name: sticker.name, imageUrl: url(sticker.file.imageKey),
-            thumbnailUrl: url(sticker.file.thumbnailKey),
-            width: sticker.file.width, height: sticker.file.height, fileType: sticker.file.fileType, tags: sticker.tags,
-            isAnimated: sticker.file.isAnimated,
-            sortOrder: sticker.sortOrder, usageCount: sticker.usageCount)
     }
 
     @Sendable func packStickers(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
         let session = try await authenticator.session(request, context)
         do {
-            let found = try await content.stickers(userID: session.user.id, packID: try context.parameters.require("packId"), logger: context.logger)
-            return JSONResponse(StickersResponse(stickers: found.stickers.map { json($0, premium: found.premium) }))
+            let list = try await content.stickers(userID: session.user.id, packID: try context.parameters.require("packId"), logger: context.logger)
+            return JSONResponse(StickersResponse(stickers: media.json(list)))
         } catch EntitlementError.packLocked(let previews) {
-            throw EntitlementError.packLocked(previewKeys: previews).problem.with(
-                "previewStickers", .strings(previews.map { media.signer.publicURL($0) }))
+            throw EntitlementError.packLocked(previewKeys: previews).problem.with("previewStickers", .strings(previews.map(media.signer.publicURL)))
         }
     }
 
-    /// Operators add one or more images (multipart/form-data, parts named `file`; optional `name` and `tags` parts
-    /// apply when one file is sent). Each is checked by content, thumbnailed and stored before its row is written.
+    /// The profile acting (the owner's when none is selected); a selection that is gone must be made again.
+    func profileID(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> String {
+        _ = try await authenticator.permissions(session, context)
+        return try await authenticator.profile(of: session, context).profile?.id ?? "account"
+    }
+
+    @Sendable func recent(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
+        let session = try await authenticator.session(request, context)
+        let profile = try await profileID(session, context)
+        return JSONResponse(
+            StickersResponse(stickers: media.json(try await content.recent(userID: session.user.id, profileID: profile, logger: context.logger))))
+    }
+
+    /// `q` (1–100 characters) in names and tags; `limit` 1–100 (default 30); `cursor` from the previous page.
+    @Sendable func search(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SearchResponse> {
+        let session = try await authenticator.session(request, context)
+        let query = request.uri.queryParameters
+        let q = query["q"].map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+        guard (1...100).contains(q.count) else { throw Problem.validation("q must be 1 to 100 characters.") }
+        let limit =
+            try query["limit"].map { raw -> Int in
+                guard let n = Int(String(raw)), (1...100).contains(n) else { throw Problem.validation("limit must be from 1 to 100.") }
+                return n
+            } ?? 30
+        let offset =
+            try query["cursor"].map { raw -> Int in
+                guard let n = Int(String(raw)), (0...10_000).contains(n) else {
+                    throw Problem.validation("cursor must be a nextCursor from an earlier page.")
+                }
+                return n
+            } ?? 0
+        let found = try await content.search(userID: session.user.id, query: q, limit: limit, offset: offset, logger: context.logger)
+        return JSONResponse(SearchResponse(stickers: media.json(found), nextCursor: found.stickers.count == limit ? String(offset + limit) : nil))
+    }
+
+    @Sendable func use(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<Success> {
+        let session = try await authenticator.session(request, context)
+        let profile = try await profileID(session, context)
+        try await content.use(
+            userID: session.user.id, profileID: profile, stickerID: try context.parameters.require("stickerId"), logger: context.logger)
+        return JSONResponse(Success(success: true))
+    }
+
+    /// The packs this user can use as an editor SDK's categories, with an ETag (URLs are stable within a signing window).
+    @Sendable func catalog(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let session = try await authenticator.session(request, context)
+        let usable = try await content.usable(userID: session.user.id, logger: context.logger)
+        let body = try StickerCatalog.render(packs: usable.packs, list: usable.list, media: media)
+        let etag = "\"" + SHA256.hash(data: body).prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
+        if request.headers[.ifNoneMatch] == etag { return Response(status: .notModified, headers: [.eTag: etag]) }
+        return Response(
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    /// One image (a part named `file`, optional `name`) into the user's own pack, within their allowance (reserved first).
     @Sendable func upload(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let actor = try await authenticator.requireOperator(request, context)
-        let packID = try context.parameters.require("packId")
-        var request = request
-        let parts = try await Self.multipart(&request, context: context)
-        let files = parts.filter { $0.name == "file" }
-        guard !files.isEmpty else { throw Problem.validation("Send the images as multipart/form-data parts named 'file'.") }
-        guard files.count <= 20 else { throw Problem.validation("At most 20 images per request.") }
-        let givenName = parts.first { $0.name == "name" }.map { String(buffer: $0.body) }
-        let tags =
-            parts.first { $0.name == "tags" }.map { String(buffer: $0.body).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
-            ?? []
-        var added: [StickerJSON] = []
-        for file in files {
-            let name = (files.count == 1 ? givenName : nil) ?? Self.fileStem(file) ?? "sticker"
-            let stored = try await media.store(Data(file.body.readableBytesView))
-            let sticker = try await content.add(
-                packID: packID, name: String(name.prefix(100)), tags: Array(tags.prefix(20).map { String($0.prefix(40)) }), image: stored,
-                actor: actor, ip: context.clientIP, logger: context.logger)
-            added.append(json(sticker, premium: false))
+        let session = try await authenticator.session(request, context)
+        guard try await authenticator.permissions(session, context)?.canUseCustomContentTypes ?? true else {
+            throw Problem.forbidden("This profile cannot add its own stickers.")
         }
-        return try JSONResponse(StickersResponse(stickers: added), status: .created).response(from: request, context: context)
+        var request = request
+        let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
+        guard let file = parts.first(where: { $0.name == "file" }), parts.filter({ $0.name == "file" }).count == 1 else {
+            throw Problem.validation("Send one image as a multipart/form-data part named 'file'.")
+        }
+        let data = Data(file.body.readableBytesView)
+        let userID = session.user.id
+        try await content.reserveUpload(userID: userID, bytes: data.count, logger: context.logger)
+        do {
+            let stored = try await media.store(data)
+            let name = parts.first { $0.name == "name" }.map { String(buffer: $0.body) } ?? Multipart.fileStem(file) ?? "sticker"
+            let sticker = try await content.addUpload(userID: userID, name: String(name.prefix(100)), image: stored, logger: context.logger)
+            return try JSONResponse(UploadResponse(sticker: media.json(sticker, signed: true)), status: .created).response(
+                from: request, context: context)
+        } catch {
+            try? await content.releaseUpload(userID: userID, bytes: data.count, logger: context.logger)
+            throw error
+        }
     }
 
-    /// A stored file: immutable (content-addressed), with an ETag and byte ranges; premium files need a valid signature.
+    @Sendable func deleteUpload(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let session = try await authenticator.session(request, context)
+        try await content.deleteUpload(userID: session.user.id, stickerID: try context.parameters.require("stickerId"), logger: context.logger)
+        return Response(status: .noContent)
+    }
+
+    /// A stored file: immutable (content-addressed), with an ETag and byte ranges; private files need a valid signature.
     @Sendable func file(_ request: Request, context: AppRequestContext) async throws -> Response {
         let key = try context.parameters.require("key")
+        guard FileBlobStore.isValidKey(key) else { throw Problem.notFound("No such file.") }
         let query = request.uri.queryParameters
         switch try await content.access(blobKey: key, logger: context.logger) {
         case .unknown: throw Problem.notFound("No such file.")
         case .signedOnly:
             guard media.signer.verify(key, exp: query["exp"].map(String.init), sig: query["sig"].map(String.init), now: Date()) else {
-                throw Problem(.forbidden, code: "forbidden", detail: "This file needs a valid, unexpired signed URL (from the pack's sticker list).")
+                throw Problem(.forbidden, code: "forbidden", detail: "This file needs a valid, unexpired signed URL (from the sticker list).")
             }
         case .publicFile: break
         }
         guard let data = try await media.blobs.get(key) else { throw Problem.notFound("No such file.") }
         return MediaResponse.make(data, key: key, request: request)
-    }
-
-    static func multipart(_ request: inout Request, context: AppRequestContext) async throws -> [MultipartPart] {
-        let type = request.headers[.contentType] ?? ""
-        guard type.lowercased().hasPrefix("multipart/form-data"),
-            let boundary = type.split(separator: ";").map({ $0.trimmingCharacters(in: .whitespaces) }).first(where: {
-                $0.lowercased().hasPrefix("boundary=")
-            })
-            .map({ String($0.dropFirst("boundary=".count)).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) })
-        else { throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Content-Type must be multipart/form-data with a boundary.") }
-        let body = try await request.collectBody(upTo: 12 * 1024 * 1024)
-        var parts: [MultipartPart] = []
-        var headers: [(String, String)] = []
-        var current = ByteBuffer()
-        let parser = MultipartParser(boundary: boundary)
-        parser.onHeader = { headers.append(($0, $1)) }
-        parser.onBody = { current.writeBuffer(&$0) }
-        parser.onPartComplete = {
-            parts.append(MultipartPart(headers: .init(headers), body: current))
-            (headers, current) = ([], ByteBuffer())
-        }
-        do { try parser.execute(body) } catch { throw Problem.validation("The multipart body could not be read.") }
-        return parts
-    }
-
-    static func fileStem(_ part: MultipartPart) -> String? {
-        guard let disposition = part.headers.first(name: "Content-Disposition"),
-            let range = disposition.range(of: "filename=\"")
-        else { return nil }
-        let name = disposition[range.upperBound...].prefix { $0 != "\"" }
-        let stem = name.split(separator: ".").dropLast().joined(separator: ".")
-        return stem.isEmpty ? (name.isEmpty ? nil : String(name)) : stem
     }
 }

@@ -2,10 +2,13 @@ import Auth
 import Entitlements
 import Hummingbird
 import Ledger
+import Media
 
 /// Sticker packs for the signed-in user: the catalog with what is locked, and unlocks paid with tokens.
 struct StickerController: Sendable {
     let stickers: StickerService
+    let content: StickerContentService
+    let media: MediaServices
     let authenticator: Authenticator
 
     struct PacksResponse: Encodable, Sendable { let packs: [StickerPackJSON] }
@@ -17,7 +20,14 @@ struct StickerController: Sendable {
 
     @Sendable func packs(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<PacksResponse> {
         let session = try await authenticator.session(request, context)
-        return JSONResponse(PacksResponse(packs: try await stickers.packs(for: session.user.id, logger: context.logger).map(StickerPackJSON.init)))
+        let views = try await stickers.packs(for: session.user.id, logger: context.logger)
+        let summaries = try await content.summaries(logger: context.logger)
+        return JSONResponse(
+            PacksResponse(
+                packs: views.map { view in
+                    let summary = summaries[view.pack.id].map { ($0.count, $0.previews.map(media.signer.publicURL)) }
+                    return StickerPackJSON(view, summary: summary)
+                }))
     }
 
     /// Charged once; with an `Idempotency-Key` a retry replays the first answer (a refusal too).

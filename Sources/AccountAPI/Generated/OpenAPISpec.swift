@@ -1334,6 +1334,240 @@ paths:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
         "404": { $ref: "#/components/responses/NotFound" }
+  /api/stickers/recent:
+    get:
+      tags: [stickers]
+      operationId: recentStickers
+      summary: The acting profile's last 20 used stickers (that it can still use).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Newest first.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [stickers]
+                properties:
+                  stickers: { type: array, items: { $ref: "#/components/schemas/Sticker" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+  /api/stickers/search:
+    get:
+      tags: [stickers]
+      operationId: searchStickers
+      summary: Stickers whose name or tags contain q, among packs this user can use and their own uploads; most used first.
+      security: [{ session: [] }]
+      parameters:
+        - { name: q, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 100 } }
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 30 } }
+        - { name: cursor, in: query, required: false, schema: { type: string } }
+      responses:
+        "200":
+          description: One page.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [stickers, nextCursor]
+                properties:
+                  stickers: { type: array, items: { $ref: "#/components/schemas/Sticker" } }
+                  nextCursor: { type: [string, "null"] }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
+  /api/stickers/catalog:
+    get:
+      tags: [stickers]
+      operationId: stickerCatalog
+      summary: Every sticker this user can use, as an editor SDK's categories (with an ETag).
+      description: |
+        Categories are the usable packs in catalog order (`identifier` = pack id, `title`, `thumbnailUrl`), then the
+        user's own uploads (`custom`, "My stickers"). Each sticker has `identifier` (`packId:slug`, stable), `title`,
+        `imageUrl`, `thumbnailUrl` and `isAnimated`, one to one with an SDK's sticker asset. Signed URLs stay equal
+        within a 10-minute window, so `If-None-Match` answers 304 while nothing changed.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The catalog.
+          headers:
+            ETag: { schema: { type: string } }
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [categories]
+                properties:
+                  categories:
+                    type: array
+                    items:
+                      type: object
+                      required: [identifier, title, thumbnailUrl, stickers]
+                      properties:
+                        identifier: { type: string }
+                        title: { type: string }
+                        thumbnailUrl: { type: [string, "null"] }
+                        stickers:
+                          type: array
+                          items:
+                            type: object
+                            required: [identifier, title, imageUrl, thumbnailUrl, isAnimated]
+                            properties:
+                              identifier: { type: string }
+                              title: { type: string }
+                              imageUrl: { type: string }
+                              thumbnailUrl: { type: string }
+                              isAnimated: { type: boolean }
+        "304": { description: Not modified. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
+  /api/stickers/upload:
+    post:
+      tags: [stickers]
+      operationId: uploadSticker
+      summary: Add one image to the user's own pack (custom), within their allowance.
+      description: |
+        One part named `file` (optional `name`). Checked like an operator's upload (PNG, GIF or WebP by content, at most
+        500 KB, 200 to 1024 px). The allowance (`STICKER_UPLOADS_PER_USER`, default 200 stickers, and
+        `STICKER_UPLOAD_BYTES_PER_USER`, default 50 MB) is reserved before any image work, so parallel uploads never
+        exceed it; an upload that stores nothing gives its reservation back. Over it: 429 `upload_quota_exceeded`.
+        Own stickers' files are private (signed URLs). A profile without `canUseCustomContentTypes` gets 403.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          multipart/form-data:
+            schema:
+              type: object
+              required: [file]
+              properties:
+                file: { type: string, format: binary }
+                name: { type: string, maxLength: 100 }
+      responses:
+        "201":
+          description: The sticker.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [sticker]
+                properties:
+                  sticker: { $ref: "#/components/schemas/Sticker" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "429":
+          description: "`upload_quota_exceeded`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/stickers/{stickerId}/use:
+    post:
+      tags: [stickers]
+      operationId: useSticker
+      summary: Count a use (popularity, the profile's recent list); 404 for a sticker this user cannot use.
+      security: [{ session: [] }]
+      parameters:
+        - { name: stickerId, in: path, required: true, schema: { type: string, maxLength: 120 } }
+      responses:
+        "200":
+          description: Counted.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [success]
+                properties:
+                  success: { type: boolean }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/stickers/{stickerId}:
+    delete:
+      tags: [stickers]
+      operationId: deleteOwnSticker
+      summary: Delete one of the user's own uploads (its allowance is given back).
+      security: [{ session: [] }]
+      parameters:
+        - { name: stickerId, in: path, required: true, schema: { type: string, maxLength: 120 } }
+      responses:
+        "204": { description: Deleted. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/stickers/{stickerId}:
+    patch:
+      tags: [operators]
+      operationId: adminChangeSticker
+      summary: Rename, retag or reorder a catalog sticker (its id stays; audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: stickerId, in: path, required: true, schema: { type: string, maxLength: 120 } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                name: { type: string, minLength: 1, maxLength: 100 }
+                tags: { type: array, maxItems: 20, items: { type: string, minLength: 1, maxLength: 40 } }
+                sortOrder: { type: integer }
+      responses:
+        "200":
+          description: The sticker.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Sticker" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+    delete:
+      tags: [operators]
+      operationId: adminDeleteSticker
+      summary: Delete a catalog sticker and its uses (audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: stickerId, in: path, required: true, schema: { type: string, maxLength: 120 } }
+      responses:
+        "204": { description: Deleted. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/stickers/packs/{id}/icon:
+    post:
+      tags: [operators]
+      operationId: adminUploadPackIcon
+      summary: Upload a pack's icon (one part named file; stored as a public 100 px PNG; audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string, maxLength: 64 } }
+      requestBody:
+        required: true
+        content:
+          multipart/form-data:
+            schema:
+              type: object
+              required: [file]
+              properties:
+                file: { type: string, format: binary }
+      responses:
+        "200":
+          description: The pack with its new iconUrl.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/StickerPack" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
   /api/stickers/packs/{id}/unlock:
     post:
       tags: [stickers]
@@ -1723,7 +1957,8 @@ components:
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
-            profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists]
+            profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
+            upload_quota_exceeded]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -1986,7 +2221,7 @@ components:
         id: { type: string, pattern: "^[a-z0-9-]{1,64}$" }
         name: { type: string, minLength: 1, maxLength: 100 }
         description: { type: string, maxLength: 1000 }
-        iconUrl: { type: [string, "null"], description: An https URL. }
+        iconUrl: { type: [string, "null"], description: "An https URL, or the service's /media/… after an icon upload." }
         category: { type: string, enum: [emoji, custom, seasonal, branded] }
         isPremium: { type: boolean }
         tokenPrice: { type: integer, minimum: 0 }

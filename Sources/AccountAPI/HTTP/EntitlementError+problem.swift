@@ -13,6 +13,11 @@ extension EntitlementError {
         case .invalid(let problems): Problem.validation(problems.joined(separator: "; "))
         case .packLocked:
             Problem(.forbidden, code: "pack_locked", detail: "This premium pack is locked: unlock it with tokens or a plan that includes it.")
+        case .stickerNotFound: Problem.notFound("No such sticker (or not one you can use).")
+        case .uploadQuotaExceeded(let stickers, let bytes):
+            Problem(
+                .tooManyRequests, code: "upload_quota_exceeded",
+                detail: "Your sticker uploads are at the limit (\(stickers) stickers, \(bytes / 1_048_576) MB); delete some to upload more.")
         case .stickerExists(let id):
             Problem(.conflict, code: "sticker_exists", detail: "A sticker with id '\(id)' exists in this pack; give it another name.")
         }

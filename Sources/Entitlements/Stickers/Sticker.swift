@@ -1,9 +1,10 @@
 import Foundation
 import Storage
 
-/// One sticker of a pack. Its files are blob-store keys; URLs are made per request (signed for premium packs).
+/// One sticker. Its files are blob-store keys; URLs are made per request (signed unless the file is public).
 public struct Sticker: Sendable, Equatable {
     public let id: String
+    /// The catalog pack, or ``Sticker/customPackID`` for a user's own uploads.
     public let packID: String
     public let name: String
     /// The stored files and what the image is.
@@ -12,16 +13,20 @@ public struct Sticker: Sendable, Equatable {
     public let sortOrder: Int
     public let usageCount: Int
 
+    /// The id apps use for a user's own pack.
+    public static let customPackID = "custom"
+
     static let columns =
-        "id, pack_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, tags, sort_order, usage_count"
+        "id, pack_id, owner_user_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, bytes, tags, sort_order, usage_count"
 
     init(row: SQLRow) throws {
         id = try row.string("id")
-        packID = try row.string("pack_id")
+        packID = row.optionalString("owner_user_id") == nil ? try row.string("pack_id") : Self.customPackID
         name = try row.string("name")
         file = StoredImage(
             imageKey: try row.string("image_key"), thumbnailKey: try row.string("thumbnail_key"), fileType: try row.string("file_type"),
-            width: Int(try row.int("width")), height: Int(try row.int("height")), isAnimated: try row.bool("is_animated"))
+            width: Int(try row.int("width")), height: Int(try row.int("height")), isAnimated: try row.bool("is_animated"),
+            bytes: Int(try row.int("bytes")))
         tags = (try? JSONDecoder().decode([String].self, from: Data(try row.string("tags").utf8))) ?? []
         sortOrder = Int(try row.int("sort_order"))
         usageCount = Int(try row.int("usage_count"))
@@ -38,51 +43,157 @@ public struct Sticker: Sendable, Equatable {
             }
         }
         while slug.hasSuffix("-") { slug.removeLast() }
-        return String(slug.prefix(48)).isEmpty ? "sticker" : String(slug.prefix(48))
+        let short = String(slug.prefix(48))
+        return short.isEmpty ? "sticker" : short
     }
 }
 
-/// The rows of `stickers` (owned by Entitlements with the packs).
+/// The rows of `stickers`, `sticker_uses` and `sticker_quotas` (owned by Entitlements with the packs).
 struct StickerStore: Sendable {
+    /// The storage pack id of a user's own uploads.
+    static func customPack(_ userID: String) -> String { "custom:\(userID)" }
+
     func stickers(_ tx: any SQLExecutor, packID: String) async throws -> [Sticker] {
-        try await tx.query(
-            "SELECT \(Sticker.columns) FROM stickers WHERE pack_id = ? ORDER BY sort_order, id LIMIT 1000", [packID]
+        try await tx.query("SELECT \(Sticker.columns) FROM stickers WHERE pack_id = ? ORDER BY sort_order, id LIMIT 1000", [packID])
+            .map(Sticker.init)
+    }
+
+    func sticker(_ tx: any SQLExecutor, id: String) async throws -> Sticker? {
+        try await tx.first("SELECT \(Sticker.columns) FROM stickers WHERE id = ?", [id]).map(Sticker.init)
+    }
+
+    /// The stickers of `packIDs` (storage ids), at most `limit` per call, in pack then sticker order.
+    func stickers(_ tx: any SQLExecutor, packIDs: [String]) async throws -> [Sticker] {
+        guard !packIDs.isEmpty else { return [] }
+        let marks = Array(repeating: "?", count: packIDs.count).joined(separator: ", ")
+        return try await tx.query(
+            "SELECT \(Sticker.columns) FROM stickers WHERE pack_id IN (\(marks)) ORDER BY pack_id, sort_order, id LIMIT 20000",
+            packIDs.map { $0 as any SQLBindable }
         ).map(Sticker.init)
     }
 
     func insert(
-        _ tx: any SQLExecutor, id: String, packID: String, name: String, stored: StoredImage, tags: [String], now: Date
+        _ tx: any SQLExecutor, id: String, packID: String, owner: String?, name: String, stored: StoredImage, tags: [String], now: Date
     ) async throws -> Bool {
         let tagsJSON = String(decoding: try JSONEncoder().encode(tags), as: UTF8.self)
         let order =
             try await tx.first("SELECT COALESCE(MAX(sort_order), 0) + 1 AS n FROM stickers WHERE pack_id = ?", [packID])?.optionalInt("n") ?? 1
+        let values: [any SQLBindable] = [
+            id, packID, owner, name, stored.imageKey, stored.thumbnailKey, stored.fileType, Int64(stored.width), Int64(stored.height),
+            stored.isAnimated, Int64(stored.bytes), tagsJSON, order, now,
+        ]
         return
             !(try await tx.query(
                 """
-                INSERT INTO stickers (id, pack_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, tags, sort_order, created_at_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
-                """,
-                [
-                    id, packID, name, stored.imageKey, stored.thumbnailKey, stored.fileType, Int64(stored.width), Int64(stored.height),
-                    stored.isAnimated,
-                    tagsJSON,
-                    order, now,
-                ]
+                INSERT INTO stickers (id, pack_id, owner_user_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, bytes, tags,
+                                      sort_order, created_at_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
+                """, values
             ).isEmpty)
     }
 
-    /// Which pack a file belongs to and whether it is a preview (one of the pack's first three thumbnails).
-    func owner(_ tx: any SQLExecutor, blobKey: String) async throws -> (packID: String, isPreview: Bool)? {
+    func update(_ tx: any SQLExecutor, id: String, name: String?, tags: [String]?, sortOrder: Int?) async throws -> Bool {
+        let tagsJSON = try tags.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+        return
+            !(try await tx.query(
+                """
+                UPDATE stickers SET name = COALESCE(?, name), tags = COALESCE(?, tags), sort_order = COALESCE(?, sort_order)
+                WHERE id = ? AND owner_user_id IS NULL RETURNING id
+                """, [name, tagsJSON, sortOrder.map(Int64.init), id]
+            ).isEmpty)
+    }
+
+    /// Deletes a sticker and its uses; returns its owner's bytes for a user upload (to give back to the quota).
+    func delete(_ tx: any SQLExecutor, id: String) async throws -> Bool {
+        try await tx.query("DELETE FROM sticker_uses WHERE sticker_id = ?", [id])
+        return !(try await tx.query("DELETE FROM stickers WHERE id = ? RETURNING id", [id]).isEmpty)
+    }
+
+    /// One more use: the sticker's count (one atomic increment) and the profile's recent list.
+    func recordUse(_ tx: any SQLExecutor, stickerID: String, userID: String, profileID: String, now: Date) async throws {
+        try await tx.query("UPDATE stickers SET usage_count = usage_count + 1 WHERE id = ?", [stickerID])
+        try await tx.query(
+            """
+            INSERT INTO sticker_uses (user_id, profile_id, sticker_id, used_at_ms) VALUES (?, ?, ?, ?)
+            ON CONFLICT (user_id, profile_id, sticker_id) DO UPDATE SET used_at_ms = excluded.used_at_ms
+            """, [userID, profileID, stickerID, now])
+    }
+
+    /// The profile's most recently used stickers, newest first.
+    func recent(_ tx: any SQLExecutor, userID: String, profileID: String, limit: Int) async throws -> [Sticker] {
+        try await tx.query(
+            """
+            SELECT \(Sticker.columns.split(separator: ",").map { "s." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+            FROM sticker_uses u JOIN stickers s ON s.id = u.sticker_id
+            WHERE u.user_id = ? AND u.profile_id = ? ORDER BY u.used_at_ms DESC, s.id LIMIT ?
+            """, [userID, profileID, Int64(limit)]
+        ).map(Sticker.init)
+    }
+
+    /// Stickers of `packIDs` whose name or a tag contains `query` (case-insensitive), most used first.
+    func search(_ tx: any SQLExecutor, packIDs: [String], query: String, limit: Int, offset: Int) async throws -> [Sticker] {
+        guard !packIDs.isEmpty else { return [] }
+        let escaped = query.lowercased().replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%")
+            .replacingOccurrences(of: "_", with: "\\_")
+        let pattern = "%\(escaped)%"
+        let marks = Array(repeating: "?", count: packIDs.count).joined(separator: ", ")
+        let binds: [any SQLBindable] = packIDs.map { $0 as any SQLBindable } + [pattern, pattern, Int64(limit), Int64(offset)]
+        return try await tx.query(
+            """
+            SELECT \(Sticker.columns) FROM stickers WHERE pack_id IN (\(marks))
+              AND (LOWER(name) LIKE ? ESCAPE '\\' OR LOWER(tags) LIKE ? ESCAPE '\\')
+            ORDER BY usage_count DESC, id LIMIT ? OFFSET ?
+            """, binds
+        ).map(Sticker.init)
+    }
+
+    /// Which pack a file belongs to (storage id), whose upload it is, and whether it is a preview (one of a catalog pack's
+    /// first three thumbnails).
+    func owner(_ tx: any SQLExecutor, blobKey: String) async throws -> (packID: String, isCustom: Bool, isPreview: Bool)? {
         guard
             let row = try await tx.first(
-                "SELECT pack_id, thumbnail_key = ? AS is_thumbnail FROM stickers WHERE image_key = ? OR thumbnail_key = ? LIMIT 1",
+                "SELECT pack_id, owner_user_id, thumbnail_key = ? AS is_thumbnail FROM stickers WHERE image_key = ? OR thumbnail_key = ? LIMIT 1",
                 [blobKey, blobKey, blobKey])
-        else {
-            return nil
-        }
+        else { return nil }
         let packID = try row.string("pack_id")
-        guard try row.bool("is_thumbnail") else { return (packID, false) }
+        if row.optionalString("owner_user_id") != nil { return (packID, true, false) }
+        guard try row.bool("is_thumbnail") else { return (packID, false, false) }
         let previews = try await tx.query("SELECT thumbnail_key FROM stickers WHERE pack_id = ? ORDER BY sort_order, id LIMIT 3", [packID])
-        return (packID, try previews.contains { try $0.string("thumbnail_key") == blobKey })
+        return (packID, false, try previews.contains { try $0.string("thumbnail_key") == blobKey })
+    }
+
+    /// Reserves one upload of `bytes` against the user's allowance; false when it would go over.
+    func reserveUpload(_ tx: any SQLExecutor, userID: String, bytes: Int, maxStickers: Int, maxBytes: Int) async throws -> Bool {
+        try await tx.query("INSERT INTO sticker_quotas (user_id, stickers, bytes) VALUES (?, 0, 0) ON CONFLICT (user_id) DO NOTHING", [userID])
+        return
+            !(try await tx.query(
+                "UPDATE sticker_quotas SET stickers = stickers + 1, bytes = bytes + ? WHERE user_id = ? AND stickers < ? AND bytes + ? <= ? RETURNING user_id",
+                [Int64(bytes), userID, Int64(maxStickers), Int64(bytes), Int64(maxBytes)]
+            ).isEmpty)
+    }
+
+    /// Gives back an upload's reservation (nothing was stored, or the sticker was deleted).
+    func releaseUpload(_ tx: any SQLExecutor, userID: String, bytes: Int) async throws {
+        try await tx.query(
+            "UPDATE sticker_quotas SET stickers = stickers - 1, bytes = bytes - ? WHERE user_id = ? AND stickers > 0 AND bytes >= ?",
+            [Int64(bytes), userID, Int64(bytes)])
+    }
+
+    /// Per pack: how many stickers and the first three thumbnails (for the pack listing).
+    func summaries(_ tx: any SQLExecutor) async throws -> [String: (count: Int, previews: [String])] {
+        let rows = try await tx.query(
+            """
+            SELECT pack_id, thumbnail_key, n FROM (
+              SELECT pack_id, thumbnail_key, ROW_NUMBER() OVER (PARTITION BY pack_id ORDER BY sort_order, id) AS r,
+                     COUNT(*) OVER (PARTITION BY pack_id) AS n
+              FROM stickers WHERE owner_user_id IS NULL) ranked
+            WHERE r <= 3 ORDER BY pack_id, r
+            """, [])
+        var result: [String: (count: Int, previews: [String])] = [:]
+        for row in rows {
+            let (pack, count, thumbnail) = (try row.string("pack_id"), Int(try row.int("n")), try row.string("thumbnail_key"))
+            result[pack, default: (count, [])].previews.append(thumbnail)
+        }
+        return result
     }
 }

@@ -10,34 +10,58 @@ public struct StoredImage: Sendable, Equatable {
     public let width: Int
     public let height: Int
     public let isAnimated: Bool
+    /// The stored image's size (what counts against a user's upload allowance).
+    public let bytes: Int
 
-    public init(imageKey: String, thumbnailKey: String, fileType: String, width: Int, height: Int, isAnimated: Bool) {
-        (self.imageKey, self.thumbnailKey, self.fileType, self.width, self.height, self.isAnimated) =
-            (imageKey, thumbnailKey, fileType, width, height, isAnimated)
+    public init(imageKey: String, thumbnailKey: String, fileType: String, width: Int, height: Int, isAnimated: Bool, bytes: Int) {
+        (self.imageKey, self.thumbnailKey, self.fileType, self.width, self.height, self.isAnimated, self.bytes) =
+            (imageKey, thumbnailKey, fileType, width, height, isAnimated, bytes)
     }
 }
 
-/// Who may fetch a media file: anyone (a free pack's file, or a preview thumbnail) or only holders of a signed URL.
+/// Who may fetch a media file: anyone (a free pack's file, a preview thumbnail, an icon) or only holders of a signed URL.
 public enum MediaAccess: Sendable, Equatable {
     case publicFile
     case signedOnly
     case unknown
 }
 
-/// Stickers inside packs: operators add them, users see the stickers of packs they can use.
+/// Stickers a user can see, with whether their files need signed URLs.
+public struct StickerList: Sendable {
+    public let stickers: [Sticker]
+    /// Sticker ids whose files are private (premium packs, own uploads).
+    public let signed: Set<String>
+}
+
+/// A user's upload allowance.
+public struct UploadAllowance: Sendable {
+    public var maxStickers = 200
+    public var maxBytes = 50 * 1024 * 1024
+    public init() {}
+}
+
+/// Stickers inside packs: operators add and edit them, users see the stickers of packs they can use, upload their own,
+/// and record uses (recent, popularity).
 public struct StickerContentService: Sendable {
     let database: any Database
     let packs: StickerPackStore
     let subscriptions: SubscriptionStore
     let audit: any AuditTrail
     let clock: any TimeSource
+    let allowance: UploadAllowance
     let store = StickerStore()
 
-    public init(database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, audit: any AuditTrail, clock: any TimeSource) {
-        (self.database, self.packs, self.subscriptions, self.audit, self.clock) = (database, packs, subscriptions, audit, clock)
+    public init(
+        database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, audit: any AuditTrail, clock: any TimeSource,
+        allowance: UploadAllowance = UploadAllowance()
+    ) {
+        (self.database, self.packs, self.subscriptions, self.audit, self.clock, self.allowance) =
+            (database, packs, subscriptions, audit, clock, allowance)
     }
 
-    /// Adds a stored image to a pack as `packId:slug(name)`, audited; 409 when that id exists.
+    // MARK: - Operators
+
+    /// Adds a stored image to a catalog pack as `packId:slug(name)`, audited; 409 when that id exists.
     public func add(
         packID: String, name: String, tags: [String], image: StoredImage, actor: String, ip: String?, logger: Logger
     ) async throws -> Sticker {
@@ -45,39 +69,181 @@ public struct StickerContentService: Sendable {
         return try await database.transaction(logger: logger) { tx in
             guard try await packs.pack(tx, id: packID) != nil else { throw EntitlementError.packNotFound }
             let now = clock.now()
-            guard try await store.insert(tx, id: id, packID: packID, name: name, stored: image, tags: tags, now: now) else {
+            guard try await store.insert(tx, id: id, packID: packID, owner: nil, name: name, stored: image, tags: tags, now: now) else {
                 throw EntitlementError.stickerExists(id)
             }
             try await audit.record(tx, at: now, actor: actor, action: "sticker_added", subject: id, ip: ip, detail: nil)
-            guard let sticker = try await store.stickers(tx, packID: packID).first(where: { $0.id == id }) else {
-                throw EntitlementError.packNotFound
-            }
+            guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
             return sticker
         }
     }
 
-    /// The stickers of an active pack, for a user who can use it; a locked premium pack answers `packLocked` with its
-    /// preview thumbnails. `premium` tells the caller to sign the files' URLs.
-    public func stickers(userID: String, packID: String, logger: Logger) async throws -> (stickers: [Sticker], premium: Bool) {
+    /// Whether a catalog pack exists (checked before an upload's image work).
+    public func packExists(_ packID: String, logger: Logger) async throws -> Bool {
+        try await database.withConnection(logger: logger) { try await packs.pack($0, id: packID) != nil }
+    }
+
+    /// Changes a catalog sticker's name, tags or order (its id stays), audited.
+    public func update(
+        id: String, name: String?, tags: [String]?, sortOrder: Int?, actor: String, ip: String?, logger: Logger
+    ) async throws -> Sticker {
+        try await database.transaction(logger: logger) { tx in
+            guard try await store.update(tx, id: id, name: name, tags: tags, sortOrder: sortOrder) else { throw EntitlementError.stickerNotFound }
+            try await audit.record(tx, at: clock.now(), actor: actor, action: "sticker_changed", subject: id, ip: ip, detail: nil)
+            guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
+            return sticker
+        }
+    }
+
+    /// Removes a catalog sticker (and its uses), audited. Messages that name it keep a dangling id.
+    public func delete(id: String, actor: String, ip: String?, logger: Logger) async throws {
+        try await database.transaction(logger: logger) { tx in
+            guard let sticker = try await store.sticker(tx, id: id), sticker.packID != Sticker.customPackID else {
+                throw EntitlementError.stickerNotFound
+            }
+            _ = try await store.delete(tx, id: id)
+            try await audit.record(tx, at: clock.now(), actor: actor, action: "sticker_deleted", subject: id, ip: ip, detail: nil)
+        }
+    }
+
+    // MARK: - Users
+
+    /// Reserves one upload of `bytes` in the user's allowance (before any image work); 429-style refusal when full.
+    public func reserveUpload(userID: String, bytes: Int, logger: Logger) async throws {
+        let allowance = allowance
+        let reserved = try await database.transaction(logger: logger) { tx in
+            try await store.reserveUpload(tx, userID: userID, bytes: bytes, maxStickers: allowance.maxStickers, maxBytes: allowance.maxBytes)
+        }
+        guard reserved else { throw EntitlementError.uploadQuotaExceeded(maxStickers: allowance.maxStickers, maxBytes: allowance.maxBytes) }
+    }
+
+    /// Gives a reservation back when the upload stored nothing.
+    public func releaseUpload(userID: String, bytes: Int, logger: Logger) async throws {
+        try await database.transaction(logger: logger) { tx in try await store.releaseUpload(tx, userID: userID, bytes: bytes) }
+    }
+
+    /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`.
+    public func addUpload(userID: String, name: String, image: StoredImage, logger: Logger) async throws -> Sticker {
+        let id = "custom:\(UUID().uuidString.lowercased())"
+        return try await database.transaction(logger: logger) { tx in
+            _ = try await store.insert(
+                tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now())
+            guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
+            return sticker
+        }
+    }
+
+    /// Deletes one of the user's own uploads and gives its allowance back.
+    public func deleteUpload(userID: String, stickerID: String, logger: Logger) async throws {
+        try await database.transaction(logger: logger) { tx in
+            let row = try await tx.first("SELECT bytes FROM stickers WHERE id = ? AND owner_user_id = ?", [stickerID, userID])
+            guard let bytes = row?.optionalInt("bytes") else { throw EntitlementError.stickerNotFound }
+            _ = try await store.delete(tx, id: stickerID)
+            try await store.releaseUpload(tx, userID: userID, bytes: Int(bytes))
+        }
+    }
+
+    /// The stickers of a pack the user can use (`custom`: their own uploads); a locked premium pack answers `packLocked`
+    /// with its preview thumbnails.
+    public func stickers(userID: String, packID: String, logger: Logger) async throws -> StickerList {
         try await database.readTransaction(logger: logger) { tx in
+            if packID == Sticker.customPackID {
+                let own = try await store.stickers(tx, packID: StickerStore.customPack(userID))
+                return StickerList(stickers: own, signed: Set(own.map(\.id)))
+            }
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
             let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
-            let bought = try await packs.unlockedIDs(tx, userID: userID)
             let stickers = try await store.stickers(tx, packID: packID)
-            if packs.isLocked(pack, plan: plan, bought: bought) {
+            if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
                 throw EntitlementError.packLocked(previewKeys: stickers.prefix(3).map(\.file.thumbnailKey))
             }
-            return (stickers, pack.isPremium)
+            return StickerList(stickers: stickers, signed: pack.isPremium ? Set(stickers.map(\.id)) : [])
         }
+    }
+
+    /// Every sticker the user can use now, by pack in catalog order (the editor catalog), plus their own uploads.
+    public func usable(userID: String, logger: Logger) async throws -> (packs: [StickerPack], list: StickerList) {
+        try await database.readTransaction(logger: logger) { tx in
+            let open = try await usablePacks(tx, userID: userID)
+            let stickers = try await store.stickers(tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)])
+            let premium = Set(open.filter(\.isPremium).map(\.id))
+            let order = Dictionary(uniqueKeysWithValues: open.enumerated().map { ($1.id, $0) })
+            let sorted = stickers.sorted { (order[$0.packID] ?? Int.max, $0.sortOrder, $0.id) < (order[$1.packID] ?? Int.max, $1.sortOrder, $1.id) }
+            return (
+                open,
+                StickerList(
+                    stickers: sorted, signed: Set(sorted.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id)))
+            )
+        }
+    }
+
+    /// Records a use by a profile: 404 for a sticker the user cannot use (a locked pack's, another user's upload).
+    public func use(userID: String, profileID: String, stickerID: String, logger: Logger) async throws {
+        try await database.transaction(logger: logger) { tx in
+            guard let sticker = try await store.sticker(tx, id: stickerID), try await canUse(tx, sticker: sticker, userID: userID) else {
+                throw EntitlementError.stickerNotFound
+            }
+            try await store.recordUse(tx, stickerID: stickerID, userID: userID, profileID: profileID, now: clock.now())
+        }
+    }
+
+    /// The profile's last 20 used stickers that it can still use.
+    public func recent(userID: String, profileID: String, logger: Logger) async throws -> StickerList {
+        try await database.readTransaction(logger: logger) { tx in
+            let open = try await usablePacks(tx, userID: userID)
+            let ids = Set(open.map(\.id))
+            let premium = Set(open.filter(\.isPremium).map(\.id))
+            let recent = try await store.recent(tx, userID: userID, profileID: profileID, limit: 60)
+                .filter { ids.contains($0.packID) || $0.packID == Sticker.customPackID }  // uses are recorded only for usable ones
+            let visible = Array(recent.prefix(20))
+            return StickerList(
+                stickers: visible, signed: Set(visible.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id)))
+        }
+    }
+
+    /// Stickers whose name or tags contain `query`, among packs the user can use and their own uploads; most used first.
+    public func search(userID: String, query: String, limit: Int, offset: Int, logger: Logger) async throws -> StickerList {
+        try await database.readTransaction(logger: logger) { tx in
+            let open = try await usablePacks(tx, userID: userID)
+            let premium = Set(open.filter(\.isPremium).map(\.id))
+            let found = try await store.search(
+                tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)], query: query, limit: limit, offset: offset)
+            return StickerList(
+                stickers: found, signed: Set(found.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id)))
+        }
+    }
+
+    /// Per catalog pack: sticker count and the first three thumbnails.
+    public func summaries(logger: Logger) async throws -> [String: (count: Int, previews: [String])] {
+        try await database.withConnection(logger: logger) { try await store.summaries($0) }
     }
 
     /// Whether a media file may be served without a signature.
     public func access(blobKey: String, logger: Logger) async throws -> MediaAccess {
         try await database.withConnection(logger: logger) { tx in
-            guard let owner = try await store.owner(tx, blobKey: blobKey) else { return .unknown }
+            guard let owner = try await store.owner(tx, blobKey: blobKey) else {
+                let icon = try await tx.first("SELECT id FROM sticker_packs WHERE icon_url LIKE ? LIMIT 1", ["%/\(blobKey)"])
+                return icon == nil ? .unknown : .publicFile
+            }
+            if owner.isCustom { return .signedOnly }
             if owner.isPreview { return .publicFile }
             guard let pack = try await packs.pack(tx, id: owner.packID) else { return .unknown }
             return pack.isPremium ? .signedOnly : .publicFile
         }
+    }
+
+    func usablePacks(_ tx: any SQLExecutor, userID: String) async throws -> [StickerPack] {
+        let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+        let bought = try await packs.unlockedIDs(tx, userID: userID)
+        return try await packs.all(tx, activeOnly: true).filter { !packs.isLocked($0, plan: plan, bought: bought) }
+    }
+
+    func canUse(_ tx: any SQLExecutor, sticker: Sticker, userID: String) async throws -> Bool {
+        if sticker.packID == Sticker.customPackID { return try await isOwn(sticker, userID: userID, tx) }
+        return try await usablePacks(tx, userID: userID).contains { $0.id == sticker.packID }
+    }
+
+    func isOwn(_ sticker: Sticker, userID: String, _ tx: any SQLExecutor) async throws -> Bool {
+        try await tx.first("SELECT id FROM stickers WHERE id = ? AND owner_user_id = ?", [sticker.id, userID]) != nil
     }
 }

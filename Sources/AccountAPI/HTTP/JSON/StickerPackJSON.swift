@@ -6,16 +6,18 @@ struct StickerPackJSON: Encodable, Sendable {
     let id: String; let name: String; let description: String?; let iconUrl: String?; let category: String; let stickerCount: Int64
     let isLocked: Bool; let previewStickers: [String]; let isPremium: Bool; let tokenPrice: Int64
 
-    init(_ view: PackView) {
+    /// `summary`: the pack's stickers, when it has any (their count and the public URLs of the first three thumbnails
+    /// replace the operator-written `stickerCount` and `previewStickers`).
+    init(_ view: PackView, summary: (count: Int, previews: [String])? = nil) {
         let p = view.pack
         id = p.id
         name = p.name
         description = p.description
         iconUrl = p.iconUrl
         category = p.category
-        stickerCount = p.stickerCount
+        stickerCount = summary.map { Int64($0.count) } ?? p.stickerCount
         isLocked = view.isLocked
-        previewStickers = p.previewStickers
+        previewStickers = summary?.previews ?? p.previewStickers
         isPremium = p.isPremium
         tokenPrice = p.tokenPrice
     }

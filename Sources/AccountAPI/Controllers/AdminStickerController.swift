@@ -1,0 +1,85 @@
+import Entitlements
+import Foundation
+import Hummingbird
+import Media
+import MultipartKit
+
+/// Operators fill packs: upload images (multipart), rename, retag, reorder or delete stickers, and upload a pack's icon.
+/// Every change is audited.
+struct AdminStickerController: Sendable {
+    let content: StickerContentService
+    let stickers: StickerService
+    let media: MediaServices
+    let authenticator: Authenticator
+
+    struct StickersResponse: Encodable, Sendable { let stickers: [StickerJSON] }
+    struct StickerChange: Decodable { let name: String?; let tags: [String]?; let sortOrder: Int? }
+
+    func addRoutes(to router: Router<AppRequestContext>) {
+        router.post("/api/admin/stickers/pack/:packId/stickers", use: upload)
+        router.patch("/api/admin/stickers/:stickerId", use: change)
+        router.delete("/api/admin/stickers/:stickerId", use: delete)
+        router.post("/api/admin/stickers/packs/:id/icon", use: icon)
+    }
+
+    /// Parts named `file` (at most 20); optional `name` (one file only) and `tags` (comma-separated). Each image is
+    /// checked by content, thumbnailed and stored before its row is written.
+    @Sendable func upload(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let actor = try await authenticator.requireOperator(request, context)
+        let packID = try context.parameters.require("packId")
+        guard try await content.packExists(packID, logger: context.logger) else { throw EntitlementError.packNotFound }
+        var request = request
+        let parts = try await Multipart.parts(&request, limit: MediaServices.maxUploadBody)
+        let files = parts.filter { $0.name == "file" }
+        guard (1...20).contains(files.count) else { throw Problem.validation("Send 1 to 20 images as multipart/form-data parts named 'file'.") }
+        let tags = Self.tags(Multipart.text(parts, "tags"))
+        var added: [StickerJSON] = []
+        for file in files {
+            let name = (files.count == 1 ? Multipart.text(parts, "name") : nil) ?? Multipart.fileStem(file) ?? "sticker"
+            let stored = try await media.store(Data(file.body.readableBytesView))
+            let sticker = try await content.add(
+                packID: packID, name: String(name.prefix(100)), tags: tags, image: stored, actor: actor, ip: context.clientIP, logger: context.logger)
+            added.append(media.json(sticker, signed: false))
+        }
+        return try JSONResponse(StickersResponse(stickers: added), status: .created).response(from: request, context: context)
+    }
+
+    static func tags(_ text: String?) -> [String] {
+        (text ?? "").split(separator: ",").map { String($0.trimmingCharacters(in: .whitespaces).prefix(40)) }.filter { !$0.isEmpty }.prefix(20).map {
+            $0
+        }
+    }
+
+    @Sendable func change(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickerJSON> {
+        let actor = try await authenticator.requireOperator(request, context)
+        var request = request
+        let body = try await request.decodeJSON(StickerChange.self, context: context)
+        if let name = body.name, !(1...100).contains(name.count) { throw Problem.validation("name must be 1 to 100 characters.") }
+        if let tags = body.tags, tags.count > 20 || tags.contains(where: { $0.isEmpty || $0.count > 40 }) {
+            throw Problem.validation("tags: at most 20, each 1 to 40 characters.")
+        }
+        let sticker = try await content.update(
+            id: try context.parameters.require("stickerId"), name: body.name, tags: body.tags, sortOrder: body.sortOrder, actor: actor,
+            ip: context.clientIP, logger: context.logger)
+        return JSONResponse(media.json(sticker, signed: false))
+    }
+
+    @Sendable func delete(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let actor = try await authenticator.requireOperator(request, context)
+        try await content.delete(id: try context.parameters.require("stickerId"), actor: actor, ip: context.clientIP, logger: context.logger)
+        return Response(status: .noContent)
+    }
+
+    /// One image (part `file`) becomes the pack's icon: checked like a sticker, stored as its 100 px thumbnail (public).
+    @Sendable func icon(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickerPack> {
+        let actor = try await authenticator.requireOperator(request, context)
+        let packID = try context.parameters.require("id")
+        var request = request
+        let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
+        guard let file = parts.first(where: { $0.name == "file" }) else { throw Problem.validation("Send the icon as a part named 'file'.") }
+        let stored = try await media.store(Data(file.body.readableBytesView))
+        let pack = try await stickers.setIcon(
+            packID: packID, url: media.signer.publicURL(stored.thumbnailKey), actor: actor, ip: context.clientIP, logger: context.logger)
+        return JSONResponse(pack)
+    }
+}
