@@ -112,7 +112,7 @@ let package = Package(
         .executableTarget(
             name: "AccountService",
             dependencies: [
-                "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage",
+                "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage", "Media",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

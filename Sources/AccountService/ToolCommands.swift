@@ -5,6 +5,7 @@ import Entitlements
 import Foundation
 import Ledger
 import Logging
+import Media
 
 struct LedgerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ledger", abstract: "Token ledger tools.", subcommands: [Verify.self])
@@ -83,6 +84,35 @@ struct Argon2Command: AsyncParsableCommand {
             print(
                 "argon2id \(config.argon2) median_ms=\(Self.fixed(median)) cores=\(cores) single_limit_per_s=\(Self.fixed(Double(cores) * 1000 / median))"
                     + " limit_per_s=\(Self.fixed(Double(cores * perCore) / seconds))")
+        }
+    }
+}
+
+struct MediaCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "media", abstract: "Sticker image tools.", subcommands: [Bench.self])
+
+    struct Bench: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Thumbnails per second (libvips) for a 1024×1024 RGBA PNG: on one core, then on every core at once.")
+        @Option(name: .long, help: "Thumbnails per core.") var count = 40
+
+        func run() async throws {
+            let images = try ImageProcessor()
+            let source = try ImageProcessor.testPNG(width: 1024, height: 1024)
+            let seconds = { (start: ContinuousClock.Instant) in
+                let elapsed = ContinuousClock.now - start
+                return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            }
+            var start = ContinuousClock.now
+            for _ in 0..<count { _ = try images.thumbnail(source) }
+            let single = Double(count) / seconds(start)
+            let cores = ProcessInfo.processInfo.activeProcessorCount
+            start = ContinuousClock.now
+            DispatchQueue.concurrentPerform(iterations: cores) { _ in for _ in 0..<count { _ = try? images.thumbnail(source) } }
+            let all = Double(cores * count) / seconds(start)
+            print(
+                "thumbnails source=1024x1024png bytes=\(source.count) one_core_per_s=\(Argon2Command.Bench.fixed(single)) cores=\(cores)"
+                    + " all_cores_per_s=\(Argon2Command.Bench.fixed(all))")
         }
     }
 }

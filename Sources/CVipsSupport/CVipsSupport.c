@@ -46,31 +46,41 @@ int as_vips_optimise_png(const void *buf, size_t len, void **out, size_t *out_le
     return status ? fail() : 0;
 }
 
-int as_vips_test_png(int width, int height, void **out, size_t *out_len) {
-    VipsImage *x = NULL, *rgb = NULL, *alpha = NULL, *rgba = NULL;
+int as_vips_test_image(int width, int height, int pages, const char *suffix, void **out, size_t *out_len) {
+    VipsImage *x = NULL, *xb = NULL, *scaled = NULL, *rgb = NULL, *mask = NULL, *rgba = NULL, *joined = NULL;
     int status = -1;
+    // A gradient in three colour bands, opaque on the left half and transparent on the right.
     if (vips_xyz(&x, width, height, NULL)) goto done;
-    // Band 0 of xyz is x: scale it to 0..255 for three colour bands; alpha 255 on the left half, 0 on the right.
-    VipsImage *xb = NULL;
     if (vips_extract_band(x, &xb, 0, NULL)) goto done;
-    VipsImage *scaled = NULL;
-    if (vips_linear1(xb, &scaled, 255.0 / (width > 1 ? width - 1 : 1), 0, "uchar", TRUE, NULL)) { g_object_unref(xb); goto done; }
-    g_object_unref(xb);
+    if (vips_linear1(xb, &scaled, 255.0 / (width > 1 ? width - 1 : 1), 0, "uchar", TRUE, NULL)) goto done;
     VipsImage *bands[3] = {scaled, scaled, scaled};
-    if (vips_bandjoin(bands, &rgb, 3, NULL)) { g_object_unref(scaled); goto done; }
-    VipsImage *mask = NULL;
-    if (vips_relational_const1(scaled, &mask, VIPS_OPERATION_RELATIONAL_LESS, 128, NULL)) { g_object_unref(scaled); goto done; }
-    g_object_unref(scaled);
-    alpha = mask;
-    VipsImage *parts[2] = {rgb, alpha};
+    if (vips_bandjoin(bands, &rgb, 3, NULL)) goto done;
+    if (vips_relational_const1(scaled, &mask, VIPS_OPERATION_RELATIONAL_LESS, 128, NULL)) goto done;
+    VipsImage *parts[2] = {rgb, mask};
     if (vips_bandjoin(parts, &rgba, 2, NULL)) goto done;
-    if (vips_pngsave_buffer(rgba, out, out_len, NULL)) goto done;
+    VipsImage *result = rgba;
+    if (pages > 1) {
+        // Frames stacked vertically with page-height set: libvips' form of an animation.
+        VipsImage *frames[64];
+        int n = pages > 64 ? 64 : pages;
+        for (int i = 0; i < n; i++) frames[i] = rgba;
+        if (vips_arrayjoin(frames, &joined, n, "across", 1, NULL)) goto done;
+        vips_image_set_int(joined, "page-height", height);
+        int delays[64];
+        for (int i = 0; i < n; i++) delays[i] = 100;
+        vips_image_set_array_int(joined, "delay", delays, n);
+        result = joined;
+    }
+    if (vips_image_write_to_buffer(result, suffix, out, out_len, NULL)) goto done;
     status = 0;
 done:
     if (x) g_object_unref(x);
+    if (xb) g_object_unref(xb);
+    if (scaled) g_object_unref(scaled);
     if (rgb) g_object_unref(rgb);
-    if (alpha) g_object_unref(alpha);
+    if (mask) g_object_unref(mask);
     if (rgba) g_object_unref(rgba);
+    if (joined) g_object_unref(joined);
     return status ? fail() : 0;
 }
 

@@ -160,7 +160,16 @@ public struct StickerPackStore: Sendable {
                 is_active = ?, sort_order = ?, sticker_count = ?, preview_stickers = ?, updated_at_ms = ? WHERE id = ? RETURNING id
             """, values + [pack.id])
         if updated.isEmpty { throw EntitlementError.packNotFound }
+        try await touch(tx, pack.id)
         return true
+    }
+
+    /// Marks a pack changed: `updated_at_ms` strictly later than before, even within one millisecond, because catalog
+    /// versions compare the latest change (its stickers, name, icon).
+    public func touch(_ tx: any SQLExecutor, _ id: String) async throws {
+        let now = clock.now()
+        try await tx.query(
+            "UPDATE sticker_packs SET updated_at_ms = CASE WHEN updated_at_ms >= ? THEN updated_at_ms + 1 ELSE ? END WHERE id = ?", [now, now, id])
     }
 
     /// Points a pack's icon at a stored file (its URL is the service's own, so it skips the https rule of operator input).
@@ -168,6 +177,7 @@ public struct StickerPackStore: Sendable {
         guard
             !(try await tx.query("UPDATE sticker_packs SET icon_url = ?, updated_at_ms = ? WHERE id = ? RETURNING id", [url, clock.now(), id]).isEmpty)
         else { return nil }
+        try await touch(tx, id)
         return try await pack(tx, id: id)
     }
 

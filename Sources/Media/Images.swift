@@ -96,9 +96,12 @@ public struct ImageProcessor: Sendable {
     }
 
     /// A test image: a `width`×`height` RGBA PNG (a gradient, transparent on its right half).
-    public static func testPNG(width: Int, height: Int) throws -> Data {
+    public static func testPNG(width: Int, height: Int) throws -> Data { try testImage(width: width, height: height, format: .png) }
+
+    /// The same gradient in `format`, with `pages` frames (an animation when more than one).
+    public static func testImage(width: Int, height: Int, pages: Int = 1, format: ImageFormat) throws -> Data {
         try start()
-        return try output { out, length in as_vips_test_png(Int32(width), Int32(height), &out, &length) }
+        return try output { out, length in as_vips_test_image(Int32(width), Int32(height), Int32(pages), ".\(format.rawValue)", &out, &length) }
     }
 
     static func output(_ body: (inout UnsafeMutableRawPointer?, inout Int) -> Int32) throws -> Data {

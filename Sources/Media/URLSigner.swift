@@ -7,6 +7,9 @@ import Foundation
 /// (a client's image cache and the catalog's ETag stay stable).
 public struct URLSigner: Sendable {
     let key: SymmetricKey
+    /// Signatures of the current window's expiry, by file key: a catalog signs thousands of URLs, and within a window
+    /// they are the same every time.
+    let memo = SignatureMemo()
     public let lifetimeSeconds: Int
     public let windowSeconds: Int
     /// Prefix of every media URL: `MEDIA_BASE_URL` (a CDN) or the service's own `/media`.
@@ -26,7 +29,8 @@ public struct URLSigner: Sendable {
     public func signedURL(_ blobKey: String, now: Date) -> String {
         let earliest = Int(now.timeIntervalSince1970) + lifetimeSeconds
         let expiry = (earliest + windowSeconds - 1) / windowSeconds * windowSeconds
-        return "\(baseURL)/\(blobKey)?exp=\(expiry)&sig=\(signature(blobKey, expiry: expiry))"
+        let sig = memo.signature(blobKey, expiry: expiry) { signature(blobKey, expiry: expiry) }
+        return "\(baseURL)/\(blobKey)?exp=\(expiry)&sig=\(sig)"
     }
 
     /// Whether `sig` is this service's signature of `blobKey` until `exp`, and `exp` has not passed.
@@ -38,6 +42,28 @@ public struct URLSigner: Sendable {
 
     func signature(_ blobKey: String, expiry: Int) -> String {
         Data(HMAC<SHA256>.authenticationCode(for: Data("\(blobKey)|\(expiry)".utf8), using: key)).base64URLEncoded
+    }
+}
+
+/// The signatures of one expiry (a window's), at most 100,000; a new expiry starts afresh.
+final class SignatureMemo: @unchecked Sendable {
+    private let lock = NSLock()
+    private var expiry = 0
+    private var signatures: [String: String] = [:]
+
+    func signature(_ key: String, expiry: Int, make: () -> String) -> String {
+        lock.lock()
+        if expiry == self.expiry, let known = signatures[key] {
+            lock.unlock()
+            return known
+        }
+        lock.unlock()
+        let made = make()
+        lock.lock()
+        defer { lock.unlock() }
+        if expiry > self.expiry || signatures.count >= 100_000 { (self.expiry, signatures) = (expiry, [:]) }
+        if expiry == self.expiry { signatures[key] = made }
+        return made
     }
 }
 

@@ -102,6 +102,11 @@ struct StickerUseHTTPTests {
             let changed = try await client.send(
                 .patch, "/api/admin/stickers/fun:dog", token: admin, json: #"{"name":"Puppy","tags":["dog"],"sortOrder":0}"#)
             #expect(changed.status == .ok)
+            // A change to a pack's stickers moves every catalog's version: the last ETag no longer answers 304.
+            let lastETag = try #require(after.headers[.eTag])
+            let revalidated = try await client.execute(
+                uri: "/api/stickers/catalog", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: lastETag])
+            #expect(revalidated.status == .ok && revalidated.headers[.eTag] != lastETag)
             #expect(
                 try await client.get("/api/stickers/pack/fun", token: token).json(StickersBody.self).stickers.map(\.name) == ["Puppy", "Cat Wave"])
             #expect(try await client.send(.patch, "/api/admin/stickers/nope:x", token: admin, json: #"{"name":"X"}"#).status == .notFound)

@@ -49,6 +49,20 @@ struct MediaTests {
         #expect(try images.inspect(optimised).width == 1024)
     }
 
+    @Test func animatedGIFsAndWebPsAreReadAndThumbnailedFromTheirFirstFrame() throws {
+        let gif = try ImageProcessor.testImage(width: 240, height: 220, pages: 3, format: .gif)
+        let info = try images.inspect(gif)
+        #expect(info.format == .gif && info.width == 240 && info.height == 220 && info.pages == 3 && info.isAnimated)
+        let webp = try ImageProcessor.testImage(width: 300, height: 300, format: .webp)
+        #expect(try images.inspect(webp).format == .webp && !(try images.inspect(webp).isAnimated))
+        var relaxed = ImageProcessor.Rules()
+        relaxed.minSide = 1
+        for source in [gif, webp] {
+            let thumbnail = try ImageProcessor(rules: relaxed).inspect(try images.thumbnail(source))
+            #expect(thumbnail.format == .png && max(thumbnail.width, thumbnail.height) == 100 && thumbnail.pages == 1)
+        }
+    }
+
     @Test func blobsAreContentAddressed() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blobs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }

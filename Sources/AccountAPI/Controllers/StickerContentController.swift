@@ -85,15 +85,26 @@ struct StickerContentController: Sendable {
         return JSONResponse(Success(success: true))
     }
 
-    /// The packs this user can use as an editor SDK's categories, with an ETag (URLs are stable within a signing window).
+    /// The packs this user can use as an editor SDK's categories. The ETag is the catalog's version (what it depends on)
+    /// and the URL-signing window, so a revalidation answers 304 after a few small reads, without rendering.
     @Sendable func catalog(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
+        if let match = request.headers[.ifNoneMatch] {
+            let version = try await content.catalogVersion(userID: session.user.id, logger: context.logger)
+            let etag = catalogETag(version)
+            if match == etag { return Response(status: .notModified, headers: [.eTag: etag]) }
+        }
         let usable = try await content.usable(userID: session.user.id, logger: context.logger)
         let body = try StickerCatalog.render(packs: usable.packs, list: usable.list, media: media)
-        let etag = "\"" + SHA256.hash(data: body).prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
-        if request.headers[.ifNoneMatch] == etag { return Response(status: .notModified, headers: [.eTag: etag]) }
         return Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: etag], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: catalogETag(usable.version)],
+            body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    func catalogETag(_ version: String) -> String {
+        let window = Int(Date().timeIntervalSince1970) / media.signer.windowSeconds
+        let digest = SHA256.hash(data: Data("\(version)|\(window)|\(media.signer.baseURL)".utf8))
+        return "\"" + digest.prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
     }
 
     /// One image (a part named `file`, optional `name`) into the user's own pack, within their allowance (reserved first).

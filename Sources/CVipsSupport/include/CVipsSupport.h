@@ -13,8 +13,9 @@ int as_vips_inspect(const void *buf, size_t len, int *width, int *height, int *p
 int as_vips_thumbnail_png(const void *buf, size_t len, int size, void **out, size_t *out_len);
 // The image re-encoded as PNG at the highest zlib compression (lossless); for PNG input only.
 int as_vips_optimise_png(const void *buf, size_t len, void **out, size_t *out_len);
-// A test image: `width` x `height` RGBA PNG (a gradient with a transparent half).
-int as_vips_test_png(int width, int height, void **out, size_t *out_len);
+// A test image: `width` x `height` RGBA (a gradient with a transparent half), `pages` frames (an animation when more
+// than one), saved in the format of `suffix` (".png", ".gif", ".webp").
+int as_vips_test_image(int width, int height, int pages, const char *suffix, void **out, size_t *out_len);
 void as_vips_free(void *p);
 // The last error text of this thread (empty when none).
 const char *as_vips_last_error(void);

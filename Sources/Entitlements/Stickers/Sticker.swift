@@ -27,9 +27,14 @@ public struct Sticker: Sendable, Equatable {
             imageKey: try row.string("image_key"), thumbnailKey: try row.string("thumbnail_key"), fileType: try row.string("file_type"),
             width: Int(try row.int("width")), height: Int(try row.int("height")), isAnimated: try row.bool("is_animated"),
             bytes: Int(try row.int("bytes")))
-        tags = (try? JSONDecoder().decode([String].self, from: Data(try row.string("tags").utf8))) ?? []
+        tags = try row.string("tags").split(separator: "\n").map(String.init)
         sortOrder = Int(try row.int("sort_order"))
         usageCount = Int(try row.int("usage_count"))
+    }
+
+    /// A tag as stored: trimmed, control characters (line breaks included) dropped, at most 40 characters.
+    public static func cleanTag(_ tag: String) -> String {
+        String(String(tag.unicodeScalars.filter { !CharacterSet.controlCharacters.contains($0) }).trimmingCharacters(in: .whitespaces).prefix(40))
     }
 
     /// The id part after the pack: lower-case letters, digits and '-', from a name or file name.
@@ -50,6 +55,24 @@ public struct Sticker: Sendable, Equatable {
 
 /// The rows of `stickers`, `sticker_uses` and `sticker_quotas` (owned by Entitlements with the packs).
 struct StickerStore: Sendable {
+    /// Tags are stored one per line (a tag never holds a line break: ``Sticker/cleanTag(_:)``); search matches inside.
+    static func tagsText(_ tags: [String]) -> String { tags.map(Sticker.cleanTag).filter { !$0.isEmpty }.joined(separator: "\n") }
+
+    /// The inputs of a user's catalog in one row (binds: the user id, their custom pack id twice, the user id): the
+    /// subscription row's columns (NULL when none), `bought`, `packs_changed`, `packs`, `own`, `own_changed`.
+    static func versionQuery(_ engine: Engine) -> String {
+        let dialect = SQLDialect(engine: engine)
+        return """
+            SELECT s.*,
+              (SELECT \(dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = ?) AS bought,
+              (SELECT COALESCE(MAX(updated_at_ms), 0) FROM sticker_packs WHERE is_active) AS packs_changed,
+              (SELECT COUNT(*) FROM sticker_packs WHERE is_active) AS packs,
+              (SELECT COUNT(*) FROM stickers WHERE pack_id = ?) AS own,
+              (SELECT COALESCE(MAX(created_at_ms), 0) + COALESCE(SUM(bytes), 0) FROM stickers WHERE pack_id = ?) AS own_changed
+            FROM (SELECT 1 AS one) d LEFT JOIN subscriptions s ON s.user_id = ?
+            """
+    }
+
     /// The storage pack id of a user's own uploads.
     static func customPack(_ userID: String) -> String { "custom:\(userID)" }
 
@@ -75,12 +98,12 @@ struct StickerStore: Sendable {
     func insert(
         _ tx: any SQLExecutor, id: String, packID: String, owner: String?, name: String, stored: StoredImage, tags: [String], now: Date
     ) async throws -> Bool {
-        let tagsJSON = String(decoding: try JSONEncoder().encode(tags), as: UTF8.self)
+        let tagsText = Self.tagsText(tags)
         let order =
             try await tx.first("SELECT COALESCE(MAX(sort_order), 0) + 1 AS n FROM stickers WHERE pack_id = ?", [packID])?.optionalInt("n") ?? 1
         let values: [any SQLBindable] = [
             id, packID, owner, name, stored.imageKey, stored.thumbnailKey, stored.fileType, Int64(stored.width), Int64(stored.height),
-            stored.isAnimated, Int64(stored.bytes), tagsJSON, order, now,
+            stored.isAnimated, Int64(stored.bytes), tagsText, order, now,
         ]
         return
             !(try await tx.query(
@@ -93,13 +116,13 @@ struct StickerStore: Sendable {
     }
 
     func update(_ tx: any SQLExecutor, id: String, name: String?, tags: [String]?, sortOrder: Int?) async throws -> Bool {
-        let tagsJSON = try tags.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+        let tagsText = tags.map(Self.tagsText)
         return
             !(try await tx.query(
                 """
                 UPDATE stickers SET name = COALESCE(?, name), tags = COALESCE(?, tags), sort_order = COALESCE(?, sort_order)
                 WHERE id = ? AND owner_user_id IS NULL RETURNING id
-                """, [name, tagsJSON, sortOrder.map(Int64.init), id]
+                """, [name, tagsText, sortOrder.map(Int64.init), id]
             ).isEmpty)
     }
 

@@ -72,6 +72,7 @@ public struct StickerContentService: Sendable {
             guard try await store.insert(tx, id: id, packID: packID, owner: nil, name: name, stored: image, tags: tags, now: now) else {
                 throw EntitlementError.stickerExists(id)
             }
+            try await packs.touch(tx, packID)
             try await audit.record(tx, at: now, actor: actor, action: "sticker_added", subject: id, ip: ip, detail: nil)
             guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
             return sticker
@@ -91,6 +92,7 @@ public struct StickerContentService: Sendable {
             guard try await store.update(tx, id: id, name: name, tags: tags, sortOrder: sortOrder) else { throw EntitlementError.stickerNotFound }
             try await audit.record(tx, at: clock.now(), actor: actor, action: "sticker_changed", subject: id, ip: ip, detail: nil)
             guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
+            try await packs.touch(tx, sticker.packID)
             return sticker
         }
     }
@@ -102,6 +104,7 @@ public struct StickerContentService: Sendable {
                 throw EntitlementError.stickerNotFound
             }
             _ = try await store.delete(tx, id: id)
+            try await packs.touch(tx, sticker.packID)
             try await audit.record(tx, at: clock.now(), actor: actor, action: "sticker_deleted", subject: id, ip: ip, detail: nil)
         }
     }
@@ -161,19 +164,36 @@ public struct StickerContentService: Sendable {
         }
     }
 
-    /// Every sticker the user can use now, by pack in catalog order (the editor catalog), plus their own uploads.
-    public func usable(userID: String, logger: Logger) async throws -> (packs: [StickerPack], list: StickerList) {
-        try await database.readTransaction(logger: logger) { tx in
+    /// What the user's catalog depends on, in one statement: the plan that applies now, the packs they bought, every
+    /// pack's last change (a sticker added, changed or deleted touches its pack) and their own uploads. Equal versions
+    /// mean equal catalogs within one URL-signing window, so a revalidation reads no stickers and renders nothing.
+    public func catalogVersion(userID: String, logger: Logger) async throws -> String {
+        let engine = database.engine
+        let rows = try await database.quickQuery(
+            StickerStore.versionQuery(engine), [userID, StickerStore.customPack(userID), StickerStore.customPack(userID), userID], logger: logger)
+        guard let row = rows.first else { return "" }
+        let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
+        let entitled = subscription.flatMap { $0.isEntitled(at: clock.now()) ? $0.planID : nil } ?? subscriptions.catalog.freePlan.id
+        let parts =
+            [entitled, row.optionalString("bought") ?? ""]
+            + ["packs_changed", "packs", "own", "own_changed"].map { String(row.optionalInt($0) ?? 0) }
+        return parts.joined(separator: "|")
+    }
+
+    /// Every sticker the user can use now, by pack in catalog order (the editor catalog), plus their own uploads, and the
+    /// catalog's version (``catalogVersion(userID:logger:)``) read in the same transaction.
+    public func usable(userID: String, logger: Logger) async throws -> (packs: [StickerPack], list: StickerList, version: String) {
+        // The version first: a change between the two reads makes the ETag older than the body, never newer (the next
+        // revalidation then answers 200 again instead of a wrong 304).
+        let version = try await catalogVersion(userID: userID, logger: logger)
+        return try await database.readTransaction(logger: logger) { tx in
             let open = try await usablePacks(tx, userID: userID)
             let stickers = try await store.stickers(tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)])
             let premium = Set(open.filter(\.isPremium).map(\.id))
             let order = Dictionary(uniqueKeysWithValues: open.enumerated().map { ($1.id, $0) })
             let sorted = stickers.sorted { (order[$0.packID] ?? Int.max, $0.sortOrder, $0.id) < (order[$1.packID] ?? Int.max, $1.sortOrder, $1.id) }
-            return (
-                open,
-                StickerList(
-                    stickers: sorted, signed: Set(sorted.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id)))
-            )
+            let signed = Set(sorted.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id))
+            return (open, StickerList(stickers: sorted, signed: signed), version)
         }
     }
 
