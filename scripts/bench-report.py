@@ -8,6 +8,7 @@ def num(text, pattern):
     return float(m.group(1)) if m else None
 clean = lambda text: "\n".join(l for l in text.splitlines() if "warning: 'swift-distributed-tracing'" not in l and "CMakeLists.txt" not in l and "NOTICE:" not in l)
 signin, ent, ledger, idle = (clean(read(n)) for n in ("signin.txt", "entitlements.txt", "ledger.txt", "idle.txt"))
+stickers = clean(read("stickers.txt")) if os.path.exists(os.path.join(out, "stickers.txt")) else ""
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
 mem = next((int(l.split()[1]) // 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
 swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
@@ -44,6 +45,14 @@ hot = num(ledger, r"postgres_hot_user_spends_per_s=([0-9.]+)")
 row("ledger spends, one hot user (PostgreSQL)", hot, "≥ 1,000/s", hot is not None and hot >= 1000, f"{hot}/s")
 s1, s2 = num(ledger, r"sqlite_many_users_spends_per_s=([0-9.]+)"), num(ledger, r"sqlite_hot_user_spends_per_s=([0-9.]+)")
 row("ledger spends (SQLite, many users / hot user)", s1, "≥ 2,000/s", s1 is not None and s1 >= 2000 and (s2 or 0) >= 2000, f"{s1}/s / {s2}/s")
+for engine in ("sqlite", "postgres"):
+    cr = num(stickers, engine + r": ratio_catalog_full_vs_health=\S+ ratio_catalog_304_vs_health=([0-9.]+)")
+    full = num(stickers, engine + r": ratio_catalog_full_vs_health=([0-9.]+)")
+    rps304 = num(stickers, engine + r": catalog_bytes=\S+ health_rps=\S+ catalog_full_rps=\S+ catalog_304_rps=([0-9.]+)")
+    row(f"sticker catalog revalidation (304) vs /health ({engine})", cr, "≥ 0.3", cr is not None and cr >= 0.3,
+        f"{cr} ({rps304} req/s); full 470 KB answers: {full}")
+thumbs = num(stickers, r"one_core_per_s=([0-9.]+)")
+row("thumbnails of a 1024×1024 PNG (one core)", thumbs, "—", None, f"{thumbs}/s")
 irss = num(idle, r"idle_rss_mib=([0-9.]+)")
 row("idle RSS (release, SQLite)", irss, "< 50 MiB", irss is not None and irss < 50, f"{irss} MiB")
 verify_ok = ledger.count("ledger verify: OK")
@@ -76,6 +85,11 @@ Machine: {os.cpu_count()} cores ({cpu}), {mem} MiB RAM, {platform.system()} {pla
 ### Ledger (`scripts/bench-ledger {secs}`)
 ```
 {ledger.strip()}
+```
+
+### Sticker catalog (`scripts/bench-stickers {secs}`)
+```
+{stickers.strip()}
 ```
 
 ### Idle RSS

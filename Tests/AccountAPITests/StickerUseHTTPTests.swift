@@ -107,6 +107,9 @@ struct StickerUseHTTPTests {
             let revalidated = try await client.execute(
                 uri: "/api/stickers/catalog", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: lastETag])
             #expect(revalidated.status == .ok && revalidated.headers[.eTag] != lastETag)
+            let stranger = try await client.execute(
+                uri: "/api/stickers/catalog", method: .get, headers: [.authorization: "Bearer not-a-session", .ifNoneMatch: lastETag])
+            #expect(stranger.status == .unauthorized)
             #expect(
                 try await client.get("/api/stickers/pack/fun", token: token).json(StickersBody.self).stickers.map(\.name) == ["Puppy", "Cat Wave"])
             #expect(try await client.send(.patch, "/api/admin/stickers/nope:x", token: admin, json: #"{"name":"X"}"#).status == .notFound)

@@ -2,9 +2,10 @@ import Auth
 import Entitlements
 import Foundation
 import Logging
+import Media
 
 /// What `account-service demo` loads: a few sticker packs (one free, one bought with tokens, one included in the Pro and
-/// Max plans) and an operator account, so the tour in the README has something to show. Running it again changes nothing.
+/// Max plans) with three stickers each, and an operator account, so the tour in the README has something to show. Running it again changes nothing.
 public enum DemoData {
     /// The packs, as an operator would post them (only `id`, `name` and `category` are required).
     static let packs = """
@@ -38,6 +39,7 @@ public enum DemoData {
                 continue
             }
             try await dependencies.stickers.save(pack, create: true, actor: "cli:demo", ip: nil, logger: logger)
+            try await addStickers(to: pack.id, dependencies, logger: logger)
             created.append(pack.id)
         }
         let password = Self.randomPassword()
@@ -46,6 +48,20 @@ public enum DemoData {
             return Report(packsCreated: created, packsKept: kept, operatorPassword: password)
         } catch AuthError.conflict {
             return Report(packsCreated: created, packsKept: kept, operatorPassword: nil)
+        }
+    }
+
+    /// Three generated images per new pack (the last one an animated GIF), stored and thumbnailed like an upload.
+    static func addStickers(to packID: String, _ dependencies: Dependencies, logger: Logger) async throws {
+        let images: [(String, Data)] = [
+            ("Sunrise", try ImageProcessor.testPNG(width: 320, height: 320)),
+            ("Wide View", try ImageProcessor.testPNG(width: 480, height: 240)),
+            ("Blink", try ImageProcessor.testImage(width: 240, height: 240, pages: 3, format: .gif)),
+        ]
+        for (name, data) in images {
+            let stored = try await dependencies.media.store(data)
+            _ = try await dependencies.stickerContent.add(
+                packID: packID, name: name, tags: ["demo"], image: stored, actor: "cli:demo", ip: nil, logger: logger)
         }
     }
 

@@ -73,6 +73,23 @@ struct StickerStore: Sendable {
             """
     }
 
+    /// ``versionQuery(_:)`` for many sessions at once (PostgreSQL): `sessions` is the session owner's exported query for
+    /// several token hashes (one bind: the hashes joined by commas), whose rows carry `token_hash`, the session's
+    /// columns and the user's `id`; each row adds the subscription's columns and the version columns.
+    public static func versionsQuery(sessions: String) -> String {
+        """
+        SELECT x.*, sub.user_id, sub.plan_id, sub.status, sub.provider, sub.current_period_start_ms, sub.current_period_end_ms,
+               sub.will_renew, sub.pending_plan_id, sub.provider_subscription_id,
+          (SELECT string_agg(pack_id, ',') FROM pack_unlocks WHERE user_id = x.id) AS bought,
+          c.packs_changed, c.packs,
+          (SELECT COUNT(*) FROM stickers WHERE pack_id = 'custom:' || x.id) AS own,
+          (SELECT COALESCE(MAX(created_at_ms), 0) + COALESCE(SUM(bytes), 0) FROM stickers WHERE pack_id = 'custom:' || x.id) AS own_changed
+        FROM (\(sessions)) x
+        CROSS JOIN (SELECT COALESCE(MAX(updated_at_ms), 0) AS packs_changed, COUNT(*) AS packs FROM sticker_packs WHERE is_active) c
+        LEFT JOIN subscriptions sub ON sub.user_id = x.id
+        """
+    }
+
     /// The storage pack id of a user's own uploads.
     static func customPack(_ userID: String) -> String { "custom:\(userID)" }
 

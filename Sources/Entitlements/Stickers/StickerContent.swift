@@ -43,7 +43,7 @@ public struct UploadAllowance: Sendable {
 /// Stickers inside packs: operators add and edit them, users see the stickers of packs they can use, upload their own,
 /// and record uses (recent, popularity).
 public struct StickerContentService: Sendable {
-    let database: any Database
+    public let database: any Database
     let packs: StickerPackStore
     let subscriptions: SubscriptionStore
     let audit: any AuditTrail
@@ -172,6 +172,14 @@ public struct StickerContentService: Sendable {
         let rows = try await database.quickQuery(
             StickerStore.versionQuery(engine), [userID, StickerStore.customPack(userID), StickerStore.customPack(userID), userID], logger: logger)
         guard let row = rows.first else { return "" }
+        return try catalogVersion(row: row)
+    }
+
+    /// The statement that reads many sessions' catalog versions at once (PostgreSQL), around the session owner's query.
+    public static func versionsQuery(sessions: String) -> String { StickerStore.versionsQuery(sessions: sessions) }
+
+    /// The version from a row of ``StickerStore/versionQuery(_:)`` or ``StickerStore/versionsQuery(sessions:)``.
+    public func catalogVersion(row: SQLRow) throws -> String {
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
         let entitled = subscription.flatMap { $0.isEntitled(at: clock.now()) ? $0.planID : nil } ?? subscriptions.catalog.freePlan.id
         let parts =
