@@ -20,8 +20,17 @@ int as_vips_start(void) {
 }
 
 int as_vips_inspect(const void *buf, size_t len, int *width, int *height, int *pages, int *bands) {
-    VipsImage *image = vips_image_new_from_buffer(buf, len, "", "access", VIPS_ACCESS_SEQUENTIAL, NULL);
+    // Truncated or corrupt data is an error, not a warning; the first frame is decoded in full (vips_avg reads every
+    // pixel) after the header's size was read, so a huge declared size is refused by the caller's rules first.
+    VipsImage *image = vips_image_new_from_buffer(buf, len, "", "access", VIPS_ACCESS_SEQUENTIAL, "fail_on", VIPS_FAIL_ON_TRUNCATED, NULL);
     if (!image) return fail();
+    if (vips_image_get_width(image) <= 4096 && vips_image_get_page_height(image) <= 4096) {
+        double average = 0;
+        if (vips_avg(image, &average, NULL)) {
+            g_object_unref(image);
+            return fail();
+        }
+    }
     *width = vips_image_get_width(image);
     *height = vips_image_get_page_height(image);
     *pages = vips_image_get_n_pages(image);

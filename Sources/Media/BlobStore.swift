@@ -2,13 +2,15 @@ import Crypto
 import Foundation
 
 /// Where media files live. Keys are content addresses (`sha256hex.ext`), so a file never changes once written and
-/// can be cached forever. An S3-compatible store implements the same three calls (PUT with `If-None-Match: *`, GET
-/// with a range, HEAD) with async-http-client and signs with SigV4; `MEDIA_BASE_URL` then points at its CDN.
+/// can be cached forever. An S3-compatible store implements the same calls (PUT with `If-None-Match: *`, GET,
+/// DELETE) with async-http-client and signs with SigV4; `MEDIA_BASE_URL` then points at its CDN.
 public protocol BlobStore: Sendable {
     /// Stores `data` under its content address and returns the key; storing the same bytes again is a no-op.
     func put(_ data: Data, fileExtension: String) async throws -> String
     /// The file's bytes, or nil when there is none.
     func get(_ key: String) async throws -> Data?
+    /// Removes a file nothing uses any more (no error when it is gone already).
+    func delete(_ key: String) async throws
 }
 
 extension BlobStore {
@@ -44,6 +46,11 @@ public struct FileBlobStore: BlobStore {
         try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
         try data.write(to: target, options: .atomic)
         return key
+    }
+
+    public func delete(_ key: String) async throws {
+        guard Self.isValidKey(key) else { return }
+        try? FileManager.default.removeItem(at: url(key))
     }
 
     public func get(_ key: String) async throws -> Data? {

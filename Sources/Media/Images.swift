@@ -66,7 +66,8 @@ public struct ImageProcessor: Sendable {
 
     static func start() throws { try started.get() }
 
-    /// Checks the bytes against the rules: format by content, byte size, each side's size; the whole image is decoded.
+    /// Checks the bytes against the rules: format by content, byte size, each side's size; the first frame is decoded in
+    /// full (truncated data is refused) when its declared size is at most 4096 px a side.
     public func inspect(_ data: Data) throws -> ImageInfo {
         guard data.count <= rules.maxBytes else { throw ImageProblem.tooLarge(bytes: data.count, limit: rules.maxBytes) }
         guard let format = ImageFormat.sniff(data) else { throw ImageProblem.unsupportedFormat }

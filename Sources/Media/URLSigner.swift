@@ -35,7 +35,10 @@ public struct URLSigner: Sendable {
 
     /// Whether `sig` is this service's signature of `blobKey` until `exp`, and `exp` has not passed.
     public func verify(_ blobKey: String, exp: String?, sig: String?, now: Date) -> Bool {
-        guard let exp, let expiry = Int(exp), let sig, expiry > Int(now.timeIntervalSince1970) else { return false }
+        // One spelling per URL (a CDN caches each spelling apart): canonical digits, unpadded base64url.
+        guard let exp, let expiry = Int(exp), String(expiry) == exp, let sig, sig.count == 43, expiry > Int(now.timeIntervalSince1970),
+            sig.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
+        else { return false }
         guard let given = Data(base64URL: sig) else { return false }
         return HMAC<SHA256>.isValidAuthenticationCode(given, authenticating: Data("\(blobKey)|\(expiry)".utf8), using: key)
     }

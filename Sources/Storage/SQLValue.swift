@@ -86,7 +86,7 @@ public struct SQLRow: Sendable {
         switch self[column] {
         case .int(let v): v
         case .bool(let b): b ? 1 : 0
-        case .double(let d): Int64(d)
+        case .double(let d): Int64(exactly: d.rounded(.towardZero))  // nil, never a trap, outside Int64
         case .text(let s): Int64(s)
         default: nil
         }

@@ -122,4 +122,48 @@ struct StickerContentHTTPTests {
             #expect(try await client.uploadStickers(user, pack: "p", files: [("two.png", png)]).status == .forbidden)
         }
     }
+
+    @Test(arguments: TestDatabase.engines)
+    func sharedFilesBatchesAllowancesAndRangesBehave(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            for pack in [#"{"id":"paid","name":"Paid","category":"emoji","tokenPrice":2}"#, #"{"id":"free","name":"Free","category":"emoji"}"#] {
+                #expect(try await client.send(.post, "/api/admin/stickers/packs", token: admin, json: pack).status == .created)
+            }
+            let fillers = try (0..<3).map { ("f\($0).png", try ImageProcessor.testPNG(width: 210 + $0, height: 210)) }
+            let shared = try ImageProcessor.testPNG(width: 333, height: 222)
+            #expect(try await client.uploadStickers(admin, pack: "paid", files: fillers + [("shared.png", shared)]).status == .created)
+            #expect(try await client.uploadStickers(admin, pack: "free", files: [("shared.png", shared)]).status == .created)
+            // Identical bytes in a free pack: public, although the same file is a premium pack's (non-preview) sticker.
+            let token = try await client.signUpAndVerify(app, email: "st4@example.com")
+            let free = try #require(try await client.get("/api/stickers/pack/free", token: token).json(StickersBody.self).stickers.first)
+            #expect(try await client.get(free.imageUrl, token: nil).status == .ok)
+            #expect(try await client.get(free.thumbnailUrl, token: nil).status == .ok)
+            // Ranges that cannot be met are 416; a weak or listed tag revalidates.
+            let file = try await client.get(free.imageUrl, token: nil)
+            let etag = try #require(file.headers[.eTag])
+            let beyond = try await client.execute(uri: free.imageUrl, method: .get, headers: [.range: "bytes=\(file.body.readableBytes)-"])
+            #expect(beyond.status == .rangeNotSatisfiable)
+            #expect(try await client.execute(uri: free.imageUrl, method: .get, headers: [.ifNoneMatch: "\"x\", W/\(etag)"]).status == .notModified)
+            #expect(file.headers[.contentSecurityPolicy]?.contains("sandbox") == true)
+            // A batch is all or none; a truncated image is refused; a huge sortOrder is refused (it used to crash uploads).
+            let truncated = Data(try ImageProcessor.testPNG(width: 300, height: 300).prefix(400))
+            let batch = try await client.uploadStickers(admin, pack: "free", files: [("ok.png", fillers[0].1), ("cut.png", truncated)])
+            #expect(batch.status == .badRequest)
+            #expect(try await app.rows("SELECT id FROM stickers WHERE pack_id = 'free'").count == 1)
+            let order = try await client.send(.patch, "/api/admin/stickers/free:shared", token: admin, json: #"{"sortOrder":9223372036854775807}"#)
+            #expect(order.status == .badRequest)
+            // The allowance keeps the stored size, and a deleted upload gives it all back and leaves the disk.
+            let upload = try await client.uploadOwn(token, try ImageProcessor.testPNG(width: 400, height: 400))
+            let mine = try upload.json(UploadBody.self).sticker
+            let stored = try await app.rows("SELECT bytes FROM stickers WHERE id = ?", [mine.id])[0].int("bytes")
+            #expect(try await app.rows("SELECT bytes FROM sticker_quotas")[0].int("bytes") == stored)
+            #expect(try await client.send(.delete, "/api/stickers/\(mine.id)", token: token).status == .noContent)
+            #expect(try await app.rows("SELECT stickers, bytes FROM sticker_quotas")[0].int("bytes") == 0)
+            let path = try #require(mine.imageUrl.split(separator: "?").first).replacingOccurrences(of: "/media/", with: "")
+            #expect(try await app.dependencies.media.blobs.get(path) == nil)
+        }
+    }
 }
+
+struct UploadBody: Decodable { let sticker: StickerBody }

@@ -41,9 +41,15 @@ struct StickerUseHTTPTests {
             }
             #expect(uses == Array(repeating: 200, count: 30))
             #expect(try await client.send(.post, "/api/stickers/fun:cat-wave/use", token: token).status == .ok)
-            #expect(try await app.rows("SELECT usage_count FROM stickers WHERE id = 'fun:dog'")[0].int("usage_count") == 30)
+            // One account counts once an hour per sticker, however often and however parallel it sends.
+            #expect(try await app.rows("SELECT usage_count FROM stickers WHERE id = 'fun:dog'")[0].int("usage_count") == 1)
+            let otherUser = try await client.signUpAndVerify(app, email: "su1b@example.com")
+            #expect(try await client.send(.post, "/api/stickers/fun:dog/use", token: otherUser).status == .ok)
+            app.clock.advance(seconds: 3601)
+            #expect(try await client.send(.post, "/api/stickers/fun:dog/use", token: token).status == .ok)
+            #expect(try await app.rows("SELECT usage_count FROM stickers WHERE id = 'fun:dog'")[0].int("usage_count") == 3)
             let recent = try await client.get("/api/stickers/recent", token: token).json(StickersBody.self).stickers.map(\.id)
-            #expect(recent == ["fun:cat-wave", "fun:dog"])
+            #expect(recent == ["fun:dog", "fun:cat-wave"])  // the later use of dog is the newest
             // A locked pack's sticker cannot be used; another user's recent list is their own.
             #expect(try await client.send(.post, "/api/stickers/gold:gold-cat/use", token: token).status == .notFound)
             let other = try await client.signUpAndVerify(app, email: "su2@example.com")
@@ -149,6 +155,15 @@ struct StickerUseHTTPTests {
             #expect(try await client.uploadOwn(token, Data("not an image".utf8)).status == .badRequest)
             #expect(try await client.uploadOwn(token, images[0]).status == .created)
             #expect(try await app.rows("SELECT stickers FROM sticker_quotas")[0].int("stickers") == 3)
+            // A profile that may not add its own stickers may not delete the account's either.
+            let admin = try await app.apiKey(["admin"])
+            #expect(try await client.comp(app, userID: try await app.userID(token: token), plan: "pro_monthly", key: admin).status == .ok)
+            let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#)
+                .json(ProfileBody.self)
+            #expect(try await client.selectProfile(token, kid.id).status == .ok)
+            let remaining = try await client.get("/api/stickers/pack/custom", token: token).json(StickersBody.self).stickers
+            #expect(try await client.send(.delete, "/api/stickers/\(remaining[0].id)", token: token).status == .forbidden)
+            #expect(try await client.uploadOwn(token, images[1]).status == .forbidden)
         }
     }
 }

@@ -58,11 +58,9 @@ public enum DemoData {
             ("Wide View", try ImageProcessor.testPNG(width: 480, height: 240)),
             ("Blink", try ImageProcessor.testImage(width: 240, height: 240, pages: 3, format: .gif)),
         ]
-        for (name, data) in images {
-            let stored = try await dependencies.media.store(data)
-            _ = try await dependencies.stickerContent.add(
-                packID: packID, name: name, tags: ["demo"], image: stored, actor: "cli:demo", ip: nil, logger: logger)
-        }
+        var items: [StickerContentService.NewSticker] = []
+        for (name, data) in images { items.append(.init(name: name, tags: ["demo"], image: try await dependencies.media.store(data))) }
+        _ = try await dependencies.stickerContent.add(packID: packID, items: items, actor: "cli:demo", ip: nil, logger: logger)
     }
 
     /// 20 characters from a 56-letter alphabet without look-alikes (about 116 bits).

@@ -33,15 +33,16 @@ struct AdminStickerController: Sendable {
         let files = parts.filter { $0.name == "file" }
         guard (1...20).contains(files.count) else { throw Problem.validation("Send 1 to 20 images as multipart/form-data parts named 'file'.") }
         let tags = Self.tags(Multipart.text(parts, "tags"))
-        var added: [StickerJSON] = []
+        // Every image is checked and stored first; then all rows are written in one transaction (all or none).
+        var items: [StickerContentService.NewSticker] = []
         for file in files {
-            let name = (files.count == 1 ? Multipart.text(parts, "name") : nil) ?? Multipart.fileStem(file) ?? "sticker"
-            let stored = try await media.store(Data(file.body.readableBytesView))
-            let sticker = try await content.add(
-                packID: packID, name: String(name.prefix(100)), tags: tags, image: stored, actor: actor, ip: context.clientIP, logger: context.logger)
-            added.append(media.json(sticker, signed: false))
+            let given = files.count == 1 ? Multipart.text(parts, "name") : nil
+            let name = given.flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
+            items.append(.init(name: name, tags: tags, image: try await media.store(Data(file.body.readableBytesView))))
         }
-        return try JSONResponse(StickersResponse(stickers: added), status: .created).response(from: request, context: context)
+        let added = try await content.add(packID: packID, items: items, actor: actor, ip: context.clientIP, logger: context.logger)
+        return try JSONResponse(StickersResponse(stickers: added.map { media.json($0, signed: false) }), status: .created)
+            .response(from: request, context: context)
     }
 
     static func tags(_ text: String?) -> [String] {
@@ -54,8 +55,13 @@ struct AdminStickerController: Sendable {
         let actor = try await authenticator.requireOperator(request, context)
         var request = request
         let body = try await request.decodeJSON(StickerChange.self, context: context)
-        if let name = body.name, !(1...100).contains(name.count) { throw Problem.validation("name must be 1 to 100 characters.") }
-        if let tags = body.tags, tags.count > 20 || tags.contains(where: { $0.isEmpty || $0.count > 40 }) {
+        if let name = body.name, Sticker.cleanName(name) != name || name.count > 100 {
+            throw Problem.validation("name must be 1 to 100 characters (at most 400 bytes), without control characters.")
+        }
+        if let order = body.sortOrder, abs(Int64(order)) > Sticker.maxSortOrder {
+            throw Problem.validation("sortOrder must be from -\(Sticker.maxSortOrder) to \(Sticker.maxSortOrder).")
+        }
+        if let tags = body.tags, tags.count > 20 || tags.contains(where: { $0.isEmpty || Sticker.cleanTag($0) != $0 }) {
             throw Problem.validation("tags: at most 20, each 1 to 40 characters.")
         }
         let sticker = try await content.update(

@@ -19,7 +19,19 @@ struct StickerContentController: Sendable {
     let authenticator: Authenticator
 
     struct StickersResponse: Encodable, Sendable { let stickers: [StickerJSON] }
-    struct SearchResponse: Encodable, Sendable { let stickers: [StickerJSON]; let nextCursor: String? }
+    struct SearchResponse: Encodable, Sendable {
+        let stickers: [StickerJSON]
+        let nextCursor: String?
+
+        enum CodingKeys: String, CodingKey { case stickers, nextCursor }
+
+        /// `nextCursor` is always present (null on the last page), as the contract says.
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(stickers, forKey: .stickers)
+            try container.encode(nextCursor, forKey: .nextCursor)
+        }
+    }
     struct UploadResponse: Encodable, Sendable { let sticker: StickerJSON }
     struct Success: Encodable, Sendable { let success: Bool }
 
@@ -157,8 +169,8 @@ struct StickerContentController: Sendable {
         try await content.reserveUpload(userID: userID, bytes: data.count, logger: context.logger)
         do {
             let stored = try await media.store(data)
-            let name = parts.first { $0.name == "name" }.map { String(buffer: $0.body) } ?? Multipart.fileStem(file) ?? "sticker"
-            let sticker = try await content.addUpload(userID: userID, name: String(name.prefix(100)), image: stored, logger: context.logger)
+            let name = Multipart.text(parts, "name").flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
+            let sticker = try await content.addUpload(userID: userID, name: name, image: stored, reservedBytes: data.count, logger: context.logger)
             return try JSONResponse(UploadResponse(sticker: media.json(sticker, signed: true)), status: .created).response(
                 from: request, context: context)
         } catch {
@@ -167,9 +179,15 @@ struct StickerContentController: Sendable {
         }
     }
 
+    /// Needs the same permission as an upload; files nothing uses any more leave the blob store.
     @Sendable func deleteUpload(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
-        try await content.deleteUpload(userID: session.user.id, stickerID: try context.parameters.require("stickerId"), logger: context.logger)
+        guard try await authenticator.permissions(session, context)?.canUseCustomContentTypes ?? true else {
+            throw Problem.forbidden("This profile cannot change the account's own stickers.")
+        }
+        let unused = try await content.deleteUpload(
+            userID: session.user.id, stickerID: try context.parameters.require("stickerId"), logger: context.logger)
+        for key in unused { try? await media.blobs.delete(key) }
         return Response(status: .noContent)
     }
 

@@ -1,4 +1,5 @@
 import Entitlements
+import Foundation
 import HTTPTypes
 
 extension EntitlementError {
@@ -17,7 +18,9 @@ extension EntitlementError {
         case .uploadQuotaExceeded(let stickers, let bytes):
             Problem(
                 .tooManyRequests, code: "upload_quota_exceeded",
-                detail: "Your sticker uploads are at the limit (\(stickers) stickers, \(bytes / 1_048_576) MB); delete some to upload more.")
+                detail:
+                    "Your sticker uploads are at the limit (\(stickers) stickers, \(ByteCountFormatter.string(fromByteCount: Int64(bytes), countStyle: .binary))); delete some to upload more."
+            )
         case .stickerExists(let id):
             Problem(.conflict, code: "sticker_exists", detail: "A sticker with id '\(id)' exists in this pack; give it another name.")
         }

@@ -15,16 +15,30 @@ enum MediaResponse {
         var headers: HTTPFields = [
             .eTag: etag, .contentType: type, .acceptRanges: "bytes",
             .cacheControl: signed ? "private, max-age=3600, immutable" : "public, max-age=31536000, immutable",
+            // Bytes after an image's end (a GIF or WebP may carry some) must never run as a page.
+            .contentSecurityPolicy: "default-src 'none'; sandbox",
         ]
-        if request.headers[.ifNoneMatch] == etag { return Response(status: .notModified, headers: headers) }
-        if let range = request.headers[.range], let (start, end) = parse(range, count: data.count) {
+        if let match = request.headers[.ifNoneMatch], matches(match, etag) { return Response(status: .notModified, headers: headers) }
+        if let range = request.headers[.range] {
+            guard let (start, end) = parse(range, count: data.count) else {
+                headers[.contentRange] = "bytes */\(data.count)"
+                return Response(status: .rangeNotSatisfiable, headers: headers)
+            }
             headers[.contentRange] = "bytes \(start)-\(end)/\(data.count)"
             return Response(status: .partialContent, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data[start...end])))
         }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
-    /// One range `bytes=a-b`, `bytes=a-` or `bytes=-n` within `count` bytes.
+    /// `If-None-Match`: `*`, or a list of tags, weak ones included (RFC 9110 §13.1.2 compares weakly).
+    static func matches(_ header: String, _ etag: String) -> Bool {
+        header.split(separator: ",").contains { item in
+            let tag = item.trimmingCharacters(in: .whitespaces)
+            return tag == "*" || tag == etag || tag == "W/" + etag
+        }
+    }
+
+    /// One range `bytes=a-b`, `bytes=a-` or `bytes=-n` within `count` bytes; nil when it cannot be satisfied.
     static func parse(_ header: String, count: Int) -> (Int, Int)? {
         guard header.hasPrefix("bytes="), count > 0 else { return nil }
         let spec = header.dropFirst(6)

@@ -32,10 +32,28 @@ public struct Sticker: Sendable, Equatable {
         usageCount = Int(try row.int("usage_count"))
     }
 
-    /// A tag as stored: trimmed, control characters (line breaks included) dropped, at most 40 characters.
-    public static func cleanTag(_ tag: String) -> String {
-        String(String(tag.unicodeScalars.filter { !CharacterSet.controlCharacters.contains($0) }).trimmingCharacters(in: .whitespaces).prefix(40))
+    /// The highest sort order an operator may give (so the next one never overflows).
+    public static let maxSortOrder: Int64 = 1_000_000_000
+
+    /// A display name as stored: control and format characters (line breaks, bidi overrides) dropped, trimmed, at most
+    /// 100 characters and 400 bytes; nil when nothing is left.
+    public static func cleanName(_ name: String) -> String? {
+        let kept = String(
+            String.UnicodeScalarView(
+                name.unicodeScalars.filter {
+                    !CharacterSet.controlCharacters.contains($0) && $0.properties.generalCategory != .format
+                })
+        ).trimmingCharacters(in: .whitespaces)
+        var result = ""
+        for character in kept.prefix(100) {
+            guard result.utf8.count + String(character).utf8.count <= 400 else { break }
+            result.append(character)
+        }
+        return result.isEmpty ? nil : result
     }
+
+    /// A tag as stored: cleaned like a name (``cleanName(_:)``), at most 40 characters.
+    public static func cleanTag(_ tag: String) -> String { cleanName(tag).map { String($0.prefix(40)) } ?? "" }
 
     /// The id part after the pack: lower-case letters, digits and '-', from a name or file name.
     public static func slug(_ text: String) -> String {
@@ -116,8 +134,8 @@ struct StickerStore: Sendable {
         _ tx: any SQLExecutor, id: String, packID: String, owner: String?, name: String, stored: StoredImage, tags: [String], now: Date
     ) async throws -> Bool {
         let tagsText = Self.tagsText(tags)
-        let order =
-            try await tx.first("SELECT COALESCE(MAX(sort_order), 0) + 1 AS n FROM stickers WHERE pack_id = ?", [packID])?.optionalInt("n") ?? 1
+        let last = try await tx.first("SELECT COALESCE(MAX(sort_order), 0) AS n FROM stickers WHERE pack_id = ?", [packID])?.optionalInt("n") ?? 0
+        let order = min(last, Sticker.maxSortOrder - 1) + 1
         let values: [any SQLBindable] = [
             id, packID, owner, name, stored.imageKey, stored.thumbnailKey, stored.fileType, Int64(stored.width), Int64(stored.height),
             stored.isAnimated, Int64(stored.bytes), tagsText, order, now,
@@ -149,9 +167,17 @@ struct StickerStore: Sendable {
         return !(try await tx.query("DELETE FROM stickers WHERE id = ? RETURNING id", [id]).isEmpty)
     }
 
-    /// One more use: the sticker's count (one atomic increment) and the profile's recent list.
+    /// One more use: the profile's recent list, and the sticker's count (one atomic increment) at most once per user and
+    /// sticker an hour, so one account cannot push a sticker up everyone's search. The per-user mark is a `sticker_uses`
+    /// row with profile `*`, claimed by one conditional upsert (parallel uses of one user count once).
     func recordUse(_ tx: any SQLExecutor, stickerID: String, userID: String, profileID: String, now: Date) async throws {
-        try await tx.query("UPDATE stickers SET usage_count = usage_count + 1 WHERE id = ?", [stickerID])
+        let counted = try await tx.query(
+            """
+            INSERT INTO sticker_uses (user_id, profile_id, sticker_id, used_at_ms) VALUES (?, '*', ?, ?)
+            ON CONFLICT (user_id, profile_id, sticker_id) DO UPDATE SET used_at_ms = excluded.used_at_ms
+            WHERE sticker_uses.used_at_ms <= ? RETURNING sticker_id
+            """, [userID, stickerID, now, now.addingTimeInterval(-3600)])
+        if !counted.isEmpty { try await tx.query("UPDATE stickers SET usage_count = usage_count + 1 WHERE id = ?", [stickerID]) }
         try await tx.query(
             """
             INSERT INTO sticker_uses (user_id, profile_id, sticker_id, used_at_ms) VALUES (?, ?, ?, ?)
@@ -187,19 +213,34 @@ struct StickerStore: Sendable {
         ).map(Sticker.init)
     }
 
-    /// Which pack a file belongs to (storage id), whose upload it is, and whether it is a preview (one of a catalog pack's
-    /// first three thumbnails).
-    func owner(_ tx: any SQLExecutor, blobKey: String) async throws -> (packID: String, isCustom: Bool, isPreview: Bool)? {
-        guard
-            let row = try await tx.first(
-                "SELECT pack_id, owner_user_id, thumbnail_key = ? AS is_thumbnail FROM stickers WHERE image_key = ? OR thumbnail_key = ? LIMIT 1",
-                [blobKey, blobKey, blobKey])
-        else { return nil }
-        let packID = try row.string("pack_id")
-        if row.optionalString("owner_user_id") != nil { return (packID, true, false) }
-        guard try row.bool("is_thumbnail") else { return (packID, false, false) }
-        let previews = try await tx.query("SELECT thumbnail_key FROM stickers WHERE pack_id = ? ORDER BY sort_order, id LIMIT 3", [packID])
-        return (packID, false, try previews.contains { try $0.string("thumbnail_key") == blobKey })
+    /// Every use of a file: (storage pack id, whether a user's upload, whether it is one of its catalog pack's first
+    /// three thumbnails). Identical bytes are one file, so a file can have several uses.
+    func uses(_ tx: any SQLExecutor, blobKey: String) async throws -> [(packID: String, isCustom: Bool, isPreview: Bool)] {
+        let rows = try await tx.query(
+            """
+            SELECT pack_id, owner_user_id, thumbnail_key = ? AS is_thumbnail FROM stickers
+            WHERE image_key = ? OR thumbnail_key = ? LIMIT 100
+            """, [blobKey, blobKey, blobKey])
+        var uses: [(packID: String, isCustom: Bool, isPreview: Bool)] = []
+        for row in rows {
+            let packID = try row.string("pack_id")
+            if row.optionalString("owner_user_id") != nil {
+                uses.append((packID, true, false))
+                continue
+            }
+            var preview = false
+            if try row.bool("is_thumbnail") {
+                let previews = try await tx.query("SELECT thumbnail_key FROM stickers WHERE pack_id = ? ORDER BY sort_order, id LIMIT 3", [packID])
+                preview = try previews.contains { try $0.string("thumbnail_key") == blobKey }
+            }
+            uses.append((packID, false, preview))
+        }
+        return uses
+    }
+
+    /// Whether any sticker still uses a file (before its file is removed).
+    func isReferenced(_ tx: any SQLExecutor, blobKey: String) async throws -> Bool {
+        try await tx.first("SELECT id FROM stickers WHERE image_key = ? OR thumbnail_key = ? LIMIT 1", [blobKey, blobKey]) != nil
     }
 
     /// Reserves one upload of `bytes` against the user's allowance; false when it would go over.
@@ -210,6 +251,14 @@ struct StickerStore: Sendable {
                 "UPDATE sticker_quotas SET stickers = stickers + 1, bytes = bytes + ? WHERE user_id = ? AND stickers < ? AND bytes + ? <= ? RETURNING user_id",
                 [Int64(bytes), userID, Int64(maxStickers), Int64(bytes), Int64(maxBytes)]
             ).isEmpty)
+    }
+
+    /// Corrects a reservation by `bytes` (negative: the stored file is smaller than what was sent).
+    func adjustUpload(_ tx: any SQLExecutor, userID: String, by bytes: Int) async throws {
+        guard bytes != 0 else { return }
+        try await tx.query(
+            "UPDATE sticker_quotas SET bytes = CASE WHEN bytes + ? < 0 THEN 0 ELSE bytes + ? END WHERE user_id = ?",
+            [Int64(bytes), Int64(bytes), userID])
     }
 
     /// Gives back an upload's reservation (nothing was stored, or the sticker was deleted).

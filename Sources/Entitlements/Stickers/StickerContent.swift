@@ -61,21 +61,30 @@ public struct StickerContentService: Sendable {
 
     // MARK: - Operators
 
-    /// Adds a stored image to a catalog pack as `packId:slug(name)`, audited; 409 when that id exists.
-    public func add(
-        packID: String, name: String, tags: [String], image: StoredImage, actor: String, ip: String?, logger: Logger
-    ) async throws -> Sticker {
-        let id = "\(packID):\(Sticker.slug(name))"
-        return try await database.transaction(logger: logger) { tx in
+    /// One image for ``add(packID:items:actor:ip:logger:)``.
+    public struct NewSticker: Sendable {
+        public let name: String
+        public let tags: [String]
+        public let image: StoredImage
+        public init(name: String, tags: [String], image: StoredImage) { (self.name, self.tags, self.image) = (name, tags, image) }
+    }
+
+    /// Adds stored images to a catalog pack as `packId:slug(name)`, all or none, audited; 409 when an id exists.
+    public func add(packID: String, items: [NewSticker], actor: String, ip: String?, logger: Logger) async throws -> [Sticker] {
+        try await database.transaction(logger: logger) { tx in
             guard try await packs.pack(tx, id: packID) != nil else { throw EntitlementError.packNotFound }
             let now = clock.now()
-            guard try await store.insert(tx, id: id, packID: packID, owner: nil, name: name, stored: image, tags: tags, now: now) else {
-                throw EntitlementError.stickerExists(id)
+            var added: [Sticker] = []
+            for item in items {
+                let id = "\(packID):\(Sticker.slug(item.name))"
+                guard try await store.insert(tx, id: id, packID: packID, owner: nil, name: item.name, stored: item.image, tags: item.tags, now: now)
+                else { throw EntitlementError.stickerExists(id) }
+                try await audit.record(tx, at: now, actor: actor, action: "sticker_added", subject: id, ip: ip, detail: nil)
+                guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
+                added.append(sticker)
             }
             try await packs.touch(tx, packID)
-            try await audit.record(tx, at: now, actor: actor, action: "sticker_added", subject: id, ip: ip, detail: nil)
-            guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
-            return sticker
+            return added
         }
     }
 
@@ -125,24 +134,33 @@ public struct StickerContentService: Sendable {
         try await database.transaction(logger: logger) { tx in try await store.releaseUpload(tx, userID: userID, bytes: bytes) }
     }
 
-    /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`.
-    public func addUpload(userID: String, name: String, image: StoredImage, logger: Logger) async throws -> Sticker {
+    /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`. The allowance keeps the stored
+    /// size: the difference to the `reservedBytes` sent is given back.
+    public func addUpload(userID: String, name: String, image: StoredImage, reservedBytes: Int, logger: Logger) async throws -> Sticker {
         let id = "custom:\(UUID().uuidString.lowercased())"
         return try await database.transaction(logger: logger) { tx in
             _ = try await store.insert(
                 tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now())
+            try await store.adjustUpload(tx, userID: userID, by: image.bytes - reservedBytes)
             guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
             return sticker
         }
     }
 
-    /// Deletes one of the user's own uploads and gives its allowance back.
-    public func deleteUpload(userID: String, stickerID: String, logger: Logger) async throws {
+    /// Deletes one of the user's own uploads and gives its allowance back; returns its files that nothing uses any
+    /// more (the caller removes them from the blob store, so deleted uploads do not fill the disk).
+    public func deleteUpload(userID: String, stickerID: String, logger: Logger) async throws -> [String] {
         try await database.transaction(logger: logger) { tx in
-            let row = try await tx.first("SELECT bytes FROM stickers WHERE id = ? AND owner_user_id = ?", [stickerID, userID])
-            guard let bytes = row?.optionalInt("bytes") else { throw EntitlementError.stickerNotFound }
-            _ = try await store.delete(tx, id: stickerID)
+            let deleted = try await tx.query(
+                "DELETE FROM stickers WHERE id = ? AND owner_user_id = ? RETURNING bytes, image_key, thumbnail_key", [stickerID, userID])
+            guard let row = deleted.first, let bytes = row.optionalInt("bytes") else { throw EntitlementError.stickerNotFound }
+            try await tx.query("DELETE FROM sticker_uses WHERE sticker_id = ?", [stickerID])
             try await store.releaseUpload(tx, userID: userID, bytes: Int(bytes))
+            var unused: [String] = []
+            for key in [try row.string("image_key"), try row.string("thumbnail_key")] where !(try await store.isReferenced(tx, blobKey: key)) {
+                if try await tx.first("SELECT id FROM sticker_packs WHERE icon_url LIKE ? LIMIT 1", ["%/\(key)"]) == nil { unused.append(key) }
+            }
+            return unused
         }
     }
 
@@ -246,17 +264,18 @@ public struct StickerContentService: Sendable {
         try await database.withConnection(logger: logger) { try await store.summaries($0) }
     }
 
-    /// Whether a media file may be served without a signature.
+    /// Whether a media file may be served without a signature: public when any use of it is (a free pack's file, a
+    /// preview, a pack icon; identical bytes are one file), signed-only when it is used only privately.
     public func access(blobKey: String, logger: Logger) async throws -> MediaAccess {
         try await database.withConnection(logger: logger) { tx in
-            guard let owner = try await store.owner(tx, blobKey: blobKey) else {
-                let icon = try await tx.first("SELECT id FROM sticker_packs WHERE icon_url LIKE ? LIMIT 1", ["%/\(blobKey)"])
-                return icon == nil ? .unknown : .publicFile
+            if try await tx.first("SELECT id FROM sticker_packs WHERE icon_url LIKE ? LIMIT 1", ["%/\(blobKey)"]) != nil { return .publicFile }
+            let uses = try await store.uses(tx, blobKey: blobKey)
+            guard !uses.isEmpty else { return .unknown }
+            for use in uses where !use.isCustom {
+                if use.isPreview { return .publicFile }
+                if let pack = try await packs.pack(tx, id: use.packID), !pack.isPremium { return .publicFile }
             }
-            if owner.isCustom { return .signedOnly }
-            if owner.isPreview { return .publicFile }
-            guard let pack = try await packs.pack(tx, id: owner.packID) else { return .unknown }
-            return pack.isPremium ? .signedOnly : .publicFile
+            return .signedOnly
         }
     }
 
