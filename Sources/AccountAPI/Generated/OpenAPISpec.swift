@@ -1270,7 +1270,7 @@ paths:
       operationId: adminUploadStickers
       summary: Add images to a pack (multipart; audited).
       description: |
-        One or more parts named `file` (at most 20, 12 MiB in all); optional `name` (one file only; else the file
+        One or more parts named `file` (at most 20, 12 MiB in all; all are added or none); optional `name` (one file only; else the file
         name without its extension) and `tags` (comma-separated). Each image is checked by its content, never its
         declared type: PNG, GIF or WebP (SVG is refused), at most 500 KB, each side 200 to 1024 px. libvips makes a
         100 px thumbnail (aspect and transparency kept) and re-encodes PNGs losslessly; files are stored by content
@@ -1467,7 +1467,7 @@ paths:
     post:
       tags: [stickers]
       operationId: useSticker
-      summary: Count a use (popularity, the profile's recent list); 404 for a sticker this user cannot use.
+      summary: Count a use (the profile's recent list; popularity once per account and hour); 404 for a sticker this user cannot use.
       security: [{ session: [] }]
       parameters:
         - { name: stickerId, in: path, required: true, schema: { type: string, maxLength: 120 } }
