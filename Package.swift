@@ -10,7 +10,8 @@ let package = Package(
     name: "account-service",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "account-service", targets: ["AccountService"])
+        .executable(name: "account-service", targets: ["AccountService"]),
+        .executable(name: "account-service-images", targets: ["AccountServiceImages"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -37,12 +38,16 @@ let package = Package(
         // libvips (images: sniffing, thumbnails, lossless re-encoding) and plain C wrappers over its variadic API.
         .systemLibrary(name: "CVips", pkgConfig: "vips", providers: [.apt(["libvips-dev"]), .brew(["vips"])]),
         .target(name: "CVipsSupport", dependencies: ["CVips"]),
-        // Media: image checks and thumbnails (libvips), the blob store, signed expiring URLs. No database.
+        // Media: image rules, the image worker's client, the blob store, signed expiring URLs. No database, no libvips.
         .target(
             name: "Media",
-            dependencies: ["CVipsSupport", .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log")],
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
+        // libvips behind Media's types; linked only by the image worker and the tests.
+        .target(name: "MediaImages", dependencies: ["Media", "CVipsSupport"], swiftSettings: swiftSettings),
+        // The image worker: a separate program the service runs per image (the service never loads libvips).
+        .executableTarget(name: "AccountServiceImages", dependencies: ["Media", "MediaImages"], swiftSettings: swiftSettings),
         // A C function for SQLite's variadic configuration call (the query planner stability guarantee).
         .target(name: "CSQLiteSupport"),
         // Storage: one small SQL interface over PostgreSQL (postgres-nio) and SQLite (sqlite-nio),
@@ -133,7 +138,7 @@ let package = Package(
         ),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "MediaTests", dependencies: ["Media"], swiftSettings: swiftSettings),
+        .testTarget(name: "MediaTests", dependencies: ["Media", "MediaImages"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "EntitlementsTests",
@@ -146,7 +151,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -93,26 +93,11 @@ struct MediaCommand: AsyncParsableCommand {
 
     struct Bench: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Thumbnails per second (libvips) for a 1024×1024 RGBA PNG: on one core, then on every core at once.")
+            abstract: "Thumbnails per second (libvips, in the image worker) for a 1024×1024 RGBA PNG: one core, then every core.")
         @Option(name: .long, help: "Thumbnails per core.") var count = 40
 
         func run() async throws {
-            let images = try ImageProcessor()
-            let source = try ImageProcessor.testPNG(width: 1024, height: 1024)
-            let seconds = { (start: ContinuousClock.Instant) in
-                let elapsed = ContinuousClock.now - start
-                return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            }
-            var start = ContinuousClock.now
-            for _ in 0..<count { _ = try images.thumbnail(source) }
-            let single = Double(count) / seconds(start)
-            let cores = ProcessInfo.processInfo.activeProcessorCount
-            start = ContinuousClock.now
-            DispatchQueue.concurrentPerform(iterations: cores) { _ in for _ in 0..<count { _ = try? images.thumbnail(source) } }
-            let all = Double(cores * count) / seconds(start)
-            print(
-                "thumbnails source=1024x1024png bytes=\(source.count) one_core_per_s=\(Argon2Command.Bench.fixed(single)) cores=\(cores)"
-                    + " all_cores_per_s=\(Argon2Command.Bench.fixed(all))")
+            print(try ImageWorker().bench(count: count))
         }
     }
 }

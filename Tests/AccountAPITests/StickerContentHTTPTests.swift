@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import Media
+import MediaImages
 import NIOCore
 import Storage
 import TestSupport

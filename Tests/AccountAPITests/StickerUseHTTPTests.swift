@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import Media
+import MediaImages
 import NIOCore
 import Storage
 import TestSupport

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Media
+@testable import MediaImages
 
 @Suite("Media: images, blobs, signed URLs")
 struct MediaTests {

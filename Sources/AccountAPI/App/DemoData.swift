@@ -53,10 +53,11 @@ public enum DemoData {
 
     /// Three generated images per new pack (the last one an animated GIF), stored and thumbnailed like an upload.
     static func addStickers(to packID: String, _ dependencies: Dependencies, logger: Logger) async throws {
+        let worker = dependencies.media.images
         let images: [(String, Data)] = [
-            ("Sunrise", try ImageProcessor.testPNG(width: 320, height: 320)),
-            ("Wide View", try ImageProcessor.testPNG(width: 480, height: 240)),
-            ("Blink", try ImageProcessor.testImage(width: 240, height: 240, pages: 3, format: .gif)),
+            ("Sunrise", try worker.sample(width: 320, height: 320, format: .png)),
+            ("Wide View", try worker.sample(width: 480, height: 240, format: .png)),
+            ("Blink", try worker.sample(width: 240, height: 240, pages: 3, format: .gif)),
         ]
         var items: [StickerContentService.NewSticker] = []
         for (name, data) in images { items.append(.init(name: name, tags: ["demo"], image: try await dependencies.media.store(data))) }

@@ -84,7 +84,7 @@ public struct Dependencies: Sendable {
     static func mediaServices(_ config: AppConfig, secret: [UInt8]) throws -> MediaServices {
         do {
             return MediaServices(
-                images: try ImageProcessor(),
+                images: ImageWorker(),
                 blobs: try FileBlobStore(directory: URL(fileURLWithPath: config.dataDirectory).appendingPathComponent("media", isDirectory: true)),
                 signer: URLSigner(secret: Data(secret), baseURL: config.mediaBaseURL))
         } catch {

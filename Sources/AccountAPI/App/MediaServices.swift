@@ -1,5 +1,6 @@
 import Entitlements
 import Foundation
+import HTTPTypes
 import Media
 import NIOPosix
 
@@ -8,21 +9,23 @@ struct MediaServices: Sendable {
     /// Bytes one multipart request may carry (20 images of 500 KB and their headers).
     static let maxUploadBody = 12 * 1024 * 1024
 
-    let images: ImageProcessor
+    let images: ImageWorker
     let blobs: any BlobStore
     let signer: URLSigner
 
-    /// Checks, thumbnails and stores an image off the event loops; the blob store keeps both files by content.
+    /// Checks, thumbnails and stores an image: the image worker (a separate process) does the image work, off the
+    /// event loops; the blob store keeps both files by content.
     func store(_ data: Data) async throws -> StoredImage {
         let images = images
-        let (info, optimised, thumbnail) = try await NIOThreadPool.singleton.runIfActive {
-            do {
-                let info = try images.inspect(data)
-                let optimised = info.format == .png ? try images.optimisedPNG(data) : data
-                return (info, optimised, try images.thumbnail(data))
-            } catch let problem as ImageProblem {
-                throw Problem.validation(problem.description)
-            }
+        let answer: ImageWorker.Answer
+        do {
+            answer = try await NIOThreadPool.singleton.runIfActive { try images.process(data) }
+        } catch let failure as ImageWorker.Failure {
+            throw Problem(.serviceUnavailable, code: "unavailable", detail: "Images cannot be processed right now (\(failure)).")
+        }
+        guard case .processed(let info, let optimised, let thumbnail) = answer else {
+            if case .refused(let problem) = answer { throw Problem.validation(problem.description) }
+            throw Problem.validation("The image could not be read.")
         }
         let imageKey = try await blobs.put(optimised, fileExtension: info.format.rawValue)
         let thumbnailKey = try await blobs.put(thumbnail, fileExtension: "png")

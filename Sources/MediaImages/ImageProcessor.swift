@@ -1,63 +1,19 @@
 import CVipsSupport
 import Foundation
+import Media
 
-/// The image formats stickers accept, recognised by their first bytes (never by a client's content type).
-public enum ImageFormat: String, Sendable, Codable, CaseIterable {
-    case png, gif, webp
-
-    /// The format the bytes start with, or nil. SVG is refused: a sanitiser that is safe against scripts, external
-    /// references and entity tricks is a project of its own, and every app can draw PNG, GIF and WebP.
-    public static func sniff(_ bytes: some Collection<UInt8>) -> ImageFormat? {
-        let head = Array(bytes.prefix(12))
-        if head.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) { return .png }
-        if head.starts(with: Array("GIF87a".utf8)) || head.starts(with: Array("GIF89a".utf8)) { return .gif }
-        if head.count == 12, head.starts(with: Array("RIFF".utf8)), Array(head[8..<12]) == Array("WEBP".utf8) { return .webp }
-        return nil
-    }
-}
-
-/// What an image is: format, one page's size, pages (animated GIF or WebP), alpha.
-public struct ImageInfo: Sendable, Equatable {
-    public let format: ImageFormat
-    public let width: Int
-    public let height: Int
-    public let pages: Int
-    public let hasAlpha: Bool
-    public var isAnimated: Bool { pages > 1 }
-}
-
-/// Why an image was refused; each case is said to the uploader as it is.
-public enum ImageProblem: Error, Equatable, Sendable, CustomStringConvertible {
-    case unsupportedFormat
-    case tooLarge(bytes: Int, limit: Int)
-    case dimensions(width: Int, height: Int, min: Int, max: Int)
-    case undecodable(String)
-
-    public var description: String {
-        switch self {
-        case .unsupportedFormat: "The file is not a PNG, GIF or WebP image (SVG is not accepted)."
-        case .tooLarge(let bytes, let limit): "The image is \(bytes) bytes; at most \(limit) are accepted."
-        case .dimensions(let w, let h, let min, let max): "The image is \(w)×\(h) px; each side must be \(min) to \(max) px."
-        case .undecodable(let why): "The image could not be read (\(why.prefix(120)))."
-        }
-    }
-}
-
-/// Image checks and thumbnails with libvips, off the caller's thread.
+/// Image checks and thumbnails with libvips. Only the image worker (`account-service-images`) and tests link it: the
+/// server runs it in that separate, short-lived process (``ImageWorker``), so the service itself never loads libvips and
+/// its ~120 libraries, and a decoder bug cannot reach the service's memory.
 public struct ImageProcessor: Sendable {
-    public struct Rules: Sendable {
-        public var maxBytes = 500 * 1024
-        public var minSide = 200
-        public var maxSide = 1024
-        public var thumbnailSide = 100
-        public init() {}
-    }
+    public typealias Rules = ImageRules
 
     public let rules: Rules
 
+    /// libvips starts on first use, not here: its start-up (thread pools, caches) would cost a server that never
+    /// touches an image about 25 MiB of resident memory.
     public init(rules: Rules = Rules()) throws {
         self.rules = rules
-        try Self.start()
     }
 
     private static let started: Result<Void, ImageProblem> = {
@@ -69,6 +25,7 @@ public struct ImageProcessor: Sendable {
     /// Checks the bytes against the rules: format by content, byte size, each side's size; the first frame is decoded in
     /// full (truncated data is refused) when its declared size is at most 4096 px a side.
     public func inspect(_ data: Data) throws -> ImageInfo {
+        try Self.start()
         guard data.count <= rules.maxBytes else { throw ImageProblem.tooLarge(bytes: data.count, limit: rules.maxBytes) }
         guard let format = ImageFormat.sniff(data) else { throw ImageProblem.unsupportedFormat }
         var (width, height, pages, bands): (Int32, Int32, Int32, Int32) = (0, 0, 0, 0)
@@ -83,13 +40,15 @@ public struct ImageProcessor: Sendable {
 
     /// A PNG thumbnail that fits `rules.thumbnailSide` on both sides (aspect kept, first frame, alpha kept).
     public func thumbnail(_ data: Data) throws -> Data {
-        try Self.output { out, length in
+        try Self.start()
+        return try Self.output { out, length in
             data.withUnsafeBytes { as_vips_thumbnail_png($0.baseAddress, $0.count, Int32(rules.thumbnailSide), &out, &length) }
         }
     }
 
     /// A PNG re-encoded losslessly at the highest compression, metadata stripped; the original when that is not smaller.
     public func optimisedPNG(_ data: Data) throws -> Data {
+        try Self.start()
         let smaller = try Self.output { out, length in
             data.withUnsafeBytes { as_vips_optimise_png($0.baseAddress, $0.count, &out, &length) }
         }
