@@ -59,8 +59,7 @@ struct StickerContentController: Sendable {
 
     /// The profile acting (the owner's when none is selected); a selection that is gone must be made again.
     func profileID(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> String {
-        _ = try await authenticator.permissions(session, context)
-        return try await authenticator.profile(of: session, context).profile?.id ?? "account"
+        try await authenticator.permissions(session, context)?.id ?? "account"
     }
 
     @Sendable func recent(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
