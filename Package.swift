@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         .systemLibrary(
@@ -95,12 +96,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Events out: the transactional outbox every module writes its events to, the webhook endpoints and the leased
+        // delivery worker (async-http-client), signed per the Standard Webhooks spec.
+        .target(
+            name: "Webhooks",
+            dependencies: [
+                "Storage", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // HTTP: Hummingbird controllers (one per file), middleware, problems, configuration and the wiring that builds the
         // application from the domain services. Tests import this library; the executable only adds the command line.
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Auth", "Ledger", "Entitlements", "Storage", "Media",
+                "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks",
                 .product(name: "MultipartKit", package: "multipart-kit"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -151,7 +164,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),

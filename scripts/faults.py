@@ -9,6 +9,10 @@ Scenarios (each prints PASS/FAIL lines and figures; exit 1 on any failure):
             again: the service recovers without a restart.
   nodes     two service processes on one PostgreSQL, clients alternating: no overdraft, no double grant, expired
             holds released exactly once by the background sweeper.
+  webhooks  the outbox under SIGKILL (both engines): grants race a kill -9 while a slow receiver takes their events;
+            after a restart every committed grant's event arrives (signature valid), none is lost, and repeats (the same
+            webhook-id again) stay within the tries in flight at the kill; then two nodes on one PostgreSQL deliver 300
+            events, each exactly once.
   load      a steady mixed load (sign-ins, entitlement reads, spends, holds) with RSS sampled: no unexpected
             status, RSS flat after warm-up; idle RSS reported.
 
@@ -392,6 +396,128 @@ def scenario_nodes():
     b.stop()
 
 
+class Receiver:
+    """A local webhook receiver: verifies each signature, records (webhook-id, type); answers after `delay` seconds."""
+
+    def __init__(self, delay=0.0):
+        import base64, hashlib, hmac, http.server
+        self.events = []
+        self.bad = 0
+        self.secret = None
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                wid, ts, sig = self.headers.get("webhook-id"), self.headers.get("webhook-timestamp"), self.headers.get("webhook-signature", "")
+                key = base64.b64decode(receiver.secret[len("whsec_"):])
+                want = base64.b64encode(hmac.new(key, f"{wid}.{ts}.".encode() + body, hashlib.sha256).digest()).decode()
+                ok = any(hmac.compare_digest(part.split(",", 1)[-1], want) for part in sig.split(" "))
+                time.sleep(delay)
+                with lock:
+                    if ok:
+                        receiver.events.append((wid, json.loads(body)["type"]))
+                    else:
+                        receiver.bad += 1
+                self.send_response(200 if ok else 400)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        lock = threading.Lock()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+WEBHOOK_ENV = {"WEBHOOKS_ALLOW_HTTP": "true", "WEBHOOKS_ALLOWED_NETWORKS": "127.0.0.0/8", "WEBHOOK_POLL_MS": "50", "WEBHOOK_RETRY_BASE_MS": "200"}
+
+
+def wait_for(predicate, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
+def scenario_webhooks_crash(engine):
+    workdir = tempfile.mkdtemp(prefix=f"faults-hooks-{engine}-")
+    url = f"sqlite:{workdir}/db.sqlite" if engine == "sqlite" else new_pg_database("faults_hooks")
+    service = Service(url, workdir, extra=WEBHOOK_ENV).start()
+    (user,), key = setup_accounts(service)
+    auth = {"Authorization": f"Bearer {key}"}
+    receiver = Receiver(delay=0.05)
+    s, _, body = request("POST", service.url("/api/admin/webhooks"), {"url": receiver.url, "events": ["tokens.granted"]}, auth)
+    check(s == 201, f"webhooks {engine}: endpoint created ({s})")
+    receiver.secret = json.loads(body)["secret"]
+    start = balance(service, key, user)["totalTokens"]
+    acknowledged = set()
+
+    def granter(n):
+        for i in range(60):
+            try:
+                s, _, _ = request("POST", service.url("/api/ledger/grants"), {"userId": user, "amount": 1, "bucket": "purchased", "reason": "hook"},
+                                  {**auth, "Idempotency-Key": f"g-{n}-{i}"}, timeout=5)
+                if s == 201:
+                    acknowledged.add(f"g-{n}-{i}")
+            except Exception:
+                return
+
+    threads = [threading.Thread(target=granter, args=(n,), daemon=True) for n in range(6)]
+    [t.start() for t in threads]
+    time.sleep(1.5)
+    service.kill()
+    [t.join() for t in threads]
+    received_at_kill = len(receiver.events)
+    service.start()
+    # Replay every key once: acknowledged ones change nothing, the rest apply now (each emitting its event once).
+    for n in range(6):
+        for i in range(60):
+            request("POST", service.url("/api/ledger/grants"), {"userId": user, "amount": 1, "bucket": "purchased", "reason": "hook"},
+                    {**auth, "Idempotency-Key": f"g-{n}-{i}"})
+    granted = balance(service, key, user)["totalTokens"] - start
+    delivered = wait_for(lambda: len({e[0] for e in receiver.events}) >= granted, 60)
+    ids = [e[0] for e in receiver.events]
+    repeats = len(ids) - len(set(ids))
+    check(granted == 360 and delivered and len(set(ids)) == granted,
+          f"webhooks {engine}: kill -9 after {len(acknowledged)} acknowledged grants ({received_at_kill} events received by then); "
+          f"after restart and replay {granted} grants, {len(set(ids))} distinct events delivered, none lost")
+    check(receiver.bad == 0 and repeats <= 16, f"webhooks {engine}: every signature valid; {repeats} repeat(s) of an event in flight at the kill (≤ 16)")
+    service.stop()
+
+
+def scenario_webhooks_nodes():
+    workdir = tempfile.mkdtemp(prefix="faults-hooks-nodes-")
+    url = new_pg_database("faults_hooks_nodes")
+    a = Service(url, workdir, extra=WEBHOOK_ENV).start()
+    b = Service(url, workdir, extra=WEBHOOK_ENV).start()
+    (user,), key = setup_accounts(a)
+    auth = {"Authorization": f"Bearer {key}"}
+    receiver = Receiver()
+    s, _, body = request("POST", a.url("/api/admin/webhooks"), {"url": receiver.url, "events": ["tokens.spent", "tokens.granted"]}, auth)
+    receiver.secret = json.loads(body)["secret"]
+    request("POST", a.url("/api/ledger/grants"), {"userId": user, "amount": 1000, "bucket": "purchased"}, {**auth, "Idempotency-Key": "seed"})
+
+    def spender(n):
+        for i in range(30):
+            node = (a, b)[(n + i) % 2]
+            request("POST", node.url("/api/ledger/spend"), {"userId": user, "amount": 1, "reason": "nodes"}, {**auth, "Idempotency-Key": f"s-{n}-{i}"})
+
+    threads = [threading.Thread(target=spender, args=(n,), daemon=True) for n in range(10)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    wait_for(lambda: len(receiver.events) >= 301, 60)
+    time.sleep(2)
+    ids = [e[0] for e in receiver.events]
+    check(len(ids) == 301 and len(set(ids)) == 301 and receiver.bad == 0,
+          f"webhooks nodes: two workers on one PostgreSQL delivered {len(set(ids))} events {len(ids)} times (301 expected, each once)")
+    a.stop()
+    b.stop()
+
+
 def scenario_load(seconds):
     workdir = tempfile.mkdtemp(prefix="faults-load-")
     service = Service(f"sqlite:{workdir}/db.sqlite", workdir, extra={"LOG_FORMAT": "json", "LOG_LEVEL": "info"}).start()
@@ -472,7 +598,7 @@ def scenario_load(seconds):
 
 
 if __name__ == "__main__":
-    wanted = sys.argv[1:] or ["crash", "outage", "nodes", "load"]
+    wanted = sys.argv[1:] or ["crash", "outage", "nodes", "webhooks", "load"]
     for name in wanted:
         print(f"== {name}", flush=True)
         if name == "crash":
@@ -482,6 +608,10 @@ if __name__ == "__main__":
             scenario_outage()
         elif name == "nodes":
             scenario_nodes()
+        elif name == "webhooks":
+            scenario_webhooks_crash("sqlite")
+            scenario_webhooks_crash("postgres")
+            scenario_webhooks_nodes()
         elif name == "load":
             scenario_load(int(os.environ.get("LOAD_SECONDS", "20")))
     if FAILURES:

@@ -46,6 +46,7 @@ extension AuthService {
             try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email])
             try await erasure.accountErased(userID: id, at: now, executor: tx)
             try await AuditLog.record(tx, at: now, actor: id, action: "account_deleted", subject: id, ip: client.ip)
+            try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
         }
     }
 
@@ -66,6 +67,8 @@ extension AuthService {
                     """, [id, email, name, hash, true, true, now, now])
                 _ = try await ensureDefaultProfile(tx, userID: id, name: name, now: now)
                 try await AuditLog.record(tx, at: now, actor: "cli", action: "admin_created", subject: id, ip: nil)
+                try await emitUserEvent(
+                    tx, "user.created", userID: id, email: email, now: now, ["emailVerified": .bool(true), "role": .string("admin")])
                 return try await loadUser(tx, id: id)
             }
         } catch StorageError.uniqueViolation {

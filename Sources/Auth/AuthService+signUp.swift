@@ -56,12 +56,14 @@ extension AuthService {
                 try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_restarted", subject: id, ip: client.ip)
             }
         } else {
+            let id = UUID().uuidString.lowercased()
             try await tx.query(
                 """
                 INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms,
                                    signed_up_at_ms)
                 VALUES (?, ?, ?, ?, ?, 'user', ?, ?, ?, ?)
-                """, [UUID().uuidString.lowercased(), email, name, passwordHash, false, true, now, now, now])
+                """, [id, email, name, passwordHash, false, true, now, now, now])
+            try await emitUserEvent(tx, "user.created", userID: id, email: email, now: now, ["emailVerified": .bool(false), "role": .string("user")])
         }
         try await resetCodeAttempts(tx, .verify, email: email)
         let code = try await issueCode(tx, email: email, purpose: .verify, now: now)
@@ -95,6 +97,7 @@ extension AuthService {
             _ = try await rememberDevice(tx, userID: userID, client: client, now: now)
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
             try await AuditLog.record(tx, at: now, actor: userID, action: "email_verified", subject: userID, ip: client.ip)
+            try await emitUserEvent(tx, "user.verified", userID: userID, email: email, now: now, ["welcomeTokens": .int(Int64(granted))])
             let user = try await loadUser(tx, id: userID)
             return .success(Verification(user: user, session: session, welcomeTokens: granted))
         }

@@ -17,6 +17,8 @@ public struct AuthService: Sendable {
     let welcome: any WelcomeTokenGrant
     let welcomeTokens: Int
     let erasure: any AccountErasureHook
+    /// Where `user.created`, `user.verified` and `user.deleted` are recorded (in the change's transaction).
+    let events: any EventSink
     let keys: BudgetKeys
     /// Password checks behind a session (shared with ``ProfileService``).
     public let passwords: PasswordCheck
@@ -24,7 +26,7 @@ public struct AuthService: Sendable {
     public init(
         database: any Database, hasher: PasswordHasher, secrets: SecretHasher, mailer: any Mailer, clock: any TimeSource,
         policy: AuthPolicy = AuthPolicy(), welcome: any WelcomeTokenGrant = RecordedWelcomeTokenGrant(), welcomeTokens: Int,
-        erasure: any AccountErasureHook = NoErasureHook()
+        erasure: any AccountErasureHook = NoErasureHook(), events: any EventSink = NoEvents()
     ) {
         self.database = database
         self.hasher = hasher
@@ -35,11 +37,22 @@ public struct AuthService: Sendable {
         self.welcome = welcome
         self.welcomeTokens = welcomeTokens
         self.erasure = erasure
+        self.events = events
         self.keys = BudgetKeys(secrets: secrets)
         self.passwords = PasswordCheck(database: database, hasher: hasher, secrets: secrets, clock: clock, policy: policy)
     }
 
     // MARK: - Helpers shared by the flows
+
+    /// Records a user event (`user.created`, `user.verified`, `user.deleted`) in the change's transaction.
+    func emitUserEvent(
+        _ tx: any SQLExecutor, _ type: String, userID: String, email: String?, now: Date, _ extra: [String: EventValue] = [:]
+    ) async throws {
+        var data = extra
+        data["userId"] = .string(userID)
+        if let email { data["email"] = .string(email) }
+        try await events.emit(tx, DomainEvent(type: type, userID: userID, data: data), at: now)
+    }
 
     func hashPassword(_ password: String) async throws -> String {
         do { return try await hasher.hash(password) } catch PasswordHasherError.overloaded { throw AuthError.overloaded }

@@ -118,10 +118,13 @@ public enum EntitlementError: Error, Equatable, Sendable {
 public struct StickerPackStore: Sendable {
     let catalog: PlanCatalog
     let clock: any TimeSource
+    /// Where `pack.unlocked` is recorded (in the unlock's transaction).
+    let events: any EventSink
 
-    public init(catalog: PlanCatalog, clock: any TimeSource) {
+    public init(catalog: PlanCatalog, clock: any TimeSource, events: any EventSink = NoEvents()) {
         self.catalog = catalog
         self.clock = clock
+        self.events = events
     }
 
     public func all(_ tx: any SQLExecutor, activeOnly: Bool) async throws -> [StickerPack] {
@@ -217,10 +220,28 @@ public struct StickerPackStore: Sendable {
             "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
             [userID, packID, pack.tokenPrice, now])
         guard !claimed.isEmpty else { throw EntitlementError.alreadyUnlocked("You already unlocked this pack.") }
-        guard pack.tokenPrice > 0 else { return nil }
+        guard pack.tokenPrice > 0 else {
+            try await emitUnlocked(tx, userID: userID, packID: packID, tokens: 0, operationID: nil, now: now)
+            return nil
+        }
         let spent = try await ledger.spend(
             tx, userID: userID, amountTokens: pack.tokenPrice, reason: "pack_unlock", metadata: #"{"packId":"\#(packID)"}"#)
         try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [spent.operationId, userID, packID])
+        try await emitUnlocked(tx, userID: userID, packID: packID, tokens: pack.tokenPrice, operationID: spent.operationId, now: now)
         return spent
+    }
+
+    func emitUnlocked(_ tx: any SQLExecutor, userID: String, packID: String, tokens: Int64, operationID: String?, now: Date) async throws {
+        try await events.emit(
+            tx,
+            DomainEvent(
+                type: "pack.unlocked", userID: userID,
+                data: ["userId": .string(userID), "packId": .string(packID), "tokensSpent": .int(tokens), "operationId": .optional(operationID)]),
+            at: now)
+    }
+
+    /// The pack an operation paid for (a reversal's caller reports that the unlock stays), or nil.
+    public func packUnlocked(byOperation operationID: String, _ tx: any SQLExecutor) async throws -> String? {
+        try await tx.first("SELECT pack_id FROM pack_unlocks WHERE operation_id = ?", [operationID])?.optionalString("pack_id")
     }
 }

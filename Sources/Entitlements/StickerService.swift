@@ -105,3 +105,10 @@ public struct StickerService: Sendable {
         }
     }
 }
+
+extension StickerService {
+    /// The pack a ledger operation paid for, or nil (a reversal reports that the unlock stays).
+    public func packUnlocked(byOperation operationID: String, logger: Logger) async throws -> String? {
+        try await database.withConnection(logger: logger) { try await packs.packUnlocked(byOperation: operationID, $0) }
+    }
+}

@@ -15,7 +15,9 @@ extension SubscriptionMachine {
         let now = clock.now()
         if let periodEnd, periodEnd <= now { throw EntitlementError.invalid(["periodEnd must be in the future"]) }
         let end = periodEnd ?? Calendar(identifier: .gregorian).date(byAdding: .month, value: 1, to: now) ?? now.addingTimeInterval(30 * 86400)
+        let before = try await store.subscription(userID: userID, tx)
         let subscription = try await store.startManual(userID: userID, planID: plan.id, now: now, periodEnd: end, tx)
+        try await emitChange(tx, userID: userID, before: before, cause: "operator.comp", now: now)
         try await startPeriod(tx, userID: userID, plan: plan, start: subscription.currentPeriodStart)
         try await audit.record(tx, at: now, actor: actor, action: "admin_subscription_comp", subject: userID, ip: ip, detail: plan.id)
         return subscription
@@ -24,7 +26,9 @@ extension SubscriptionMachine {
     /// An operator ends the user's subscription now (back to the free plan), audited. False when there was none.
     public func end(_ tx: any SQLExecutor, userID: String, actor: String, ip: String?) async throws -> Bool {
         let now = clock.now()
+        let before = try await store.subscription(userID: userID, tx)
         guard try await store.end(userID: userID, now: now, tx) else { return false }
+        try await emitChange(tx, userID: userID, before: before, cause: "operator.end", now: now)
         try await audit.record(tx, at: now, actor: actor, action: "admin_subscription_ended", subject: userID, ip: ip, detail: nil)
         return true
     }

@@ -85,12 +85,17 @@ public struct SubscriptionMachine: Sendable {
     let ledger: Ledger
     let clock: any TimeSource
     let audit: any AuditTrail
+    /// Where `subscription.updated` is recorded (in the change's transaction).
+    let events: any EventSink
 
-    public init(store: SubscriptionStore, ledger: Ledger, clock: any TimeSource, audit: any AuditTrail = NoAuditTrail()) {
+    public init(
+        store: SubscriptionStore, ledger: Ledger, clock: any TimeSource, audit: any AuditTrail = NoAuditTrail(), events: any EventSink = NoEvents()
+    ) {
         self.store = store
         self.ledger = ledger
         self.clock = clock
         self.audit = audit
+        self.events = events
     }
 
     public func apply(
@@ -126,6 +131,7 @@ public struct SubscriptionMachine: Sendable {
             if result.outcome == .applied {
                 try await tx.query("UPDATE subscriptions SET last_event_at_ms = ?, updated_at_ms = ? WHERE user_id = ?", [occurredAt, now, userID])
                 if let binding { try await bind(tx, userID: userID, binding) }
+                try await emitChange(tx, userID: userID, before: current, cause: "\(provider.rawValue).\(event.kind)", now: now)
             }
         }
         try await tx.query(
@@ -239,6 +245,27 @@ public struct SubscriptionMachine: Sendable {
         let end = Calendar(identifier: .gregorian).date(byAdding: .month, value: 1, to: current.currentPeriodStart) ?? at
         try await tx.query("UPDATE subscriptions SET status = 'active', current_period_end_ms = ? WHERE user_id = ?", [max(end, at), userID])
         return EventResult(.applied, "restored \(clawed)")
+    }
+
+    /// `subscription.updated` with the old and new plan and status, when plan, status, renewal or pending plan changed.
+    func emitChange(_ tx: any SQLExecutor, userID: String, before: Subscription?, cause: String, now: Date) async throws {
+        let after = try await store.subscription(userID: userID, tx)
+        func fields(_ subscription: Subscription?) -> EventValue {
+            guard let subscription else { return .object(["planId": .string(store.catalog.freePlan.id), "status": .string("none")]) }
+            return .object([
+                "planId": .string(subscription.planID), "status": .string(subscription.status.rawValue), "willRenew": .bool(subscription.willRenew),
+                "pendingPlanId": .optional(subscription.pendingPlanID), "provider": .string(subscription.provider.rawValue),
+                "currentPeriodEnd": .date(subscription.currentPeriodEnd),
+            ])
+        }
+        let old = fields(before)
+        let new = fields(after)
+        guard old != new else { return }
+        try await events.emit(
+            tx,
+            DomainEvent(
+                type: "subscription.updated", userID: userID, data: ["userId": .string(userID), "old": old, "new": new, "cause": .string(cause)]),
+            at: now)
     }
 
     func requirePlan(_ id: String) throws -> SubscriptionPlan {

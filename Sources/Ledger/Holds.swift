@@ -23,7 +23,8 @@ public enum HoldRules {
 extension Ledger {
     /// Reserves tokens at once (moved into the holds account) until captured, voided or expired.
     public func hold(
-        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
+        idempotencyKey: String? = nil
     ) async throws -> HoldState {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         guard (1...LedgerLimits.holdTTLSecondsMax).contains(ttlSeconds) else {
@@ -46,11 +47,13 @@ extension Ledger {
                 "INSERT INTO ledger_hold_parts (hold_id, part, bucket, lot_id, amount) VALUES (?, ?, ?, ?, ?)",
                 [holdID, index, part.bucket.rawValue, part.lotID, part.amount])
         }
-        return try await holdState(tx, id: holdID)!
+        let hold = try await holdState(tx, id: holdID)!
+        try await emitHold(tx, .holdCreated, hold, state, change: -amountTokens, key: idempotencyKey, now: now)
+        return hold
     }
 
     /// Posts up to the held amount (default all) to consumption and returns the rest. Resolves once.
-    public func capture(_ tx: any SQLExecutor, holdID: String, amountTokens: Int64? = nil) async throws -> HoldState {
+    public func capture(_ tx: any SQLExecutor, holdID: String, amountTokens: Int64? = nil, idempotencyKey: String? = nil) async throws -> HoldState {
         let (hold, now, state) = try await pendingHold(tx, holdID: holdID)
         let captured = amountTokens ?? hold.amount
         guard captured >= 1, captured <= hold.amount else { throw LedgerError.invalid("amount must be from 1 to the held \(hold.amount).") }
@@ -71,15 +74,19 @@ extension Ledger {
         }
         try await tx.query(
             "UPDATE ledger_holds SET status = 'captured', captured_amount = ?, resolved_at_ms = ? WHERE id = ?", [captured, now, holdID])
-        return try await holdState(tx, id: holdID)!
+        let resolved = try await holdState(tx, id: holdID)!
+        try await emitHold(tx, .holdCaptured, resolved, userState, change: hold.amount - captured, key: idempotencyKey, now: now)
+        return resolved
     }
 
     /// Returns everything a pending hold reserved. Resolves once.
-    public func void(_ tx: any SQLExecutor, holdID: String) async throws -> HoldState {
-        let (_, now, state) = try await pendingHold(tx, holdID: holdID)
+    public func void(_ tx: any SQLExecutor, holdID: String, idempotencyKey: String? = nil) async throws -> HoldState {
+        let (hold, now, state) = try await pendingHold(tx, holdID: holdID)
         var userState = state
         try await releaseAll(tx, &userState, holdID: holdID, status: "voided", reason: "void", now: now)
-        return try await holdState(tx, id: holdID)!
+        let resolved = try await holdState(tx, id: holdID)!
+        try await emitHold(tx, .holdVoided, resolved, userState, change: hold.amount, key: idempotencyKey, now: now)
+        return resolved
     }
 
     /// Releases pending holds that expired (at most `limit`), one user at a time; returns how many.
@@ -112,6 +119,9 @@ extension Ledger {
             if HoldRules.isExpired(expiresAt: try row.date("expires_at_ms"), now: now) {
                 try await releaseAll(tx, &state, holdID: try row.string("id"), status: "expired", reason: "hold_expiry", now: now)
                 state.expiredHolds += 1
+                if let expired = try await holdState(tx, id: try row.string("id")) {
+                    try await emitHold(tx, .holdExpired, expired, state, change: expired.amount, key: nil, now: now)
+                }
             } else {
                 state.balances.heldTokens += try row.int("amount")
             }

@@ -136,7 +136,7 @@ extension LedgerError {
     /// one that a client has not created yet, and 404 is no answer to remember.
     var isRemembered: Bool {
         switch self {
-        case .insufficientTokens, .holdNotFound, .holdResolved, .invalid: true
+        case .insufficientTokens, .holdNotFound, .holdResolved, .invalid, .transferNotFound, .alreadyReversed, .notReversible: true
         case .userNotFound, .idempotencyConflict: false
         }
     }

@@ -58,17 +58,36 @@ extension Ledger {
             (callerSQL, callerBinds) = ("SELECT ?::TEXT AS caller, NULL::TEXT AS caller_id, NULL::BIGINT AS caller_seen_at_ms", [name])
         case .query(let sql, let binds): (callerSQL, callerBinds) = (sql, binds)
         }
-        // The function runs once for the caller's row, and not at all without one.
+        // The function runs once for the caller's row, and not at all without one. Its `tokens.spent` event is recorded by
+        // the same statement (the outbox's INSERT over the `spend_event` row), so it commits exactly when the spend does.
+        let outbox = events.insertFromCTE(named: "spend_event").map {
+            """
+            , spend_event AS (
+                SELECT 'tokens.spent'::TEXT AS event_type, ?::TEXT AS user_id, jsonb_build_object(
+                    'userId', ?::TEXT, 'operationId', ?::TEXT, 'amount', ?::BIGINT, 'reason', ?::TEXT, 'idempotencyKey', ?::TEXT,
+                    'metadata', ?::JSONB, 'balances', jsonb_build_object('bonusTokens', bonus, 'subscriptionTokens', subscription,
+                    'purchasedTokens', purchased, 'heldTokens', held, 'totalTokens', bonus + subscription + purchased))::TEXT AS data,
+                    bonus + subscription + purchased + ?::BIGINT AS balance_before, bonus + subscription + purchased AS balance_after,
+                    ?::BIGINT AS at_ms
+                FROM spent WHERE outcome = 'spent'),
+            recorded AS (\($0) RETURNING 1)
+            """
+        }
+        let now = clock.now()
+        let eventBinds: [any SQLBindable] = outbox == nil ? [] : [userID, userID, operation, amountTokens, reason, key, metadata, amountTokens, now]
         let row = try await connection.first(
             """
-            SELECT c.caller_id, c.caller_seen_at_ms, s.outcome, s.status, s.body, s.request_json, s.bonus, s.subscription, s.purchased, s.held, s.transfers
-            FROM (\(callerSQL)) c CROSS JOIN LATERAL ledger_spend_once(
-                c.caller, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::TEXT) s
+            WITH spent AS (
+                SELECT c.caller_id, c.caller_seen_at_ms, s.outcome, s.status, s.body, s.request_json, s.bonus, s.subscription, s.purchased, s.held,
+                    s.transfers
+                FROM (\(callerSQL)) c CROSS JOIN LATERAL ledger_spend_once(
+                    c.caller, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::TEXT) s)\(outbox ?? "")
+            SELECT * FROM spent
             """,
             callerBinds + [
-                key, requestJSON, status, userID, amountTokens, reason, metadata, clock.now(), operation,
+                key, requestJSON, status, userID, amountTokens, reason, metadata, now, operation,
                 String(template[..<zero.lowerBound]), String(template[zero.upperBound...]),
-            ])
+            ] + eventBinds)
         guard let row else { return declined }
         return OneStatementAnswer(
             outcome: try Self.outcome(row, reason: reason), callerFound: true, callerID: row.optionalString("caller_id"),

@@ -7,8 +7,13 @@ import Storage
 /// (`Ledger+posting.swift`). Holds have their own file (`Holds.swift`), idempotent writes theirs (`Idempotency.swift`).
 public struct Ledger: Sendable {
     let clock: any TimeSource
+    /// Where the ledger records its events (`tokens.*`, `hold.*`, `refund.clawed_back`), in the operation's transaction.
+    let events: any EventSink
 
-    public init(clock: any TimeSource) { self.clock = clock }
+    public init(clock: any TimeSource, events: any EventSink = NoEvents()) {
+        self.clock = clock
+        self.events = events
+    }
 
     static let issuance = "system:issuance"
     static let consumption = "system:consumption"
@@ -23,7 +28,8 @@ public struct Ledger: Sendable {
     /// Credits `amountTokens` to a bucket from issuance. Bonus grants may expire. Callers that take a user id from
     /// outside check it first (``LedgerService``).
     public func grant(
-        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, bucket: Bucket, reason: String, expiresAt: Date? = nil, metadata: String? = nil
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, bucket: Bucket, reason: String, expiresAt: Date? = nil, metadata: String? = nil,
+        idempotencyKey: String? = nil
     ) async throws -> LedgerResult {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         if expiresAt != nil && bucket != .bonus { throw LedgerError.invalid("Only bonus grants can expire.") }
@@ -39,12 +45,19 @@ public struct Ledger: Sendable {
                 "INSERT INTO ledger_lots (id, user_id, granted, remaining, expires_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
                 [Self.newID(), userID, amountTokens, amountTokens, expiresAt, now])
         }
+        try await emit(
+            tx, .tokensGranted, state, change: amountTokens, now: now,
+            [
+                "operationId": .string(operation), "amount": .int(amountTokens), "bucket": .string(bucket.rawValue), "reason": .string(reason),
+                "expiresAt": .date(expiresAt), "idempotencyKey": .optional(idempotencyKey),
+                "metadata": metadata.map(EventValue.rawJSON) ?? .null,
+            ])
         return LedgerResult(operationId: operation, userId: userID, amount: amountTokens, balances: state.balances)
     }
 
     /// Spends at once, soonest-expiring tokens first. Not enough → `insufficientTokens` (nothing written).
     public func spend(
-        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, reason: String, metadata: String? = nil
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, reason: String, metadata: String? = nil, idempotencyKey: String? = nil
     ) async throws -> LedgerResult {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         let now = clock.now()
@@ -58,6 +71,13 @@ public struct Ledger: Sendable {
             if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [part.amount, lot]) }
         }
         LedgerMetrics.spend(path: "transactional")
+        try await emit(
+            tx, .tokensSpent, state, change: -amountTokens, now: now,
+            [
+                "operationId": .string(operation), "amount": .int(amountTokens), "reason": .string(reason),
+                "idempotencyKey": .optional(idempotencyKey),
+                "metadata": metadata.map(EventValue.rawJSON) ?? .null,
+            ])
         return LedgerResult(operationId: operation, userId: userID, amount: amountTokens, balances: state.balances)
     }
 
@@ -115,6 +135,15 @@ public struct Ledger: Sendable {
         try await tx.query(
             "UPDATE ledger_period_grants SET granted = ?, expired = ? WHERE user_id = ? AND period_key = ?",
             [monthlyTokens, max(0, excess), userID, periodKey])
+        if monthlyTokens > 0 || excess > 0 {
+            try await emit(
+                tx, .tokensGranted, state, change: monthlyTokens - max(0, excess), now: now,
+                [
+                    "operationId": .string(operation), "amount": .int(monthlyTokens), "bucket": .string(Bucket.subscription.rawValue),
+                    "reason": .string("subscription_period"), "planId": .string(planID), "periodKey": .string(periodKey),
+                    "expiredTokens": .int(max(0, excess)),
+                ])
+        }
         return true
     }
 
@@ -146,6 +175,13 @@ public struct Ledger: Sendable {
                 tx, &state, from: Self.accountID(userID, bucket), to: Self.clawback, amount: take, reason: reason,
                 userDelta: (bucket, -take), operation: Self.newID(), metadata: nil, now: now)
         }
+        try await emit(
+            tx, .refundClawedBack, state, change: -take, now: now,
+            [
+                "amount": .int(amountTokens), "clawedTokens": .int(take), "shortfallTokens": .int(amountTokens - take),
+                "bucket": .string(bucket.rawValue),
+                "reason": .string(reason),
+            ])
         return (take, amountTokens - take)
     }
 

@@ -17,6 +17,12 @@ public enum LedgerError: Error, Equatable, Sendable {
     case userNotFound(String)
     /// The idempotency key was used with another request; these fields differ.
     case idempotencyConflict(fields: [String])
+    /// No transfer (history entry) with this id.
+    case transferNotFound
+    /// The operation was reversed before (by this reversal operation).
+    case alreadyReversed(reversalOperationID: String)
+    /// This kind of operation cannot be reversed (the detail says what to do instead).
+    case notReversible(String)
 }
 
 /// What a user can spend now, per bucket, plus what pending holds reserve.

@@ -71,7 +71,8 @@ public struct LedgerService: Sendable {
         try await run(request, successStatus: 201, format: format, logger: logger) { tx in
             guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             let result = try await ledger.grant(
-                tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata)
+                tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata,
+                idempotencyKey: request.key)
             if case .operatorActor(let actor, let ip) = granter {
                 try await audit.record(
                     tx, at: clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: ip,
@@ -87,7 +88,8 @@ public struct LedgerService: Sendable {
     ) async throws -> IdempotentAnswer {
         try await run(request, successStatus: 200, format: format, logger: logger) { tx in
             try await knownUser(userID, tx) {
-                try await ledger.spend(tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata)
+                try await ledger.spend(
+                    tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata, idempotencyKey: request.key)
             }
         }
     }
@@ -98,7 +100,9 @@ public struct LedgerService: Sendable {
     ) async throws -> IdempotentAnswer {
         try await run(request, successStatus: 201, format: format, logger: logger) { tx in
             try await knownUser(userID, tx) {
-                try await ledger.hold(tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata)
+                try await ledger.hold(
+                    tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata,
+                    idempotencyKey: request.key)
             }
         }
     }
@@ -109,12 +113,14 @@ public struct LedgerService: Sendable {
         -> IdempotentAnswer
     {
         try await run(request, successStatus: 200, format: format, logger: logger) {
-            try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens)
+            try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens, idempotencyKey: request.key)
         }
     }
 
     public func void(_ request: IdempotentRequest, holdID: String, format: AnswerFormat<HoldState>, logger: Logger) async throws -> IdempotentAnswer {
-        try await run(request, successStatus: 200, format: format, logger: logger) { try await ledger.void($0, holdID: holdID) }
+        try await run(request, successStatus: 200, format: format, logger: logger) {
+            try await ledger.void($0, holdID: holdID, idempotencyKey: request.key)
+        }
     }
 
     /// PostgreSQL: a spend in one statement (``Ledger/spendInOneStatement``), the caller found by `caller`'s query in the
@@ -137,6 +143,50 @@ public struct LedgerService: Sendable {
         }
         guard statement.callerFound else { return (nil, statement) }
         return (try IdempotencyStore.answer(statement.outcome, successStatus: 200, request: request.fields), statement)
+    }
+
+    /// An operator's debit: idempotent per key, audited in its transaction, never below zero.
+    public func debit(
+        _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket?, note: String, actor: String, ip: String?,
+        format: AnswerFormat<LedgerResult>, logger: Logger
+    ) async throws -> IdempotentAnswer {
+        try Self.check(note: note)
+        return try await run(request, successStatus: 201, format: format, logger: logger) { tx in
+            guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
+            let result = try await ledger.debit(
+                tx, userID: userID, amountTokens: amountTokens, bucket: bucket, note: note, idempotencyKey: request.key)
+            try await audit.record(
+                tx, at: clock.now(), actor: actor, action: "admin_token_debit", subject: userID, ip: ip,
+                detail: "\(amountTokens) \(bucket?.rawValue ?? "any"): \(note)")
+            return result
+        }
+    }
+
+    /// An operator's reversal of the operation a transfer belongs to: once (a second one is `alreadyReversed`), audited.
+    public func reverse(transferID: String, note: String, actor: String, ip: String?, logger: Logger) async throws -> Reversal {
+        try Self.check(note: note)
+        guard transferID.utf8.count <= 64 else { throw LedgerError.transferNotFound }
+        return try await database.transaction(logger: logger) { tx in
+            let reversal = try await ledger.reverse(tx, transferID: transferID, note: note, idempotencyKey: nil)
+            try await audit.record(
+                tx, at: clock.now(), actor: actor, action: "admin_transfer_reversed", subject: reversal.userID, ip: ip,
+                detail: "\(reversal.reversedOperationID) \(reversal.reversedReason) \(reversal.amountTokens): \(note)")
+            return reversal
+        }
+    }
+
+    public func pendingHolds(userID: String, logger: Logger) async throws -> [HoldState] {
+        try await database.transaction(logger: logger) { tx in
+            guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
+            return try await ledger.pendingHolds(tx, userID: userID)
+        }
+    }
+
+    /// An operator's reason: 1 to 500 bytes.
+    static func check(note: String) throws {
+        guard !note.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, note.utf8.count <= 500 else {
+            throw LedgerError.invalid("Field 'reason' must be 1 to 500 bytes of text.")
+        }
     }
 
     public func history(userID: String, limit: Int, cursor: Int64?, logger: Logger) async throws -> (entries: [HistoryEntry], nextCursor: Int64?) {

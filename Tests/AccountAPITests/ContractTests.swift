@@ -72,7 +72,7 @@ extension ContractTests {
         "Auth": ["users", "sessions", "otp_codes", "attempt_budgets", "known_devices", "family_profiles", "welcome_grants", "api_keys", "audit_log"],
         "Ledger": [
             "ledger_accounts", "ledger_transfers", "ledger_lots", "ledger_holds", "ledger_hold_parts", "ledger_period_grants", "idempotency_records",
-            "job_leases",
+            "job_leases", "ledger_reversals",
         ],
         "Entitlements": [
             "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas", "billing_events",
@@ -80,6 +80,7 @@ extension ContractTests {
             "billing_grants",
         ],
         "Storage": ["schema_migrations"],
+        "Webhooks": ["outbox_events", "webhook_endpoints", "webhook_deliveries", "webhook_attempts"],
     ]
 
     @Test func everyTableHasOneOwnerAndOnlyItNamesIt() throws {

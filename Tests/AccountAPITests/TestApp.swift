@@ -37,6 +37,8 @@ struct TestApp {
         config.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
         config.databaseLeaseTimeoutSeconds = TestDatabase.leaseTimeoutSeconds
         config.metricsToken = metricsToken
+        // Tests run the webhook worker's passes themselves (``TestApp/deliverWebhooks()``), on the test clock.
+        config.webhookWorker = false
         configure(&config)
         let clock = ManualTimeSource(Date())
         let dependencies = try await Dependencies.make(config: config, clock: clock, logger: logger)

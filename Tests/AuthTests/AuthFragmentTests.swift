@@ -69,11 +69,11 @@ struct AuthFragmentTests {
             guard engine == .postgres else { return }  // the key lookup is PostgreSQL's (the one-statement spend)
             let keys = APIKeyService(database: db, clock: SystemTimeSource())
             let (_, secret) = try await keys.create(name: "k", scopes: ["ledger:write"], logger: TestDatabase.logger)
-            let query = try #require(APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:"))
+            let query = try #require(APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:", now: Date()))
             let row = try #require(try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(query.sql, query.binds) })
             #expect(Set(row.columns.names) == ["caller", "caller_id", "caller_seen_at_ms"])
             #expect(try row.string("caller").hasPrefix("key:"))
-            let other = try #require(APIKeyService.scopedKeyQuery(secret: secret, scope: "admin", callerPrefix: "key:"))
+            let other = try #require(APIKeyService.scopedKeyQuery(secret: secret, scope: "admin", callerPrefix: "key:", now: Date()))
             #expect(
                 try await db.withConnection(logger: TestDatabase.logger) { try await $0.first(other.sql, other.binds) } == nil,
                 "a missing scope finds no row")

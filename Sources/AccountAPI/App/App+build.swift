@@ -16,6 +16,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     if let client = dependencies.postgresClient { app.addServices(client) }
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
+    app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)
@@ -53,6 +54,11 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AdminAccountController(subscriptions: d.subscriptions, entitlements: d.entitlements, ledger: d.ledger, authenticator: authenticator)
         .addRoutes(to: router)
     AdminCatalogController(stickers: d.stickers, billing: d.billing, authenticator: authenticator).addRoutes(to: router)
+    AdminLedgerController(
+        auth: d.auth, profiles: d.profiles, entitlements: d.entitlements, stickers: d.stickers, ledger: d.ledger, authenticator: authenticator
+    ).addRoutes(to: router)
+    AdminOperatorController(auth: d.auth, apiKeys: d.apiKeys, authenticator: authenticator).addRoutes(to: router)
+    AdminWebhookController(webhooks: d.webhooks, authenticator: authenticator).addRoutes(to: router)
     allowedMethods.record(router)
     return router
 }

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOCore
 import Storage
+import Webhooks
 
 /// Everything the service reads from the environment, parsed and validated once at start-up.
 /// Handlers never read the environment. `description` never prints secrets.
@@ -47,6 +48,11 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// Apple billing (`APPLE_ROOT_CERTIFICATES`, `APPLE_BUNDLE_ID`, `APPLE_APP_APPLE_ID`, `APPLE_ENVIRONMENT`,
     /// `APPLE_ACCEPT_SANDBOX`); nil → the Apple endpoints answer 503.
     var apple: AppleSettings?
+    /// Webhooks out: URL policy, retries, timeouts (`WEBHOOKS_*`, `WEBHOOK_*`).
+    var webhooks = WebhookSettings()
+    /// Whether this node runs the delivery worker (`WEBHOOK_WORKER`, default true; every node may).
+    var webhookWorker = true
+
     /// Stripe webhook endpoint secrets (`STRIPE_WEBHOOK_SECRET`, comma-separated for rotation); empty → 503.
     var stripeWebhookSecrets: [String] = []
 
@@ -69,6 +75,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         config.readServer(&reader)
         config.readTuning(&reader)
         config.readIntegrations(&reader)
+        config.readWebhooks(&reader)
         if case .postgres = config.database, config.serverSecret == nil {
             reader.problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }
@@ -148,6 +155,23 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Webhooks out.
+    mutating func readWebhooks(_ reader: inout EnvironmentReader) {
+        if let flag = reader.flag("WEBHOOKS_ALLOW_HTTP") { webhooks.urlPolicy.allowHTTP = flag }
+        if let networks = reader.value("WEBHOOKS_ALLOWED_NETWORKS") {
+            switch TrustedProxies.parse(networks) {
+            case .success(let parsed): webhooks.urlPolicy.allowedNetworks = parsed.networks
+            case .failure(let invalid): reader.problems.append("WEBHOOKS_ALLOWED_NETWORKS: '\(invalid.entry)' is not an IP address or CIDR")
+            }
+        }
+        if let n = reader.number("WEBHOOK_RETRY_BASE_MS", 1...3_600_000) { webhooks.retryBaseSeconds = Double(n) / 1000 }
+        if let n = reader.number("WEBHOOK_RETRY_HOURS", 1...720) { webhooks.retryWindowSeconds = Double(n) * 3600 }
+        if let n = reader.number("WEBHOOK_POLL_MS", 10...60_000) { webhooks.pollSeconds = Double(n) / 1000 }
+        if let n = reader.number("WEBHOOK_TIMEOUT_SECONDS", 1...60) { webhooks.timeoutSeconds = Double(n) }
+        if let n = reader.number("WEBHOOK_MAX_IN_FLIGHT", 1...256) { webhooks.maxInFlight = n }
+        if let flag = reader.flag("WEBHOOK_WORKER") { webhookWorker = flag }
+    }
+
     /// All of the Apple settings or none of them.
     static func appleSettings(_ value: (String) -> String?, _ problems: inout [String]) -> AppleSettings? {
         let keys = ["APPLE_ROOT_CERTIFICATES", "APPLE_BUNDLE_ID", "APPLE_APP_APPLE_ID", "APPLE_ENVIRONMENT", "APPLE_ACCEPT_SANDBOX"]
@@ -185,7 +209,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             case .postgres: "postgres (credentials hidden)"
             }
         return
-            "host=\(host) port=\(port) database=\(db) plans=\(plansFile ?? "built-in") log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token")"
+            "host=\(host) port=\(port) database=\(db) plans=\(plansFile ?? "built-in") log=\(logLevel)/\(logFormat.rawValue) argon2=\(argon2) secret=\(serverSecret == nil ? "file" : "env") apple=\(apple.map { "\($0.environment.rawValue)\($0.acceptSandbox ? "+sandbox" : "")" } ?? "off") stripe=\(stripeWebhookSecrets.isEmpty ? "off" : "\(stripeWebhookSecrets.count) secret(s)") proxies=\(trustedProxies.networks.count) metrics=\(metricsToken == nil ? "off" : "token") webhooks=\(webhookWorker ? "worker" : "no-worker")\(webhooks.urlPolicy.allowHTTP ? "+http" : "")"
     }
 }
 

@@ -6,6 +6,7 @@ import Logging
 import Media
 import PostgresNIO
 import Storage
+import Webhooks
 import X509
 
 /// Every service, built once from the configuration (or by tests): store → service → controller, injected by hand.
@@ -29,6 +30,9 @@ public struct Dependencies: Sendable {
     let stickerContent: StickerContentService
     let media: MediaServices
     let billing: BillingService
+    public let webhooks: WebhookService
+    /// Seals endpoint secrets (the worker opens them to sign).
+    let secretBox: SecretBox
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     public static func make(
@@ -48,14 +52,17 @@ public struct Dependencies: Sendable {
         let secret = try serverSecret(config)
         let secrets = SecretHasher(serverSecret: secret)
         let media = try mediaServices(config, secret: secret)
-        let ledger = Ledger(clock: clock)
+        let outbox = Outbox()
+        let box = SecretBox(serverSecret: secret)
+        let ledger = Ledger(clock: clock, events: outbox)
         let auth = AuthService(
             database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, policy: config.authPolicy,
-            welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens, erasure: LedgerErasureHook(ledger: ledger))
+            welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens, erasure: LedgerErasureHook(ledger: ledger),
+            events: outbox)
         let store = SubscriptionStore(catalog: catalog)
-        let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared)
+        let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared, events: outbox)
         let idempotency = IdempotencyStore(clock: clock)
-        let packs = StickerPackStore(catalog: catalog, clock: clock)
+        let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
         return Dependencies(
             config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
             auth: auth,
@@ -77,7 +84,9 @@ public struct Dependencies: Sendable {
             billing: BillingService(
                 database: database, machine: machine, apple: apple,
                 stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
-                accounts: AuthDirectory(), clock: clock))
+                accounts: AuthDirectory(), clock: clock),
+            webhooks: WebhookService(database: database, box: box, audit: AuditLog.shared, clock: clock, settings: config.webhooks),
+            secretBox: box)
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).

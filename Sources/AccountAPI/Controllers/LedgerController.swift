@@ -85,7 +85,7 @@ struct LedgerController: Sendable {
     /// declines without writing (too few tokens, holds or lots to settle, accounts not created yet).
     func oneStatementSpend(_ request: inout Request, _ context: AppRequestContext) async throws -> Response? {
         guard oneStatementSpends, ledger.database.engine == .postgres, let secret = Authenticator.bearerToken(request),
-            let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:"),
+            let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:", now: Date()),
             let key = try? IdempotentResponse.key(request)
         else { return nil }
         do {

@@ -61,6 +61,7 @@ tags:
   - name: entitlements
   - name: stickers
   - name: billing
+  - name: webhooks
 paths:
   /health:
     get:
@@ -1124,6 +1125,126 @@ paths:
                   differences: { type: array, items: { type: string } }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/users/{userId}/debits:
+    post:
+      tags: [operators, ledger]
+      operationId: adminDebitTokens
+      summary: Take tokens from a user as an operator (a correction; audited, emits `tokens.debited`).
+      description: >-
+        Never below zero: more than the bucket (or, without `bucket`, the spendable total) holds is 402
+        `insufficient_tokens` and nothing is taken. Without `bucket` the tokens go in spend order (bonus soonest-expiring
+        first, then subscription, then purchased); with `bucket: bonus` the latest-expiring lots go first. Tokens held by
+        pending holds are never taken.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/AdminDebitRequest" }
+      responses:
+        "201":
+          description: Done (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/LedgerResult" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+  /api/admin/ledger/transfers/{id}/reverse:
+    post:
+      tags: [operators, ledger]
+      operationId: adminReverseTransfer
+      summary: Reverse the operation a transfer (a token-history entry id) belongs to, once (audited, emits `transfer.reversed`).
+      description: >-
+        Spends and grants only. A reversed spend returns its tokens to the buckets they came from (bonus tokens as a lot
+        that never expires); a reversed grant takes its tokens back, never below zero (402 `insufficient_tokens` when
+        they were spent). Reversing a pack unlock's spend returns the tokens and keeps the pack unlocked (`unlock`).
+        A second reversal of the same operation is 409 `already_reversed` (with `reversalOperationId`); holds, expiries,
+        clawbacks, debits and reversals are 409 `not_reversible` (void a pending hold, or grant or debit the difference).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string }, description: "A transfer id: `id` of an entry of the user's token history." }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [reason]
+              properties:
+                reason: { type: string, minLength: 1, maxLength: 500, description: "Why (1 to 500 bytes of text); recorded in the audit trail and the event's `note`." }
+      responses:
+        "201":
+          description: Reversed.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Reversal" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409":
+          description: "`already_reversed` (with `reversalOperationId`, the earlier reversal) or `not_reversible` (the detail says what to do instead)."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+  /api/admin/users/{userId}/holds:
+    get:
+      tags: [operators, ledger]
+      operationId: adminListHolds
+      summary: A user's pending holds (expired ones are released first), soonest expiry first.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: Pending holds (at most 1,000).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [holds]
+                properties:
+                  holds: { type: array, items: { $ref: "#/components/schemas/Hold" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/snapshot:
+    get:
+      tags: [operators]
+      operationId: adminUserSnapshot
+      summary: What the app shows this user on the owner's profile, read-only (there is no impersonation).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The user, their entitlement snapshot (owner profile), profiles, token balance and subscription.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [user, entitlements, profiles, balance, subscription]
+                properties:
+                  user: { $ref: "#/components/schemas/AdminUser" }
+                  entitlements: { $ref: "#/components/schemas/EntitlementSnapshot" }
+                  profiles: { type: array, items: { $ref: "#/components/schemas/ListedProfile" } }
+                  balance: { $ref: "#/components/schemas/TokenBalance" }
+                  subscription: { $ref: "#/components/schemas/SubscriptionState" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
   /api/user/feature-access:
     get:
       tags: [entitlements]
@@ -1830,6 +1951,295 @@ paths:
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/api-keys:
+    post:
+      tags: [operators]
+      operationId: adminCreateApiKey
+      summary: Create a service API key (audited); the key is shown once.
+      description: Only the key's SHA-256 is stored. Every request checks the key in the database, so expiry and revocation apply at once on every node.
+      security: [{ session: [] }, { apiKey: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [name, scopes]
+              properties:
+                name: { type: string, minLength: 1, maxLength: 100, description: "1 to 100 characters (at most 200 bytes), trimmed." }
+                scopes:
+                  type: array
+                  minItems: 1
+                  items: { type: string, enum: [admin, entitlements:read, ledger:read, ledger:write] }
+                expiresAt: { type: [string, "null"], format: date-time, description: "In the future; null or absent: never expires." }
+      responses:
+        "201":
+          description: Created; `key` is the bearer secret (`ask_…`), never shown again.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/CreatedApiKey" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+    get:
+      tags: [operators]
+      operationId: adminListApiKeys
+      summary: Every API key, live or not (never the secret).
+      security: [{ session: [] }, { apiKey: [] }]
+      responses:
+        "200":
+          description: Keys.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [apiKeys]
+                properties:
+                  apiKeys: { type: array, items: { $ref: "#/components/schemas/ApiKey" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/api-keys/{id}:
+    delete:
+      tags: [operators]
+      operationId: adminRevokeApiKey
+      summary: Revoke an API key now, on every node (audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Revoked. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404":
+          description: "`not_found`: no key with this id that is not already revoked."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/admin/audit:
+    get:
+      tags: [operators]
+      operationId: adminAuditTrail
+      summary: The audit trail (security-relevant and operator actions), newest first; filters narrow together.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 200 }, description: "Entries about the user (subject) or by the user (actor, as themselves or as an operator `user:<id>`)." }
+        - { name: actor, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 200 }, description: "Exact actor: a user id, `user:<id>` (an operator's session), `key:<id>` (an API key), `cli`, `anonymous`." }
+        - { name: action, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 200 }, description: "Exact action, e.g. `admin_token_debit`, `webhook_created`, `api_key_revoked`." }
+        - { name: since, in: query, required: false, schema: { type: string, format: date-time }, description: Entries at or after this time. }
+        - { name: cursor, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 200 }, description: "`nextCursor` of the previous page." }
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 200, default: 50 } }
+      responses:
+        "200":
+          description: A page of entries.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [entries, nextCursor]
+                properties:
+                  entries: { type: array, items: { $ref: "#/components/schemas/AuditEntry" } }
+                  nextCursor: { type: [string, "null"] }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/webhooks:
+    post:
+      tags: [operators, webhooks]
+      operationId: adminCreateWebhook
+      summary: Register an endpoint for events (audited); the signing secret is shown once.
+      description: >-
+        The URL must be https (http only to a loopback host with `WEBHOOKS_ALLOW_HTTP=true`), without credentials or a
+        fragment, at most 2,048 bytes, and its host must resolve to public addresses only (unless inside
+        `WEBHOOKS_ALLOWED_NETWORKS`); it is checked now and again before every try. An endpoint receives events that
+        happen after it was created. At most 50 endpoints. See docs/webhooks.md.
+      security: [{ session: [] }, { apiKey: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/WebhookEndpointInput" }
+      responses:
+        "201":
+          description: Created, with its `secret` (`whsec_…`).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookEndpointWithSecret" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+    get:
+      tags: [operators, webhooks]
+      operationId: adminListWebhooks
+      summary: Every endpoint (never a secret), oldest first.
+      security: [{ session: [] }, { apiKey: [] }]
+      responses:
+        "200":
+          description: Endpoints.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [endpoints]
+                properties:
+                  endpoints: { type: array, items: { $ref: "#/components/schemas/WebhookEndpoint" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/webhooks/{id}:
+    get:
+      tags: [operators, webhooks]
+      operationId: adminGetWebhook
+      summary: One endpoint.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The endpoint.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookEndpoint" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    patch:
+      tags: [operators, webhooks]
+      operationId: adminUpdateWebhook
+      summary: Change an endpoint (audited); absent fields stay, `null` clears `description` or `balanceLowThreshold`.
+      description: "`enabled: true` turns a disabled endpoint (an operator's, or after a 410) back on; `enabled: false` stops it: queued deliveries wait, and events meanwhile are not queued for it."
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/WebhookEndpointChanges" }
+      responses:
+        "200":
+          description: The endpoint now.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookEndpoint" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+    delete:
+      tags: [operators, webhooks]
+      operationId: adminDeleteWebhook
+      summary: Delete an endpoint (audited); its pending deliveries fail.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Deleted. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/webhooks/{id}/rotate-secret:
+    post:
+      tags: [operators, webhooks]
+      operationId: adminRotateWebhookSecret
+      summary: A new signing secret, shown once (audited); the previous one keeps signing beside it for 24 hours.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The endpoint with its new `secret` (`previousSecretExpiresAt` says until when the old one also signs).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookEndpointWithSecret" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/webhooks/{id}/test:
+    post:
+      tags: [operators, webhooks]
+      operationId: adminTestWebhook
+      summary: Queue a `webhook.test` event to this endpoint alone, whatever it subscribes to (audited).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "202":
+          description: Queued; follow it with GET …/deliveries/{deliveryId}.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookDelivery" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/webhooks/{id}/deliveries:
+    get:
+      tags: [operators, webhooks]
+      operationId: adminListWebhookDeliveries
+      summary: An endpoint's deliveries, newest first, cursor-paginated.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+        - { name: status, in: query, required: false, schema: { type: string, enum: [pending, delivered, failed] } }
+        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 50 } }
+        - { name: cursor, in: query, required: false, schema: { type: string }, description: "`nextCursor` of the previous page." }
+      responses:
+        "200":
+          description: A page (without `payload` and `attemptLog`).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [deliveries, nextCursor]
+                properties:
+                  deliveries: { type: array, items: { $ref: "#/components/schemas/WebhookDelivery" } }
+                  nextCursor: { type: [string, "null"] }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/webhooks/{id}/deliveries/{deliveryId}:
+    get:
+      tags: [operators, webhooks]
+      operationId: adminGetWebhookDelivery
+      summary: One delivery with the body sent (`payload`) and every try (`attemptLog`).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+        - { name: deliveryId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The delivery.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookDelivery" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/webhooks/{id}/deliveries/{deliveryId}/retry:
+    post:
+      tags: [operators, webhooks]
+      operationId: adminRetryWebhookDelivery
+      summary: Send a delivery again now (audited), with the same `webhook-id`; its retry window starts again.
+      description: Works on failed, pending and delivered deliveries. A disabled endpoint is 400 (enable it with PATCH first).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+        - { name: deliveryId, in: path, required: true, schema: { type: string } }
+      responses:
+        "202":
+          description: Queued (status pending).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/WebhookDelivery" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
 components:
   securitySchemes:
     session:
@@ -1958,7 +2368,7 @@ components:
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
-            upload_quota_exceeded]
+            upload_quota_exceeded, already_reversed, not_reversible]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -2332,6 +2742,148 @@ components:
         isFreeTier: { type: boolean }
         maxRollover: { type: integer, minimum: 0, description: Subscription tokens kept at a period change. }
         includedStickerPacks: { type: [array, "null"], items: { type: string } }
+    AdminDebitRequest:
+      type: object
+      required: [amount, reason]
+      properties:
+        amount: { type: integer, minimum: 1, maximum: 1000000000 }
+        bucket:
+          type: [string, "null"]
+          enum: [bonus, subscription, purchased, null]
+          description: "One bucket (from bonus: the latest-expiring lots first); absent or null: every bucket in spend order."
+        reason: { type: string, minLength: 1, maxLength: 500, description: "Why (1 to 500 bytes of text); recorded in the audit trail and the event's `note`." }
+    Reversal:
+      type: object
+      required: [operationId, reversedOperationId, reversedReason, userId, amount, balances, unlock]
+      properties:
+        operationId: { type: string, description: The reversal's own operation. }
+        reversedOperationId: { type: string }
+        reversedReason: { type: string, description: "The reversed operation's reason (e.g. pack_unlock, promo)." }
+        userId: { type: string }
+        amount: { type: integer, description: "Tokens given back (a reversed spend, positive) or taken back (a reversed grant, negative)." }
+        balances: { $ref: "#/components/schemas/Balances" }
+        unlock:
+          description: The pack the reversed spend unlocked; it stays unlocked. Null for any other operation.
+          oneOf:
+            - type: object
+              required: [packId, kept, note]
+              properties:
+                packId: { type: string }
+                kept: { type: boolean }
+                note: { type: string }
+            - { type: "null" }
+    ApiKey:
+      type: object
+      required: [id, name, scopes, createdAt, lastUsedAt, expiresAt, revokedAt, active]
+      properties:
+        id: { type: string }
+        name: { type: string }
+        scopes: { type: array, items: { type: string }, description: "Sorted: admin, entitlements:read, ledger:read, ledger:write." }
+        createdAt: { type: string, format: date-time }
+        lastUsedAt: { type: [string, "null"], format: date-time, description: "Updated at most about once a minute." }
+        expiresAt: { type: [string, "null"], format: date-time }
+        revokedAt: { type: [string, "null"], format: date-time }
+        active: { type: boolean, description: Neither revoked nor expired. }
+    CreatedApiKey:
+      allOf:
+        - { $ref: "#/components/schemas/ApiKey" }
+        - type: object
+          required: [key]
+          properties:
+            key: { type: string, description: "The bearer secret (`ask_…`); only its hash is stored." }
+    AuditEntry:
+      type: object
+      required: [id, at, actor, action, subject, ip, detail]
+      properties:
+        id: { type: string }
+        at: { type: string, format: date-time }
+        actor: { type: string, description: "A user id (acting as themselves), `user:<id>` (an operator's session), `key:<id>` (an API key), `cli`, `anonymous`." }
+        action: { type: string }
+        subject: { type: [string, "null"] }
+        ip: { type: [string, "null"] }
+        detail: { type: [string, "null"] }
+    WebhookEventType:
+      type: string
+      description: An event an endpoint may subscribe to (docs/webhooks.md lists each one's `data`).
+      enum: [user.created, user.verified, user.deleted, subscription.updated, tokens.granted, tokens.spent, tokens.debited, transfer.reversed,
+        hold.created, hold.captured, hold.voided, hold.expired, pack.unlocked, balance.low, refund.clawed_back]
+    WebhookEndpointInput:
+      type: object
+      required: [url, events]
+      properties:
+        url: { type: string, minLength: 1, description: "An absolute https URL, at most 2,048 bytes, no user name, password or fragment." }
+        events: { type: array, minItems: 1, items: { $ref: "#/components/schemas/WebhookEventType" }, description: Repeats are dropped. }
+        description: { type: [string, "null"], maxLength: 500, description: At most 500 bytes; empty means none. }
+        balanceLowThreshold: { type: [integer, "null"], minimum: 1, maximum: 1000000000000, description: "Required with `balance.low`: it fires when a user's spendable total drops from at or above this to below it." }
+        enabled: { type: boolean, description: "A new endpoint is enabled; `false` is refused (turn it off with PATCH afterwards)." }
+    WebhookEndpointChanges:
+      type: object
+      description: The fields to change; absent ones stay as they are.
+      properties:
+        url: { type: string, minLength: 1, description: "Checked as on create." }
+        events: { type: array, minItems: 1, items: { $ref: "#/components/schemas/WebhookEventType" } }
+        description: { type: [string, "null"], maxLength: 500, description: null or empty clears it. }
+        balanceLowThreshold: { type: [integer, "null"], minimum: 1, maximum: 1000000000000, description: "null clears it (refused while subscribed to balance.low)." }
+        enabled: { type: boolean }
+    WebhookEndpoint:
+      type: object
+      required: [id, url, description, events, balanceLowThreshold, enabled, disabledAt, disabledReason, previousSecretExpiresAt, createdAt, updatedAt]
+      properties:
+        id: { type: string, description: "`whe_…`." }
+        url: { type: string }
+        description: { type: [string, "null"] }
+        events: { type: array, items: { $ref: "#/components/schemas/WebhookEventType" } }
+        balanceLowThreshold: { type: [integer, "null"] }
+        enabled: { type: boolean, description: "False once disabled (by an operator, or the receiver answered 410)." }
+        disabledAt: { type: [string, "null"], format: date-time }
+        disabledReason: { type: [string, "null"] }
+        previousSecretExpiresAt: { type: [string, "null"], format: date-time, description: "After a rotation: until when the previous secret also signs." }
+        createdAt: { type: string, format: date-time }
+        updatedAt: { type: string, format: date-time }
+    WebhookEndpointWithSecret:
+      allOf:
+        - { $ref: "#/components/schemas/WebhookEndpoint" }
+        - type: object
+          required: [secret]
+          properties:
+            secret: { type: string, description: "`whsec_` and the base64 of 32 random bytes; the HMAC key is the decoded part. Shown only here." }
+    WebhookPayload:
+      type: object
+      description: "The body a receiver gets (Standard Webhooks): the event type, when it happened, and its data."
+      required: [type, timestamp, data]
+      properties:
+        type: { type: string }
+        timestamp: { type: string, format: date-time }
+        data: { type: object, additionalProperties: true }
+    WebhookDelivery:
+      type: object
+      required: [id, endpointId, eventId, eventType, status, attempts, lastStatusCode, lastError, lastAttemptAt, nextAttemptAt, createdAt, deliveredAt]
+      properties:
+        id: { type: string, description: "`whd_…`." }
+        endpointId: { type: string }
+        eventId: { type: string, description: "The `webhook-id` header: the same on every try; receivers deduplicate on it." }
+        eventType: { type: string, description: "A subscribable event type, or `webhook.test`." }
+        status: { type: string, enum: [pending, delivered, failed] }
+        attempts: { type: integer, minimum: 0 }
+        lastStatusCode: { type: [integer, "null"], description: "The receiver's status on the last try; null when it gave none (timeout, connection error, refused address)." }
+        lastError: { type: [string, "null"] }
+        lastAttemptAt: { type: [string, "null"], format: date-time }
+        nextAttemptAt: { type: [string, "null"], format: date-time, description: When the next try is due (pending deliveries only). }
+        createdAt: { type: string, format: date-time }
+        deliveredAt: { type: [string, "null"], format: date-time }
+        payload: { $ref: "#/components/schemas/WebhookPayload" }
+        attemptLog:
+          type: array
+          description: Every try, oldest first (only on GET of one delivery).
+          items:
+            type: object
+            required: [attempt, at, durationMs]
+            properties:
+              attempt: { type: integer, minimum: 1 }
+              at: { type: string, format: date-time }
+              statusCode: { type: integer, description: Absent when there was no answer. }
+              error: { type: string, description: "Absent when there was an answer: timeout, connection error, refused address …" }
+              durationMs: { type: integer, minimum: 0 }
 
 """##
 }

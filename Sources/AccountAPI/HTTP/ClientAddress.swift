@@ -1,52 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
-/// An IPv4 or IPv6 network in CIDR notation (`10.0.0.0/8`, `::1/128`; a bare address is a /32 or /128).
-struct IPNetwork: Sendable, Equatable, CustomStringConvertible {
-    let address: [UInt8]
-    let prefixLength: Int
-
-    init?(_ text: String) {
-        let parts = text.trimmingCharacters(in: .whitespaces).split(separator: "/", omittingEmptySubsequences: false)
-        guard (1...2).contains(parts.count), let address = Self.bytes(of: String(parts[0])) else { return nil }
-        let bits = address.count * 8
-        let length = parts.count == 2 ? Int(parts[1]) : bits
-        guard let length, (0...bits).contains(length) else { return nil }
-        self.address = address
-        self.prefixLength = length
-    }
-
-    func contains(_ other: [UInt8]) -> Bool {
-        guard other.count == address.count else { return false }
-        var left = prefixLength
-        for (a, b) in zip(address, other) where left > 0 {
-            let mask: UInt8 = left >= 8 ? 0xff : ~(0xff >> UInt8(left))
-            if a & mask != b & mask { return false }
-            left -= 8
-        }
-        return true
-    }
-
-    var description: String { "\(address.count == 4 ? "IPv4" : "IPv6")/\(prefixLength)" }
-
-    /// The address's bytes (4 or 16), or nil when the text is not an IP address. IPv4-mapped IPv6 addresses count as IPv4.
-    static func bytes(of text: String) -> [UInt8]? {
-        var v4 = in_addr()
-        if inet_pton(AF_INET, text, &v4) == 1 { return withUnsafeBytes(of: &v4) { Array($0) } }
-        var v6 = in6_addr()
-        guard inet_pton(AF_INET6, text, &v6) == 1 else { return nil }
-        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
-        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff { return Array(bytes[12...]) }
-        return bytes
-    }
-}
+import Storage
 
 /// Which hops may tell the client's address (`TRUSTED_PROXIES`): the socket peer when it is not trusted; otherwise the
 /// rightmost `X-Forwarded-For` entry that is not a trusted proxy (entries left of it could be written by anyone).

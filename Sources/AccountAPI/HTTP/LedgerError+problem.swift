@@ -23,6 +23,11 @@ extension LedgerError {
                 detail: "This Idempotency-Key was used with a different request (\(differing.joined(separator: ", ")) differ)."
             )
             .with("fields", .strings(differing))
+        case .transferNotFound: Problem.notFound("No transfer with this id (use an id from the user's token history).")
+        case .alreadyReversed(let reversal):
+            Problem(.conflict, code: "already_reversed", detail: "This operation was reversed before (by operation \(reversal)); it reverses once.")
+                .with("reversalOperationId", .string(reversal))
+        case .notReversible(let detail): Problem(.conflict, code: "not_reversible", detail: detail)
         }
     }
 }

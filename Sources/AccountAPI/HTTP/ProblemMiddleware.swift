@@ -6,6 +6,7 @@ import Hummingbird
 import Ledger
 import Logging
 import Storage
+import Webhooks
 
 /// Turns every error into a problem response. Known problems pass through; framework errors keep their
 /// status; storage outages become 503; anything else is logged with the request id and answered 500.
@@ -25,6 +26,8 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as EntitlementError {
             throw error.problem
         } catch let error as BillingError {
+            throw error.problem
+        } catch let error as WebhookError {
             throw error.problem
         } catch let error as StorageError {
             throw error.problem(logger: context.logger)

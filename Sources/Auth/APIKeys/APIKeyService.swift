@@ -10,16 +10,22 @@ public struct APIKey: Sendable, Equatable {
     public let createdAt: Date
     public let lastUsedAt: Date?
     public let revokedAt: Date?
+    /// After this the key no longer authenticates (nil: never expires).
+    public let expiresAt: Date?
+    /// Neither revoked nor expired when it was read.
+    public let isActive: Bool
 
     public func allows(_ scope: String) -> Bool { scopes.contains(scope) }
 
-    init(row: SQLRow) throws {
+    init(row: SQLRow, now: Date) throws {
         id = try row.string("id")
         name = try row.string("name")
         scopes = Set(try row.string("scopes").split(separator: ",").map(String.init))
         createdAt = try row.date("created_at_ms")
         lastUsedAt = row.optionalDate("last_used_at_ms")
         revokedAt = row.optionalDate("revoked_at_ms")
+        expiresAt = row.optionalDate("expires_at_ms")
+        isActive = revokedAt == nil && (expiresAt.map { $0 > now } ?? true)
     }
 }
 
@@ -37,7 +43,9 @@ public struct APIKeyService: Sendable {
     }
 
     /// Returns the key and its secret (the only time the secret exists outside the caller).
-    public func create(name: String, scopes: [String], logger: Logger) async throws -> (APIKey, secret: String) {
+    public func create(
+        name: String, scopes: [String], expiresAt: Date? = nil, actor: String = "cli", ip: String? = nil, logger: Logger
+    ) async throws -> (APIKey, secret: String) {
         let name = name.trimmingCharacters(in: .whitespacesAndNewlines)
         guard (1...100).contains(name.count) else { throw AuthError.validation("Key name must be 1 to 100 characters.") }
         let scopeSet = Set(scopes.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
@@ -47,32 +55,35 @@ public struct APIKeyService: Sendable {
             throw AuthError.validation(
                 "Unknown scope(s) \(unknown.sorted().joined(separator: ", ")); known: \(Self.knownScopes.sorted().joined(separator: ", ")).")
         }
+        guard name.utf8.count <= 200 else { throw AuthError.validation("Key name must be at most 200 bytes.") }
+        if let expiresAt, expiresAt <= clock.now() { throw AuthError.validation("Field 'expiresAt' must be in the future.") }
         let secret = Self.prefix + SecretHasher.base64url(SecureRandom.bytes(32))
         let key = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let id = UUID().uuidString.lowercased()
             try await tx.query(
-                "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms) VALUES (?, ?, ?, ?, ?)",
-                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now])
+                "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiresAt])
             try await AuditLog.record(
-                tx, at: now, actor: "cli", action: "api_key_created", subject: id, ip: nil, detail: scopeSet.sorted().joined(separator: ","))
-            return try APIKey(row: try await tx.first("SELECT * FROM api_keys WHERE id = ?", [id])!)
+                tx, at: now, actor: actor, action: "api_key_created", subject: id, ip: ip, detail: scopeSet.sorted().joined(separator: ","))
+            return try APIKey(row: try await tx.first("SELECT * FROM api_keys WHERE id = ?", [id])!, now: now)
         }
         return (key, secret)
     }
 
     public func list(logger: Logger) async throws -> [APIKey] {
         try await database.withConnection(logger: logger) { tx in
-            try await tx.query("SELECT * FROM api_keys ORDER BY created_at_ms LIMIT 1000").map(APIKey.init)
+            let now = clock.now()
+            return try await tx.query("SELECT * FROM api_keys ORDER BY created_at_ms LIMIT 1000").map { try APIKey(row: $0, now: now) }
         }
     }
 
     /// Returns false when no live key has that id.
-    public func revoke(id: String, logger: Logger) async throws -> Bool {
+    public func revoke(id: String, actor: String = "cli", ip: String? = nil, logger: Logger) async throws -> Bool {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let rows = try await tx.query("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING id", [now, id])
-            if !rows.isEmpty { try await AuditLog.record(tx, at: now, actor: "cli", action: "api_key_revoked", subject: id, ip: nil) }
+            if !rows.isEmpty { try await AuditLog.record(tx, at: now, actor: actor, action: "api_key_revoked", subject: id, ip: ip) }
             return !rows.isEmpty
         }
     }
@@ -81,10 +92,12 @@ public struct APIKeyService: Sendable {
     public func authenticate(secret: String, logger: Logger) async throws -> APIKey? {
         guard let hash = Self.hash(secret: secret) else { return nil }
         guard
-            let row = try await database.quickQuery("SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL", [hash], logger: logger)
-                .first
+            let row = try await database.quickQuery(
+                "SELECT * FROM api_keys WHERE key_hash = ? AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?)",
+                [hash, clock.now()], logger: logger
+            ).first
         else { return nil }
-        let key = try APIKey(row: row)
+        let key = try APIKey(row: row, now: clock.now())
         try await touch(id: key.id, lastUsedAt: key.lastUsedAt, logger: logger)
         return key
     }
@@ -102,13 +115,14 @@ public struct APIKeyService: Sendable {
     /// ledger's one-statement spend; PostgreSQL SQL): one row (`caller` = `callerPrefix` + id, `caller_id`,
     /// `caller_seen_at_ms`) or none. Nil when the secret cannot be a key. The caller then calls `touch`.
     /// `AuthFragmentTests` pins the columns.
-    public static func scopedKeyQuery(secret: String, scope: String, callerPrefix: String) -> (sql: String, binds: [String])? {
+    public static func scopedKeyQuery(secret: String, scope: String, callerPrefix: String, now: Date) -> (sql: String, binds: [String])? {
         guard let hash = hash(secret: secret) else { return nil }
         return (
             """
             SELECT ? || id AS caller, id AS caller_id, last_used_at_ms AS caller_seen_at_ms FROM api_keys
             WHERE key_hash = ? AND revoked_at_ms IS NULL AND position(',' || ? || ',' IN ',' || scopes || ',') > 0
-            """, [callerPrefix, hash, scope]
+                AND (expires_at_ms IS NULL OR expires_at_ms > ?::BIGINT)
+            """, [callerPrefix, hash, scope, String(now.epochMilliseconds)]
         )
     }
 

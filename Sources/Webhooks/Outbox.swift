@@ -1,0 +1,62 @@
+import Foundation
+import Storage
+
+/// The event names (the contract receivers subscribe to).
+public enum WebhookEventType: String, Sendable, CaseIterable {
+    case userCreated = "user.created"
+    case userVerified = "user.verified"
+    case userDeleted = "user.deleted"
+    case subscriptionUpdated = "subscription.updated"
+    case tokensGranted = "tokens.granted"
+    case tokensSpent = "tokens.spent"
+    case tokensDebited = "tokens.debited"
+    case transferReversed = "transfer.reversed"
+    case holdCreated = "hold.created"
+    case holdCaptured = "hold.captured"
+    case holdVoided = "hold.voided"
+    case holdExpired = "hold.expired"
+    case packUnlocked = "pack.unlocked"
+    case balanceLow = "balance.low"
+    case refundClawedBack = "refund.clawed_back"
+    /// Sent only by `POST /api/admin/webhooks/{id}/test`, to that endpoint.
+    case webhookTest = "webhook.test"
+
+    /// What an endpoint may subscribe to (every type but the test ping, which always reaches its endpoint).
+    public static var subscribable: [String] { allCases.filter { $0 != .webhookTest }.map(\.rawValue) }
+}
+
+/// The transactional outbox (`outbox_events`, owned here with the endpoint and delivery tables): every module records its
+/// events through this ``EventSink`` inside the transaction that made the change, so an event exists exactly when the change
+/// committed (kill -9 included). The worker (``WebhookWorker``) fans them out to endpoints afterwards.
+public struct Outbox: EventSink {
+    public init() {}
+
+    public func emit(_ tx: any SQLExecutor, _ event: DomainEvent, at: Date) async throws {
+        try await tx.query(
+            """
+            INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, [Self.newEventID(), event.type, event.userID, EventValue.object(event.data).json, event.balanceBefore, event.balanceAfter, at])
+    }
+
+    /// PostgreSQL only (the one-statement spend); `OutboxTests` pins it.
+    public func insertFromCTE(named cte: String) -> String? {
+        """
+        INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms)
+        SELECT 'evt_' || replace(gen_random_uuid()::TEXT, '-', ''), event_type, user_id, data, balance_before, balance_after, at_ms FROM \(cte)
+        """
+    }
+
+    /// `evt_` and 32 hex digits: the `webhook-id` receivers deduplicate on.
+    static func newEventID() -> String { "evt_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "") }
+
+    /// Forgets dispatched events older than `retentionSeconds` (their deliveries keep their own copy of the body).
+    public static func purge(_ tx: any SQLExecutor, before: Date, limit: Int) async throws -> Int {
+        try await tx.query(
+            """
+            DELETE FROM outbox_events WHERE id IN (
+                SELECT id FROM outbox_events WHERE dispatched_at_ms IS NOT NULL AND created_at_ms < ? ORDER BY created_at_ms LIMIT ?)
+            RETURNING id
+            """, [before, limit]
+        ).count
+    }
+}

@@ -1,0 +1,141 @@
+import Foundation
+import Logging
+import Metrics
+import Storage
+
+/// How a try went, as the sender saw it.
+public enum SendOutcome: Sendable, Equatable {
+    case status(Int)
+    /// No answer: connection refused, timeout, TLS failure, refused address …
+    case failure(String)
+}
+
+/// Posts one signed body (async-http-client in production, ``HTTPWebhookSender``).
+public protocol WebhookSender: Sendable {
+    func send(url: String, headers: [(String, String)], body: String, timeoutSeconds: Double) async -> SendOutcome
+}
+
+extension WebhookWorker {
+    struct Claimed: Sendable {
+        let id: String
+        let endpointID: String
+        let eventID: String
+        let body: String
+        let attempt: Int64
+        let retryUntil: Date
+        let url: String
+        let secrets: [String]
+        /// Set when the endpoint's secret could not be opened (SERVER_SECRET changed): the try fails without sending.
+        let problem: String?
+    }
+
+    /// Leases due deliveries of enabled endpoints (the attempt number raised now, so a try that dies still counts).
+    func claim(limit: Int) async throws -> [Claimed] {
+        let rows = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let skipLocked = tx.engine == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+            return try await tx.query(
+                """
+                UPDATE webhook_deliveries SET locked_until_ms = ?, attempts = attempts + 1, last_attempt_at_ms = ?
+                WHERE id IN (
+                    SELECT d.id FROM webhook_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at_ms <= ?
+                        AND (d.locked_until_ms IS NULL OR d.locked_until_ms <= ?)
+                        AND d.endpoint_id IN (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL)
+                    ORDER BY d.next_attempt_at_ms LIMIT ?\(skipLocked))
+                RETURNING id, endpoint_id, event_id, body, attempts, retry_until_ms
+                """, [now.addingTimeInterval(settings.timeoutSeconds + 30), now, now, now, limit])
+        }
+        guard !rows.isEmpty else { return [] }
+        let endpointIDs = Set(try rows.map { try $0.string("endpoint_id") })
+        let endpoints = try await database.withConnection(logger: logger) { tx in
+            var found: [String: SQLRow] = [:]
+            for id in endpointIDs { found[id] = try await tx.first("SELECT * FROM webhook_endpoints WHERE id = ?", [id]) }
+            return found
+        }
+        let now = clock.now()
+        return try rows.compactMap { row in
+            guard let endpoint = endpoints[try row.string("endpoint_id")] else { return nil }
+            var secrets: [String] = []
+            var problem: String?
+            do {
+                secrets.append(try box.open(try endpoint.string("secret_sealed")))
+                if let previous = endpoint.optionalString("previous_secret_sealed"), let until = endpoint.optionalDate("previous_secret_until_ms"),
+                    until > now
+                {
+                    secrets.append(try box.open(previous))
+                }
+            } catch {
+                problem = "the endpoint's secret cannot be opened (was SERVER_SECRET changed?); rotate the secret"
+            }
+            return Claimed(
+                id: try row.string("id"), endpointID: try endpoint.string("id"), eventID: try row.string("event_id"), body: try row.string("body"),
+                attempt: try row.int("attempts"), retryUntil: try row.date("retry_until_ms"), url: try endpoint.string("url"), secrets: secrets,
+                problem: problem)
+        }
+    }
+
+    /// One try of one delivery, and its record.
+    func attempt(_ delivery: Claimed) async {
+        let started = clock.now()
+        let outcome: SendOutcome
+        if let problem = delivery.problem {
+            outcome = .failure(problem)
+        } else if let problem = await settings.urlPolicy.addressProblem(delivery.url) {
+            outcome = .failure(problem)
+        } else {
+            let timestamp = Int64(started.timeIntervalSince1970)
+            let headers = [
+                ("content-type", "application/json"), ("user-agent", "account-service-webhooks/1"), ("webhook-id", delivery.eventID),
+                ("webhook-timestamp", String(timestamp)),
+                (
+                    "webhook-signature",
+                    WebhookSigner.header(secrets: delivery.secrets, id: delivery.eventID, timestamp: timestamp, body: delivery.body)
+                ),
+            ]
+            outcome = await sender.send(url: delivery.url, headers: headers, body: delivery.body, timeoutSeconds: settings.timeoutSeconds)
+        }
+        do {
+            try await record(delivery, outcome: outcome, started: started)
+        } catch {
+            logger.warning("webhook try not recorded", metadata: ["delivery": "\(delivery.id)", "error": "\(error)"])
+        }
+    }
+
+    func record(_ delivery: Claimed, outcome: SendOutcome, started: Date) async throws {
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let (code, error): (Int?, String?) =
+                switch outcome {
+                case .status(let code): (code, nil)
+                case .failure(let message): (nil, String(message.prefix(300)))
+                }
+            try await tx.query(
+                """
+                INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (delivery_id, attempt) DO NOTHING
+                """, [delivery.id, delivery.attempt, started, code.map(Int64.init), error, max(0, now.epochMilliseconds - started.epochMilliseconds)])
+            let status: String
+            var next = now
+            if let code, (200..<300).contains(code) {
+                status = "delivered"
+            } else if let code, code != 408, code != 429, code < 500 {
+                status = "failed"
+                if code == 410 {
+                    try await tx.query(
+                        "UPDATE webhook_endpoints SET disabled_at_ms = ?, disabled_reason = ? WHERE id = ? AND disabled_at_ms IS NULL",
+                        [now, "the receiver answered 410 Gone", delivery.endpointID])
+                }
+            } else {
+                next = now.addingTimeInterval(settings.retryDelay(afterAttempts: delivery.attempt))
+                status = next <= delivery.retryUntil ? "pending" : "failed"
+            }
+            Counter(label: "webhook_attempts", dimensions: [("outcome", status)]).increment()
+            // Only the lease holder of this attempt records it (a lapsed lease taken over by another node is theirs now).
+            try await tx.query(
+                """
+                UPDATE webhook_deliveries SET status = ?, next_attempt_at_ms = ?, locked_until_ms = NULL, last_status_code = ?, last_error = ?,
+                    delivered_at_ms = ? WHERE id = ? AND attempts = ? AND status = 'pending'
+                """, [status, next, code.map(Int64.init), error, status == "delivered" ? now : nil, delivery.id, delivery.attempt])
+        }
+    }
+}

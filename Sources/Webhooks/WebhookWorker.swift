@@ -1,0 +1,140 @@
+import Foundation
+import Logging
+import Metrics
+import Storage
+
+/// Delivers the outbox. Each pass (on every node; the database arbitrates):
+/// 1. **Fan-out**: undispatched events (claimed with `FOR UPDATE SKIP LOCKED` on PostgreSQL) become one delivery per
+///    subscribed, enabled endpoint created before the event (unique per endpoint and event), plus `balance.low` where a
+///    change crossed an endpoint's threshold downwards; then the event is marked dispatched — in one transaction.
+/// 2. **Claim**: due deliveries are leased (`locked_until`, the attempt number raised) so each runs on one node at a time;
+///    a node killed mid-try leaves a lease that lapses, and the delivery is tried again (at least once, same `webhook-id`).
+/// 3. **Send** (at most ``WebhookSettings/maxInFlight`` at once) and **record** every try; 2xx delivers, 5xx, 408, 429,
+///    timeouts and connection errors retry with exponential backoff and jitter within the retry window, 410 disables the
+///    endpoint, other answers fail the delivery (an operator may retry it).
+public struct WebhookWorker: Sendable {
+    let database: any Database
+    let box: SecretBox
+    let clock: any TimeSource
+    let settings: WebhookSettings
+    let sender: any WebhookSender
+    let logger: Logger
+
+    public init(database: any Database, box: SecretBox, clock: any TimeSource, settings: WebhookSettings, sender: any WebhookSender, logger: Logger) {
+        self.database = database
+        self.box = box
+        self.clock = clock
+        self.settings = settings
+        self.sender = sender
+        self.logger = logger
+    }
+
+    /// Runs passes until cancelled: at once again while there is work, else after ``WebhookSettings/pollSeconds``.
+    public func run() async {
+        var passes = 0
+        while !Task.isCancelled {
+            var busy = false
+            do {
+                let (dispatched, sent) = try await runOnce()
+                busy = dispatched > 0 || sent >= settings.maxInFlight
+                passes += 1
+                if passes % 600 == 0 { try await purge() }
+            } catch is CancellationError { return } catch {
+                logger.warning("webhook pass failed", metadata: ["error": "\(String(reflecting: error))"])
+            }
+            if !busy { try? await Task.sleep(for: .seconds(settings.pollSeconds)) }
+        }
+    }
+
+    /// One pass: fan-out, then one batch of tries. Returns how many events were dispatched and tries made.
+    @discardableResult
+    public func runOnce() async throws -> (dispatched: Int, sent: Int) {
+        let dispatched = try await fanOut(limit: 200)
+        let claimed = try await claim(limit: settings.maxInFlight)
+        await withTaskGroup(of: Void.self) { group in
+            for delivery in claimed { group.addTask { await attempt(delivery) } }
+        }
+        return (dispatched, claimed.count)
+    }
+
+    /// Forgets dispatched events after 7 days and finished deliveries (with their tries) after 30.
+    func purge() async throws {
+        let now = clock.now()
+        try await database.transaction(logger: logger) { tx in
+            _ = try await Outbox.purge(tx, before: now.addingTimeInterval(-7 * 86400), limit: 5000)
+            let old = try await tx.query(
+                "SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at_ms < ? LIMIT 5000", [now.addingTimeInterval(-30 * 86400)])
+            for row in old {
+                try await tx.query("DELETE FROM webhook_attempts WHERE delivery_id = ?", [try row.string("id")])
+                try await tx.query("DELETE FROM webhook_deliveries WHERE id = ?", [try row.string("id")])
+            }
+        }
+    }
+
+    struct Target {
+        let id: String
+        let events: Set<String>
+        let threshold: Int64?
+        let createdAt: Date
+    }
+
+    func fanOut(limit: Int) async throws -> Int {
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let skipLocked = tx.engine == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+            let events = try await tx.query(
+                "SELECT * FROM outbox_events WHERE dispatched_at_ms IS NULL ORDER BY created_at_ms, id LIMIT ?" + skipLocked, [limit])
+            guard !events.isEmpty else { return 0 }
+            let targets = try await tx.query("SELECT * FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL").map { row in
+                Target(
+                    id: try row.string("id"), events: Set(try row.string("events").split(separator: ",").map(String.init)),
+                    threshold: row.optionalInt("balance_low_threshold"), createdAt: try row.date("created_at_ms"))
+            }
+            for event in events { try await fanOut(tx, event: event, to: targets, now: now) }
+            for event in events {
+                try await tx.query("UPDATE outbox_events SET dispatched_at_ms = ? WHERE id = ?", [now, try event.string("id")])
+            }
+            return events.count
+        }
+    }
+
+    func fanOut(_ tx: any SQLExecutor, event: SQLRow, to targets: [Target], now: Date) async throws {
+        let id = try event.string("id")
+        let type = try event.string("type")
+        let at = try event.date("created_at_ms")
+        let body = WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))
+        let until = now.addingTimeInterval(settings.retryWindowSeconds)
+        for target in targets where target.createdAt <= at {
+            if target.events.contains(type) {
+                try await Self.insertDelivery(tx, endpointID: target.id, eventID: id, type: type, body: body, now: now, retryUntil: until)
+            }
+            if target.events.contains(WebhookEventType.balanceLow.rawValue), let threshold = target.threshold,
+                let before = event.optionalInt("balance_before"), let after = event.optionalInt("balance_after"), before >= threshold,
+                after < threshold
+            {
+                let data: [String: EventValue] = [
+                    "userId": .optional(event.optionalString("user_id")), "threshold": .int(threshold), "totalTokens": .int(after),
+                    "previousTotalTokens": .int(before), "causeEventId": .string(id), "causeEventType": .string(type),
+                ]
+                let low = WebhookEventType.balanceLow.rawValue
+                try await Self.insertDelivery(
+                    tx, endpointID: target.id, eventID: id + "_low", type: low, body: WebhookBody.render(type: low, at: at, data: data), now: now,
+                    retryUntil: until)
+            }
+        }
+    }
+
+    /// A pending delivery due now (nil when this endpoint already has this event).
+    @discardableResult
+    static func insertDelivery(
+        _ tx: any SQLExecutor, endpointID: String, eventID: String, type: String, body: String, now: Date, retryUntil: Date
+    ) async throws -> SQLRow? {
+        try await tx.query(
+            """
+            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms)
+            VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?) ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING *
+            """,
+            ["whd_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: ""), endpointID, eventID, type, body, now, retryUntil, now]
+        ).first
+    }
+}
