@@ -74,6 +74,11 @@ extension Ledger {
             let credit = (try? row.string("credit_account_id")) ?? ""
             return (credit == Self.consumption && debit.hasPrefix("user:")) || (debit == Self.issuance && credit.hasPrefix("user:"))
         }
+        let bonusGrant = parts.contains { (try? $0.string("user_bucket")) == Bucket.bonus.rawValue && ((try? $0.int("user_amount")) ?? 0) > 0 }
+        guard !bonusGrant else {
+            throw LedgerError.notReversible(
+                "A bonus grant is not reversed (its tokens may have expired or been spent from other lots); debit the bonus bucket instead.")
+        }
         guard reversible, !parts.isEmpty else {
             throw LedgerError.notReversible(
                 "Only spends and grants can be reversed (this operation is '\(reason)'); void a pending hold, or grant or debit the difference.")

@@ -105,7 +105,7 @@ public struct WebhookSettings: Sendable {
     /// One try's whole time (connect, send, answer).
     public var timeoutSeconds: Double = 10
     /// Tries in flight at once on one node.
-    public var maxInFlight = 16
+    public var maxInFlight = 32
     /// How often the worker looks for work when idle.
     public var pollSeconds: Double = 1
     /// Endpoints at most (a limit on fan-out per event).

@@ -79,9 +79,10 @@ extension WebhookService {
             let eventID = Outbox.newEventID()
             let body = WebhookBody.render(
                 type: WebhookEventType.webhookTest.rawValue, at: now, data: ["endpointId": .string(endpoint.id), "message": .string("It works.")])
-            let row = try await WebhookWorker.insertDelivery(
-                tx, endpointID: endpoint.id, eventID: eventID, type: WebhookEventType.webhookTest.rawValue, body: body, now: now,
+            try await WebhookWorker.insertDeliveries(
+                tx, [.init(endpointID: endpoint.id, eventID: eventID, type: WebhookEventType.webhookTest.rawValue, body: body)], now: now,
                 retryUntil: now.addingTimeInterval(settings.retryWindowSeconds))
+            let row = try await tx.first("SELECT * FROM webhook_deliveries WHERE endpoint_id = ? AND event_id = ?", [endpoint.id, eventID])
             try await audit.record(tx, at: now, actor: actor, action: "webhook_tested", subject: endpointID, ip: ip, detail: nil)
             guard let row else { throw WebhookError.notFound }
             return try WebhookDelivery(row: row)

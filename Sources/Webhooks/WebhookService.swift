@@ -32,6 +32,8 @@ public struct WebhookService: Sendable {
         let sealed = try box.seal(secret)
         let endpoint = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
+            // Parallel creates count one at a time (SQLite's writer lock does this already).
+            if tx.engine == .postgres { try await tx.query("SELECT pg_advisory_xact_lock(hashtext('webhook_endpoints'))") }
             let count = try await tx.first("SELECT COUNT(*) AS n FROM webhook_endpoints WHERE deleted_at_ms IS NULL")?.optionalInt("n") ?? 0
             guard count < settings.endpointsMax else { throw WebhookError.invalid("At most \(settings.endpointsMax) endpoints; delete one first.") }
             let id = "whe_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")

@@ -43,7 +43,7 @@ extension WebhookWorker {
                         AND d.endpoint_id IN (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL)
                     ORDER BY d.next_attempt_at_ms LIMIT ?\(skipLocked))
                 RETURNING id, endpoint_id, event_id, body, attempts, retry_until_ms
-                """, [now.addingTimeInterval(settings.timeoutSeconds + 30), now, now, now, limit])
+                """, [now.addingTimeInterval(settings.timeoutSeconds * Double(Self.batchesPerPass) + 30), now, now, now, limit])
         }
         guard !rows.isEmpty else { return [] }
         let endpointIDs = Set(try rows.map { try $0.string("endpoint_id") })
@@ -74,14 +74,21 @@ extension WebhookWorker {
         }
     }
 
-    /// One try of one delivery, and its record.
-    func attempt(_ delivery: Claimed) async {
+    struct Try: Sendable {
+        let delivery: Claimed
+        let outcome: SendOutcome
+        let started: Date
+        let finished: Date
+    }
+
+    /// One try of one delivery (recorded with the others of its pass).
+    func attempt(_ delivery: Claimed, refused: String?) async -> Try {
         let started = clock.now()
         let outcome: SendOutcome
         if let problem = delivery.problem {
             outcome = .failure(problem)
-        } else if let problem = await settings.urlPolicy.addressProblem(delivery.url) {
-            outcome = .failure(problem)
+        } else if let refused {
+            outcome = .failure(refused)
         } else {
             let timestamp = Int64(started.timeIntervalSince1970)
             let headers = [
@@ -94,48 +101,56 @@ extension WebhookWorker {
             ]
             outcome = await sender.send(url: delivery.url, headers: headers, body: delivery.body, timeoutSeconds: settings.timeoutSeconds)
         }
-        do {
-            try await record(delivery, outcome: outcome, started: started)
-        } catch {
-            logger.warning("webhook try not recorded", metadata: ["delivery": "\(delivery.id)", "error": "\(error)"])
+        return Try(delivery: delivery, outcome: outcome, started: started, finished: clock.now())
+    }
+
+    /// Records a pass's tries in one transaction: 2xx delivers, 5xx/408/429/no answer retries (with backoff, within the
+    /// window), 410 fails and disables the endpoint, any other answer fails.
+    func record(_ tries: [Try]) async throws {
+        guard !tries.isEmpty else { return }
+        try await database.transaction(logger: logger) { tx in
+            for attempt in tries { try await record(tx, attempt) }
         }
     }
 
-    func record(_ delivery: Claimed, outcome: SendOutcome, started: Date) async throws {
-        try await database.transaction(logger: logger) { tx in
-            let now = clock.now()
-            let (code, error): (Int?, String?) =
-                switch outcome {
-                case .status(let code): (code, nil)
-                case .failure(let message): (nil, String(message.prefix(300)))
-                }
-            try await tx.query(
-                """
-                INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (delivery_id, attempt) DO NOTHING
-                """, [delivery.id, delivery.attempt, started, code.map(Int64.init), error, max(0, now.epochMilliseconds - started.epochMilliseconds)])
-            let status: String
-            var next = now
-            if let code, (200..<300).contains(code) {
-                status = "delivered"
-            } else if let code, code != 408, code != 429, code < 500 {
-                status = "failed"
-                if code == 410 {
-                    try await tx.query(
-                        "UPDATE webhook_endpoints SET disabled_at_ms = ?, disabled_reason = ? WHERE id = ? AND disabled_at_ms IS NULL",
-                        [now, "the receiver answered 410 Gone", delivery.endpointID])
-                }
-            } else {
-                next = now.addingTimeInterval(settings.retryDelay(afterAttempts: delivery.attempt))
-                status = next <= delivery.retryUntil ? "pending" : "failed"
+    func record(_ tx: any SQLExecutor, _ attempt: Try) async throws {
+        let delivery = attempt.delivery
+        let now = attempt.finished
+        let (code, error): (Int?, String?) =
+            switch attempt.outcome {
+            case .status(let code): (code, nil)
+            case .failure(let message): (nil, String(message.prefix(300)))
             }
-            Counter(label: "webhook_attempts", dimensions: [("outcome", status)]).increment()
-            // Only the lease holder of this attempt records it (a lapsed lease taken over by another node is theirs now).
-            try await tx.query(
-                """
-                UPDATE webhook_deliveries SET status = ?, next_attempt_at_ms = ?, locked_until_ms = NULL, last_status_code = ?, last_error = ?,
-                    delivered_at_ms = ? WHERE id = ? AND attempts = ? AND status = 'pending'
-                """, [status, next, code.map(Int64.init), error, status == "delivered" ? now : nil, delivery.id, delivery.attempt])
+        try await tx.query(
+            """
+            INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (delivery_id, attempt) DO NOTHING
+            """,
+            [
+                delivery.id, delivery.attempt, attempt.started, code.map(Int64.init), error,
+                max(0, now.epochMilliseconds - attempt.started.epochMilliseconds),
+            ])
+        let status: String
+        var next = now
+        if let code, (200..<300).contains(code) {
+            status = "delivered"
+        } else if let code, code != 408, code != 429, code < 500 {
+            status = "failed"
+            if code == 410 {
+                try await tx.query(
+                    "UPDATE webhook_endpoints SET disabled_at_ms = ?, disabled_reason = ? WHERE id = ? AND disabled_at_ms IS NULL",
+                    [now, "the receiver answered 410 Gone", delivery.endpointID])
+            }
+        } else {
+            next = now.addingTimeInterval(settings.retryDelay(afterAttempts: delivery.attempt))
+            status = next <= delivery.retryUntil ? "pending" : "failed"
         }
+        Counter(label: "webhook_attempts", dimensions: [("outcome", status)]).increment()
+        // Only the lease holder of this attempt records it (a lapsed lease taken over by another node is theirs now).
+        try await tx.query(
+            """
+            UPDATE webhook_deliveries SET status = ?, next_attempt_at_ms = ?, locked_until_ms = NULL, last_status_code = ?, last_error = ?,
+                delivered_at_ms = ? WHERE id = ? AND attempts = ? AND status = 'pending'
+            """, [status, next, code.map(Int64.init), error, status == "delivered" ? now : nil, delivery.id, delivery.attempt])
     }
 }

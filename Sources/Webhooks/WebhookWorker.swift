@@ -36,7 +36,7 @@ public struct WebhookWorker: Sendable {
             var busy = false
             do {
                 let (dispatched, sent) = try await runOnce()
-                busy = dispatched > 0 || sent >= settings.maxInFlight
+                busy = dispatched > 0 || sent >= settings.maxInFlight * Self.batchesPerPass
                 passes += 1
                 if passes % 600 == 0 { try await purge() }
             } catch is CancellationError { return } catch {
@@ -49,10 +49,30 @@ public struct WebhookWorker: Sendable {
     /// One pass: fan-out, then one batch of tries. Returns how many events were dispatched and tries made.
     @discardableResult
     public func runOnce() async throws -> (dispatched: Int, sent: Int) {
-        let dispatched = try await fanOut(limit: 200)
-        let claimed = try await claim(limit: settings.maxInFlight)
-        await withTaskGroup(of: Void.self) { group in
-            for delivery in claimed { group.addTask { await attempt(delivery) } }
+        let dispatched = try await fanOut(limit: 1000)
+        let claimed = try await claim(limit: settings.maxInFlight * Self.batchesPerPass)
+        // Each endpoint's addresses are checked once a pass (DNS may have changed since the endpoint was saved).
+        var refused: [String: String?] = [:]
+        for url in Set(claimed.map(\.url)) { refused[url] = await settings.urlPolicy.addressProblem(url) }
+        let problems = refused
+        // At most maxInFlight tries at once: a new one starts as one finishes.
+        let tries = await withTaskGroup(of: Try.self) { group in
+            var pending = claimed[...]
+            var done: [Try] = []
+            for _ in 0..<settings.maxInFlight {
+                guard let delivery = pending.popFirst() else { break }
+                group.addTask { await attempt(delivery, refused: problems[delivery.url] ?? nil) }
+            }
+            while let finished = await group.next() {
+                done.append(finished)
+                if let delivery = pending.popFirst() { group.addTask { await attempt(delivery, refused: problems[delivery.url] ?? nil) } }
+            }
+            return done
+        }
+        do {
+            try await record(tries)
+        } catch {
+            logger.warning("webhook tries not recorded", metadata: ["count": "\(tries.count)", "error": "\(String(reflecting: error))"])
         }
         return (dispatched, claimed.count)
     }
@@ -70,6 +90,9 @@ public struct WebhookWorker: Sendable {
             }
         }
     }
+
+    /// A pass claims this many times `maxInFlight` deliveries (one claim and one record transaction for all of them).
+    static let batchesPerPass = 4
 
     struct Target {
         let id: String
@@ -90,23 +113,40 @@ public struct WebhookWorker: Sendable {
                     id: try row.string("id"), events: Set(try row.string("events").split(separator: ",").map(String.init)),
                     threshold: row.optionalInt("balance_low_threshold"), createdAt: try row.date("created_at_ms"))
             }
-            for event in events { try await fanOut(tx, event: event, to: targets, now: now) }
-            for event in events {
-                try await tx.query("UPDATE outbox_events SET dispatched_at_ms = ? WHERE id = ?", [now, try event.string("id")])
+            var deliveries: [NewDelivery] = []
+            for event in events { deliveries += try fanOut(event: event, to: targets) }
+            let until = now.addingTimeInterval(settings.retryWindowSeconds)
+            for chunk in stride(from: 0, to: deliveries.count, by: 100).map({ deliveries[$0..<min($0 + 100, deliveries.count)] }) {
+                try await Self.insertDeliveries(tx, Array(chunk), now: now, retryUntil: until)
             }
+            let ids = try events.map { try $0.string("id") }
+            try await tx.query(
+                "UPDATE outbox_events SET dispatched_at_ms = ? WHERE id IN (\(Array(repeating: "?", count: ids.count).joined(separator: ", ")))",
+                [now] + ids)
             return events.count
         }
     }
 
-    func fanOut(_ tx: any SQLExecutor, event: SQLRow, to targets: [Target], now: Date) async throws {
+    struct NewDelivery {
+        let endpointID: String
+        let eventID: String
+        let type: String
+        let body: String
+    }
+
+    /// The deliveries one event makes: one per subscribed endpoint created before it, plus `balance.low` where the change
+    /// crossed an endpoint's threshold downwards.
+    func fanOut(event: SQLRow, to targets: [Target]) throws -> [NewDelivery] {
         let id = try event.string("id")
         let type = try event.string("type")
         let at = try event.date("created_at_ms")
-        let body = WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))
-        let until = now.addingTimeInterval(settings.retryWindowSeconds)
+        var out: [NewDelivery] = []
         for target in targets where target.createdAt <= at {
             if target.events.contains(type) {
-                try await Self.insertDelivery(tx, endpointID: target.id, eventID: id, type: type, body: body, now: now, retryUntil: until)
+                out.append(
+                    NewDelivery(
+                        endpointID: target.id, eventID: id, type: type,
+                        body: WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))))
             }
             if target.events.contains(WebhookEventType.balanceLow.rawValue), let threshold = target.threshold,
                 let before = event.optionalInt("balance_before"), let after = event.optionalInt("balance_after"), before >= threshold,
@@ -117,11 +157,29 @@ public struct WebhookWorker: Sendable {
                     "previousTotalTokens": .int(before), "causeEventId": .string(id), "causeEventType": .string(type),
                 ]
                 let low = WebhookEventType.balanceLow.rawValue
-                try await Self.insertDelivery(
-                    tx, endpointID: target.id, eventID: id + "_low", type: low, body: WebhookBody.render(type: low, at: at, data: data), now: now,
-                    retryUntil: until)
+                out.append(
+                    NewDelivery(endpointID: target.id, eventID: id + "_low", type: low, body: WebhookBody.render(type: low, at: at, data: data)))
             }
         }
+        return out
+    }
+
+    /// Pending deliveries due now, in one statement (an endpoint that already has an event keeps its delivery).
+    static func insertDeliveries(_ tx: any SQLExecutor, _ deliveries: [NewDelivery], now: Date, retryUntil: Date) async throws {
+        guard !deliveries.isEmpty else { return }
+        var binds: [any SQLBindable] = []
+        for delivery in deliveries {
+            binds += [
+                "whd_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: ""), delivery.endpointID, delivery.eventID, delivery.type,
+                delivery.body, now, retryUntil, now,
+            ]
+        }
+        try await tx.query(
+            """
+            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms)
+            VALUES \(Array(repeating: "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)", count: deliveries.count).joined(separator: ", "))
+            ON CONFLICT (endpoint_id, event_id) DO NOTHING
+            """, binds)
     }
 
     /// A pending delivery due now (nil when this endpoint already has this event).

@@ -50,6 +50,19 @@ struct OperatorHTTPTests {
                 #expect(try await client.send(.post, "/api/admin/api-keys", token: admin, json: json).status == .badRequest)
             }
             #expect(try await client.send(.post, "/api/admin/api-keys", token: user, json: #"{"name":"x","scopes":["admin"]}"#).status == .forbidden)
+            // A key makes keys that never outlive it.
+            let shortLived = try await client.send(
+                .post, "/api/admin/api-keys", token: admin,
+                json: #"{"name":"temp","scopes":["admin"],"expiresAt":"\#(ISODate.string(app.clock.now().addingTimeInterval(60)))"}"#
+            ).json(CreatedKey.self)
+            let child = try await client.send(.post, "/api/admin/api-keys", token: shortLived.key, json: #"{"name":"child","scopes":["admin"]}"#)
+            #expect(try child.status == .created && child.json(CreatedKey.self).expiresAt == shortLived.expiresAt)
+            let service = try await client.send(
+                .post, "/api/admin/api-keys", token: shortLived.key, json: #"{"name":"c2","scopes":["ledger:write"]}"#)
+            #expect(try service.status == .created && service.json(CreatedKey.self).expiresAt == shortLived.expiresAt)
+            let longer = try await client.send(
+                .post, "/api/admin/api-keys", token: shortLived.key, json: #"{"name":"c3","scopes":["admin"],"expiresAt":"2999-01-01T00:00:00Z"}"#)
+            #expect(longer.status == .badRequest)
             // The audit trail, newest first, filtered and paged.
             let page = try await client.get("/api/admin/audit?action=api_key_created&limit=1", token: admin).json(Audit.self)
             #expect(page.entries.count == 1 && page.entries[0].actor.hasPrefix("key:") && page.nextCursor != nil)

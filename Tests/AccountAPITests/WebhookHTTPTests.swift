@@ -175,6 +175,36 @@ struct WebhookHTTPTests {
         }
     }
 
+    /// A receiver that answers at once and then trickles its body is cut off at the try's time limit.
+    @Test func aTricklingReceiverIsCutOffAtTheTimeLimit() async throws {
+        let receiver = WebhookReceiver()
+        try await receiver.run { url in
+            let started = ContinuousClock.now
+            let outcome = await WebhookReceiver.sender.send(
+                url: url.replacingOccurrences(of: "/hook", with: "/trickle"), headers: [], body: "{}", timeoutSeconds: 1)
+            #expect(outcome != .status(200), "\(outcome)")
+            #expect(ContinuousClock.now - started < .seconds(3))
+        }
+    }
+
+    /// Parallel creates on PostgreSQL count one at a time: never more than the limit of endpoints.
+    @Test func parallelCreatesStayWithinTheEndpointLimit() async throws {
+        try await TestApp.run(.postgres, configure: TestApp.webhookConfig) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<60 {
+                    group.addTask {
+                        try await client.send(
+                            .post, "/api/admin/webhooks", token: admin, json: #"{"url":"http://127.0.0.1:9/hook","events":["user.created"]}"#
+                        ).status.code
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == 201 }.count == 50 && statuses.filter { $0 == 400 }.count == 10)
+        }
+    }
+
     struct EndpointBody: Decodable { let id: String; let enabled: Bool; let previousSecretExpiresAt: String? }
 
     @Test(arguments: Engine.allCases)
@@ -185,7 +215,9 @@ struct WebhookHTTPTests {
             for url in [
                 "http://127.0.0.1:9/hook", "https://127.0.0.1/hook", "https://10.1.2.3/hook", "https://169.254.169.254/latest", "https://[::1]/hook",
                 "https://[::ffff:127.0.0.1]/x", "https://user:pw@example.com/x", "ftp://example.com/x", "https://localhost/x", "not a url",
-                "https://192.168.0.1/x", "https://" + String(repeating: "a", count: 2100) + ".com/",
+                "https://192.168.0.1/x", "https://" + String(repeating: "a", count: 2100) + ".com/", "https://[::127.0.0.1]/", "https://[::7f00:1]/",
+                "https://[64:ff9b:1::7f00:1]/", "https://[2002:7f00:1::]/", "https://[fec0::1]/", "https://[2001::1]/", "https://192.88.99.1/",
+                "http://2130706433/", "https://0x7f.1/", "https://127.1/",
             ] {
                 let response = try await client.send(
                     .post, "/api/admin/webhooks", token: admin, json: #"{"url":"\#(url)","events":["user.created"]}"#)

@@ -46,6 +46,18 @@ final class WebhookReceiver: Sendable {
             let status = self.script.withLock { $0.isEmpty ? 200 : $0.removeFirst() }
             return Response(status: .init(code: status))
         }
+        // A receiver that answers 200 at once and then trickles its body, one byte a second.
+        router.post("/trickle") { _, _ -> Response in
+            Response(
+                status: .ok, headers: [.contentLength: "1000"],
+                body: ResponseBody { writer in
+                    for _ in 0..<1000 {
+                        try await writer.write(ByteBuffer(string: "a"))
+                        try await Task.sleep(for: .seconds(1))
+                    }
+                    try await writer.finish(nil)
+                })
+        }
         let port = Mutex<Int?>(nil)
         var logger = Logger(label: "receiver")
         logger.logLevel = .critical

@@ -49,12 +49,12 @@ struct AdminOperatorController: Sendable {
 
     @Sendable func createKey(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<CreatedKeyJSON> {
         let actor = try await authenticator.requireOperator(request, context)
+        let parent = actor.hasPrefix("key:") ? try await authenticator.requireScope("admin", request, context) : nil
         var request = request
         let body = try await request.decodeJSON(CreateKeyRequest.self, context: context)
         let (key, secret) = try await apiKeys.create(
             name: body.name, scopes: body.scopes, expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), actor: actor,
-            ip: context.clientIP,
-            logger: context.logger)
+            ip: context.clientIP, createdBy: parent, logger: context.logger)
         return JSONResponse(CreatedKeyJSON(key: secret, apiKey: APIKeyJSON(key)), status: .created)
     }
 

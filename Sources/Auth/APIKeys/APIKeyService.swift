@@ -44,8 +44,20 @@ public struct APIKeyService: Sendable {
 
     /// Returns the key and its secret (the only time the secret exists outside the caller).
     public func create(
-        name: String, scopes: [String], expiresAt: Date? = nil, actor: String = "cli", ip: String? = nil, logger: Logger
+        name: String, scopes: [String], expiresAt: Date? = nil, actor: String = "cli", ip: String? = nil, createdBy parent: APIKey? = nil,
+        logger: Logger
     ) async throws -> (APIKey, secret: String) {
+        var expiresAt = expiresAt
+        if let parent {
+            // A key never outlives the key that made it (so an expiring operator key cannot leave a permanent one behind).
+            if let limit = parent.expiresAt {
+                if let asked = expiresAt, asked > limit {
+                    throw AuthError.validation("Field 'expiresAt' must not be later than the creating key's expiry (\(limit)).")
+                }
+                expiresAt = expiresAt ?? limit
+            }
+        }
+        let expiry = expiresAt
         let name = name.trimmingCharacters(in: .whitespacesAndNewlines)
         guard (1...100).contains(name.count) else { throw AuthError.validation("Key name must be 1 to 100 characters.") }
         let scopeSet = Set(scopes.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
@@ -56,14 +68,14 @@ public struct APIKeyService: Sendable {
                 "Unknown scope(s) \(unknown.sorted().joined(separator: ", ")); known: \(Self.knownScopes.sorted().joined(separator: ", ")).")
         }
         guard name.utf8.count <= 200 else { throw AuthError.validation("Key name must be at most 200 bytes.") }
-        if let expiresAt, expiresAt <= clock.now() { throw AuthError.validation("Field 'expiresAt' must be in the future.") }
+        if let expiry, expiry <= clock.now() { throw AuthError.validation("Field 'expiresAt' must be in the future.") }
         let secret = Self.prefix + SecretHasher.base64url(SecureRandom.bytes(32))
         let key = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let id = UUID().uuidString.lowercased()
             try await tx.query(
                 "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiresAt])
+                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiry])
             try await AuditLog.record(
                 tx, at: now, actor: actor, action: "api_key_created", subject: id, ip: ip, detail: scopeSet.sorted().joined(separator: ","))
             return try APIKey(row: try await tx.first("SELECT * FROM api_keys WHERE id = ?", [id])!, now: now)
