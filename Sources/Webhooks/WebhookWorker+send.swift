@@ -104,53 +104,66 @@ extension WebhookWorker {
         return Try(delivery: delivery, outcome: outcome, started: started, finished: clock.now())
     }
 
-    /// Records a pass's tries in one transaction: 2xx delivers, 5xx/408/429/no answer retries (with backoff, within the
-    /// window), 410 fails and disables the endpoint, any other answer fails.
+    /// Records a pass's tries in one transaction of three statements (every try, the deliveries' new states, and any
+    /// endpoint a 410 disables): 2xx delivers, 5xx/408/429/no answer retries (with backoff, within the window), 410
+    /// fails and disables the endpoint, any other answer fails.
     func record(_ tries: [Try]) async throws {
         guard !tries.isEmpty else { return }
-        try await database.transaction(logger: logger) { tx in
-            for attempt in tries { try await record(tx, attempt) }
-        }
-    }
-
-    func record(_ tx: any SQLExecutor, _ attempt: Try) async throws {
-        let delivery = attempt.delivery
-        let now = attempt.finished
-        let (code, error): (Int?, String?) =
-            switch attempt.outcome {
-            case .status(let code): (code, nil)
-            case .failure(let message): (nil, String(message.prefix(300)))
+        var attemptBinds: [any SQLBindable] = []
+        var stateBinds: [any SQLBindable] = []
+        var gone: Set<String> = []
+        for attempt in tries {
+            let delivery = attempt.delivery
+            let now = attempt.finished
+            let (code, error): (Int64?, String?) =
+                switch attempt.outcome {
+                case .status(let code): (Int64(code), nil)
+                case .failure(let message): (nil, String(message.prefix(300)))
+                }
+            let status: String
+            var next = now
+            if let code, (200..<300).contains(code) {
+                status = "delivered"
+            } else if let code, code != 408, code != 429, code < 500 {
+                status = "failed"
+                if code == 410 { gone.insert(delivery.endpointID) }
+            } else {
+                next = now.addingTimeInterval(settings.retryDelay(afterAttempts: delivery.attempt))
+                status = next <= delivery.retryUntil ? "pending" : "failed"
             }
-        try await tx.query(
+            Counter(label: "webhook_attempts", dimensions: [("outcome", status)]).increment()
+            attemptBinds += [
+                delivery.id, delivery.attempt, attempt.started, code, error, max(0, now.epochMilliseconds - attempt.started.epochMilliseconds),
+            ]
+            stateBinds += [delivery.id, delivery.attempt, status, next, code, error, status == "delivered" ? now : nil]
+        }
+        let finished = tries.map(\.finished).max() ?? clock.now()
+        func rows(_ row: String) -> String { Array(repeating: row, count: tries.count).joined(separator: ", ") }
+        let insertAttempts = """
+            INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms)
+            VALUES \(rows("(?, ?, ?, ?, ?, ?)")) ON CONFLICT (delivery_id, attempt) DO NOTHING
             """
-            INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?)
-            ON CONFLICT (delivery_id, attempt) DO NOTHING
-            """,
-            [
-                delivery.id, delivery.attempt, attempt.started, code.map(Int64.init), error,
-                max(0, now.epochMilliseconds - attempt.started.epochMilliseconds),
-            ])
-        let status: String
-        var next = now
-        if let code, (200..<300).contains(code) {
-            status = "delivered"
-        } else if let code, code != 408, code != 429, code < 500 {
-            status = "failed"
-            if code == 410 {
+        // Only the lease holder of an attempt records it (a lapsed lease taken over by another node is theirs now). The new
+        // states are a UNION ALL of one-row SELECTs (SQLite cannot name a VALUES list's columns).
+        let state = """
+            SELECT CAST(? AS TEXT) AS id, CAST(? AS BIGINT) AS attempt, CAST(? AS TEXT) AS status, CAST(? AS BIGINT) AS next_ms,
+                CAST(? AS BIGINT) AS code, CAST(? AS TEXT) AS error, CAST(? AS BIGINT) AS delivered_ms
+            """
+        let updateStates = """
+            UPDATE webhook_deliveries SET status = v.status, next_attempt_at_ms = v.next_ms, locked_until_ms = NULL,
+                last_status_code = v.code, last_error = v.error, delivered_at_ms = v.delivered_ms
+            FROM (\(Array(repeating: state, count: tries.count).joined(separator: " UNION ALL "))) AS v
+            WHERE webhook_deliveries.id = v.id AND webhook_deliveries.attempts = v.attempt AND webhook_deliveries.status = 'pending'
+            """
+        let (attempts, states, disabled) = (attemptBinds, stateBinds, gone)
+        try await database.transaction(logger: logger) { tx in
+            try await tx.query(insertAttempts, attempts)
+            try await tx.query(updateStates, states)
+            for endpoint in disabled {
                 try await tx.query(
                     "UPDATE webhook_endpoints SET disabled_at_ms = ?, disabled_reason = ? WHERE id = ? AND disabled_at_ms IS NULL",
-                    [now, "the receiver answered 410 Gone", delivery.endpointID])
+                    [finished, "the receiver answered 410 Gone", endpoint])
             }
-        } else {
-            next = now.addingTimeInterval(settings.retryDelay(afterAttempts: delivery.attempt))
-            status = next <= delivery.retryUntil ? "pending" : "failed"
         }
-        Counter(label: "webhook_attempts", dimensions: [("outcome", status)]).increment()
-        // Only the lease holder of this attempt records it (a lapsed lease taken over by another node is theirs now).
-        try await tx.query(
-            """
-            UPDATE webhook_deliveries SET status = ?, next_attempt_at_ms = ?, locked_until_ms = NULL, last_status_code = ?, last_error = ?,
-                delivered_at_ms = ? WHERE id = ? AND attempts = ? AND status = 'pending'
-            """, [status, next, code.map(Int64.init), error, status == "delivered" ? now : nil, delivery.id, delivery.attempt])
     }
 }

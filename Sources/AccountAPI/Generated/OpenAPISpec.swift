@@ -1165,8 +1165,8 @@ paths:
       summary: Reverse the operation a transfer (a token-history entry id) belongs to, once (audited, emits `transfer.reversed`).
       description: >-
         Spends and grants only. A reversed spend returns its tokens to the buckets they came from (bonus tokens as a lot
-        that never expires); a reversed grant takes its tokens back, never below zero (402 `insufficient_tokens` when
-        they were spent). Reversing a pack unlock's spend returns the tokens and keeps the pack unlocked (`unlock`).
+        that never expires); a reversed purchased or subscription grant takes that many tokens back from its bucket, never
+        below zero (402 `insufficient_tokens`); a bonus grant is 409 `not_reversible` (debit the bonus bucket instead). Reversing a pack unlock's spend returns the tokens and keeps the pack unlocked (`unlock`).
         A second reversal of the same operation is 409 `already_reversed` (with `reversalOperationId`); holds, expiries,
         clawbacks, debits and reversals are 409 `not_reversible` (void a pending hold, or grant or debit the difference).
       security: [{ session: [] }, { apiKey: [] }]
