@@ -31,11 +31,20 @@ public enum WebhookEventType: String, Sendable, CaseIterable {
 public struct Outbox: EventSink {
     public init() {}
 
+    /// Writes the event when some enabled endpoint takes it (its type, or `balance.low` for a balance change); an event
+    /// no endpoint takes is never delivered to anyone (endpoints receive events that happen after they are created), so it
+    /// is not written. The check is part of the same INSERT, so it costs no extra round trip.
     public func emit(_ tx: any SQLExecutor, _ event: DomainEvent, at: Date) async throws {
         try await tx.query(
             """
-            INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, [Self.newEventID(), event.type, event.userID, EventValue.object(event.data).json, event.balanceBefore, event.balanceAfter, at])
+            INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms)
+            SELECT CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT)
+            WHERE \(Self.subscribed(type: "CAST(? AS TEXT)", balance: "CAST(? AS BIGINT)"))
+            """,
+            [
+                Self.newEventID(), event.type, event.userID, EventValue.object(event.data).json, event.balanceBefore, event.balanceAfter, at,
+                event.type, event.balanceAfter,
+            ])
     }
 
     /// PostgreSQL only (the one-statement spend); `OutboxTests` pins it.
@@ -43,6 +52,16 @@ public struct Outbox: EventSink {
         """
         INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms)
         SELECT 'evt_' || replace(gen_random_uuid()::TEXT, '-', ''), event_type, user_id, data, balance_before, balance_after, at_ms FROM \(cte)
+        WHERE \(Self.subscribed(type: "event_type", balance: "balance_after"))
+        """
+    }
+
+    /// SQL: an enabled endpoint takes an event of `type` (an expression), or takes `balance.low` and the event changed a
+    /// balance (`balance`, an expression, is not null).
+    static func subscribed(type: String, balance: String) -> String {
+        """
+        EXISTS (SELECT 1 FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL
+            AND (',' || events || ',' LIKE '%,' || \(type) || ',%' OR (\(balance) IS NOT NULL AND ',' || events || ',' LIKE '%,balance.low,%')))
         """
     }
 

@@ -183,7 +183,7 @@ struct WebhookHTTPTests {
             let outcome = await WebhookReceiver.sender.send(
                 url: url.replacingOccurrences(of: "/hook", with: "/trickle"), headers: [], body: "{}", timeoutSeconds: 1)
             #expect(outcome != .status(200), "\(outcome)")
-            #expect(ContinuousClock.now - started < .seconds(3))
+            #expect(ContinuousClock.now - started < .seconds(8), "cut off at about the limit, not after the 1,000 s the body would take")
         }
     }
 
