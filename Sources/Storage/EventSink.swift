@@ -16,9 +16,7 @@ public indirect enum EventValue: Sendable, Equatable {
     /// A time as ISO 8601 with milliseconds (UTC), like every time in the HTTP answers.
     public static func date(_ date: Date?) -> EventValue {
         guard let date else { return .null }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return .string(formatter.string(from: date))
+        return .string(ISOTime.string(date))
     }
 
     /// Compact JSON, keys sorted (the same text for the same value).

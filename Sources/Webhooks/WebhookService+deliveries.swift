@@ -108,9 +108,5 @@ enum WebhookBody {
         "{\"type\":\(EventValue.string(type).json),\"timestamp\":\"\(timestamp(at))\",\"data\":\(dataJSON)}"
     }
 
-    static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: date)
-    }
+    static func timestamp(_ date: Date) -> String { ISOTime.string(date) }
 }

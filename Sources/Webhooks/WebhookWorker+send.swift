@@ -53,24 +53,28 @@ extension WebhookWorker {
             return found
         }
         let now = clock.now()
-        return try rows.compactMap { row in
-            guard let endpoint = endpoints[try row.string("endpoint_id")] else { return nil }
-            var secrets: [String] = []
-            var problem: String?
+        // Each endpoint's secrets are opened once a pass.
+        var keys: [String: (secrets: [String], problem: String?)] = [:]
+        for (id, endpoint) in endpoints {
             do {
-                secrets.append(try box.open(try endpoint.string("secret_sealed")))
+                var secrets = [try box.open(try endpoint.string("secret_sealed"))]
                 if let previous = endpoint.optionalString("previous_secret_sealed"), let until = endpoint.optionalDate("previous_secret_until_ms"),
                     until > now
                 {
                     secrets.append(try box.open(previous))
                 }
+                keys[id] = (secrets, nil)
             } catch {
-                problem = "the endpoint's secret cannot be opened (was SERVER_SECRET changed?); rotate the secret"
+                keys[id] = ([], "the endpoint's secret cannot be opened (was SERVER_SECRET changed?); rotate the secret")
             }
+        }
+        return try rows.compactMap { row in
+            let endpointID = try row.string("endpoint_id")
+            guard let endpoint = endpoints[endpointID], let key = keys[endpointID] else { return nil }
             return Claimed(
-                id: try row.string("id"), endpointID: try endpoint.string("id"), eventID: try row.string("event_id"), body: try row.string("body"),
-                attempt: try row.int("attempts"), retryUntil: try row.date("retry_until_ms"), url: try endpoint.string("url"), secrets: secrets,
-                problem: problem)
+                id: try row.string("id"), endpointID: endpointID, eventID: try row.string("event_id"), body: try row.string("body"),
+                attempt: try row.int("attempts"), retryUntil: try row.date("retry_until_ms"), url: try endpoint.string("url"), secrets: key.secrets,
+                problem: key.problem)
         }
     }
 

@@ -1,10 +1,9 @@
 import Foundation
+import Storage
 
 /// Dates on the wire: ISO 8601 UTC with milliseconds; parsed with or without fractional seconds.
 enum ISODate {
-    static func string(_ date: Date) -> String {
-        ISO8601DateFormatter.string(from: date, timeZone: .gmt, formatOptions: [.withInternetDateTime, .withFractionalSeconds])
-    }
+    static func string(_ date: Date) -> String { ISOTime.string(date) }
 
     static func parse(_ text: String) -> Date? {
         let formatter = ISO8601DateFormatter()
