@@ -42,16 +42,17 @@ public struct Outbox: EventSink {
             WHERE \(Self.subscribed(type: "CAST(? AS TEXT)", balance: "CAST(? AS BIGINT)"))
             """,
             [
-                Self.newEventID(), event.type, event.userID, EventValue.object(event.data).json, event.balanceBefore, event.balanceAfter, at,
+                Self.newEventID(at: at), event.type, event.userID, EventValue.object(event.data).json, event.balanceBefore, event.balanceAfter, at,
                 event.type, event.balanceAfter,
             ])
     }
 
-    /// PostgreSQL only (the one-statement spend); `OutboxTests` pins it.
+    /// PostgreSQL only (the one-statement spend); `WebhookHTTPTests.everyEventTypeIsDeliveredOnceWithAValidSignature` checks
+    /// the event it records against the transactional path's fields.
     public func insertFromCTE(named cte: String) -> String? {
         """
         INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms)
-        SELECT 'evt_' || replace(gen_random_uuid()::TEXT, '-', ''), event_type, user_id, data, balance_before, balance_after, at_ms FROM \(cte)
+        SELECT 'evt_' || lpad(to_hex(at_ms), 12, '0') || left(replace(gen_random_uuid()::TEXT, '-', ''), 20), event_type, user_id, data, balance_before, balance_after, at_ms FROM \(cte)
         WHERE \(Self.subscribed(type: "event_type", balance: "balance_after"))
         """
     }
@@ -65,8 +66,13 @@ public struct Outbox: EventSink {
         """
     }
 
-    /// `evt_` and 32 hex digits: the `webhook-id` receivers deduplicate on.
-    static func newEventID() -> String { "evt_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "") }
+    /// `evt_` and 32 hex digits, the first 12 the creation time in milliseconds (so new rows append to the primary key's
+    /// index instead of landing at random places): the `webhook-id` receivers deduplicate on.
+    static func newEventID(at date: Date = Date()) -> String {
+        let time = String(UInt64(max(0, date.epochMilliseconds)), radix: 16)
+        let random = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        return "evt_" + String(repeating: "0", count: max(0, 12 - time.count)) + time + random.prefix(20)
+    }
 
     /// Forgets dispatched events older than `retentionSeconds` (their deliveries keep their own copy of the body).
     public static func purge(_ tx: any SQLExecutor, before: Date, limit: Int) async throws -> Int {
