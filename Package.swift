@@ -29,6 +29,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
     ],
     targets: [
         .systemLibrary(
@@ -108,12 +109,23 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Identity tokens from other issuers (Sign in with Apple): jwt-kit verifies, async-http-client fetches the key set.
+        .target(
+            name: "Identity",
+            dependencies: [
+                .product(name: "JWTKit", package: "jwt-kit"), .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // HTTP: Hummingbird controllers (one per file), middleware, problems, configuration and the wiring that builds the
         // application from the domain services. Tests import this library; the executable only adds the command line.
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks",
+                "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks", "Identity",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "MultipartKit", package: "multipart-kit"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -164,7 +176,8 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity",
+                .product(name: "JWTKit", package: "jwt-kit"), .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -28,26 +28,45 @@ extension AuthService {
     /// erasure hook closes what other modules keep (the ledger forfeits the balance in the same transaction).
     public func deleteMe(_ session: AuthenticatedSession, password: String, client: ClientInfo, logger: Logger) async throws {
         try requireOwnerProfile(session)
-        try await passwords.require(password, of: session.user, ip: client.ip, logger: logger)
+        if try await hasPassword(userID: session.user.id, logger: logger) {
+            try await passwords.require(password, of: session.user, ip: client.ip, logger: logger)
+        } else if clock.now().timeIntervalSince(session.authenticatedAt) > Self.recentSignInSeconds {
+            // An account without a password (Sign in with Apple only) proves presence by a recent sign-in instead.
+            throw AuthError.forbidden("Sign in with Apple again, then delete the account within 10 minutes.")
+        }
         let email = session.user.email
         try await database.transaction(logger: logger) { tx in
-            let now = clock.now()
-            let id = session.user.id
-            try await tx.query(
-                "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
-                [now, now, id])
-            try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, id])
-            try await tx.query("UPDATE sessions SET user_agent = NULL, ip = NULL WHERE user_id = ?", [id])
-            for profile in try await tx.query("SELECT id FROM family_profiles WHERE user_id = ?", [id]) {
-                try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: try profile.string("id")))
-            }
-            try await tx.query("DELETE FROM family_profiles WHERE user_id = ?", [id])
-            try await tx.query("DELETE FROM known_devices WHERE user_id = ?", [id])
-            try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email])
-            try await erasure.accountErased(userID: id, at: now, executor: tx)
-            try await AuditLog.record(tx, at: now, actor: id, action: "account_deleted", subject: id, ip: client.ip)
-            try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
+            try await erase(tx, userID: session.user.id, email: email, actor: session.user.id, ip: client.ip)
         }
+    }
+
+    /// How recent a sign-in must be to stand in for a password (accounts without one).
+    static let recentSignInSeconds: Double = 600
+
+    func hasPassword(userID: String, logger: Logger) async throws -> Bool {
+        try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT password_hash FROM users WHERE id = ?", [userID])?.optionalString("password_hash") != nil
+        }
+    }
+
+    /// Erases one account in the caller's transaction (see ``deleteMe(_:password:client:logger:)``).
+    func erase(_ tx: any SQLExecutor, userID id: String, email: String?, actor: String, ip: String?) async throws {
+        let now = clock.now()
+        try await tx.query(
+            "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
+            [now, now, id])
+        try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, id])
+        try await tx.query("UPDATE sessions SET user_agent = NULL, ip = NULL WHERE user_id = ?", [id])
+        for profile in try await tx.query("SELECT id FROM family_profiles WHERE user_id = ?", [id]) {
+            try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: try profile.string("id")))
+        }
+        try await tx.query("DELETE FROM family_profiles WHERE user_id = ?", [id])
+        try await tx.query("DELETE FROM known_devices WHERE user_id = ?", [id])
+        try await tx.query("DELETE FROM user_identities WHERE user_id = ?", [id])
+        if let email { try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email]) }
+        try await erasure.accountErased(userID: id, at: now, executor: tx)
+        try await AuditLog.record(tx, at: now, actor: actor, action: "account_deleted", subject: id, ip: ip)
+        try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
     }
 
     /// Creates a verified operator account (CLI `admin create`).

@@ -93,7 +93,7 @@ public struct WebhookURLPolicy: Sendable {
                         var address = entry.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
                         inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count))
                     }
-                    let text = String(cString: buffer)
+                    let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
                     if !text.isEmpty { found.append(text) }
                     node = entry.pointee.ai_next
                 }

@@ -69,7 +69,10 @@ extension ContractTests {
     /// Which module owns each table; no other module's code names it in SQL (it calls the owner, or embeds the owner's
     /// exported fragment). Every table the migrations create has an owner here.
     static let owners: [String: [String]] = [
-        "Auth": ["users", "sessions", "otp_codes", "attempt_budgets", "known_devices", "family_profiles", "welcome_grants", "api_keys", "audit_log"],
+        "Auth": [
+            "users", "sessions", "otp_codes", "attempt_budgets", "known_devices", "family_profiles", "welcome_grants", "api_keys", "audit_log",
+            "user_identities",
+        ],
         "Ledger": [
             "ledger_accounts", "ledger_transfers", "ledger_lots", "ledger_holds", "ledger_hold_parts", "ledger_period_grants", "idempotency_records",
             "job_leases", "ledger_reversals",

@@ -58,18 +58,23 @@ final class WebhookReceiver: Sendable {
                     try await writer.finish(nil)
                 })
         }
-        let port = Mutex<Int?>(nil)
-        var logger = Logger(label: "receiver")
-        logger.logLevel = .critical
-        let app = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port } }, logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await app.runService(gracefulShutdownSignals: []) }
-            while port.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
-            defer { group.cancelAll() }
-            try await body("http://127.0.0.1:\(port.withLock { $0 }!)/hook")
-        }
+        try await withLocalServer(router) { base in try await body(base + "/hook") }
+    }
+}
+
+/// Runs `router` on 127.0.0.1 (a free port) around `body`, which gets the server's base URL.
+func withLocalServer(_ router: Router<BasicRequestContext>, _ body: @Sendable (String) async throws -> Void) async throws {
+    let port = Mutex<Int?>(nil)
+    var logger = Logger(label: "local-server")
+    logger.logLevel = .critical
+    let app = Application(
+        router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+        onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port } }, logger: logger)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await app.runService(gracefulShutdownSignals: []) }
+        while port.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+        defer { group.cancelAll() }
+        try await body("http://127.0.0.1:\(port.withLock { $0 }!)")
     }
 }
 

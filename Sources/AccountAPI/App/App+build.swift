@@ -59,6 +59,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     ).addRoutes(to: router)
     AdminOperatorController(auth: d.auth, apiKeys: d.apiKeys, authenticator: authenticator).addRoutes(to: router)
     AdminWebhookController(webhooks: d.webhooks, authenticator: authenticator).addRoutes(to: router)
+    AppleSignInController(auth: d.auth, verifier: d.appleSignIn, authenticator: authenticator).addRoutes(to: router)
     allowedMethods.record(router)
     return router
 }

@@ -53,6 +53,11 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// Whether this node runs the delivery worker (`WEBHOOK_WORKER`, default true; every node may).
     var webhookWorker = true
 
+    /// Sign in with Apple: the app's bundle and service ids (`SIGN_IN_WITH_APPLE_CLIENT_IDS`; empty → off, 404) and the
+    /// key set's URL (`SIGN_IN_WITH_APPLE_JWKS_URL`, default Apple's).
+    var appleSignInClientIDs: Set<String> = []
+    var appleSignInJWKSURL = "https://appleid.apple.com/auth/keys"
+
     /// Stripe webhook endpoint secrets (`STRIPE_WEBHOOK_SECRET`, comma-separated for rotation); empty → 503.
     var stripeWebhookSecrets: [String] = []
 
@@ -170,6 +175,16 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("WEBHOOK_TIMEOUT_SECONDS", 1...60) { webhooks.timeoutSeconds = Double(n) }
         if let n = reader.number("WEBHOOK_MAX_IN_FLIGHT", 1...256) { webhooks.maxInFlight = n }
         if let flag = reader.flag("WEBHOOK_WORKER") { webhookWorker = flag }
+        if let ids = reader.value("SIGN_IN_WITH_APPLE_CLIENT_IDS") {
+            appleSignInClientIDs = Set(ids.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
+        }
+        if let url = reader.value("SIGN_IN_WITH_APPLE_JWKS_URL") {
+            if url.hasPrefix("https://") || url.hasPrefix("http://") {
+                appleSignInJWKSURL = url
+            } else {
+                reader.problems.append("SIGN_IN_WITH_APPLE_JWKS_URL must be an http(s) URL")
+            }
+        }
     }
 
     /// All of the Apple settings or none of them.

@@ -1,6 +1,8 @@
+import AsyncHTTPClient
 import Auth
 import Entitlements
 import Foundation
+import Identity
 import Ledger
 import Logging
 import Media
@@ -33,6 +35,8 @@ public struct Dependencies: Sendable {
     public let webhooks: WebhookService
     /// Seals endpoint secrets (the worker opens them to sign).
     let secretBox: SecretBox
+    /// Sign in with Apple's token verifier (nil: not configured).
+    let appleSignIn: AppleIdentityVerifier?
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     public static func make(
@@ -86,7 +90,13 @@ public struct Dependencies: Sendable {
                 stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
                 accounts: AuthDirectory(), clock: clock),
             webhooks: WebhookService(database: database, box: box, audit: AuditLog.shared, clock: clock, settings: config.webhooks),
-            secretBox: box)
+            secretBox: box,
+            appleSignIn: config.appleSignInClientIDs.isEmpty
+                ? nil
+                : AppleIdentityVerifier(
+                    clientIDs: config.appleSignInClientIDs,
+                    keySet: AppleKeySet(url: config.appleSignInJWKSURL, client: HTTPClient.shared, now: { clock.now() }),
+                    now: { clock.now() }))
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).

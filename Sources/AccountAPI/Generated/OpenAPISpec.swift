@@ -291,6 +291,121 @@ paths:
               schema: { $ref: "#/components/schemas/Message" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/SessionRequired" }
+  /api/auth/apple:
+    post:
+      tags: [auth]
+      operationId: signInWithApple
+      summary: Sign in with Apple (a native identity token); 404 unless SIGN_IN_WITH_APPLE_CLIENT_IDS is set.
+      description: |
+        The identity token is checked as Apple documents: RS256 only, the key by `kid` from Apple's JWKS (refetched on an
+        unknown `kid` at most once a minute), `iss` https://appleid.apple.com, `aud` one of SIGN_IN_WITH_APPLE_CLIENT_IDS,
+        `exp`/`iat` within a minute, and when `nonce` is sent, the token's `nonce` = SHA-256 hex of it. The account is
+        found by Apple's `sub`. Otherwise, with a verified email in the token: a verified account with that address is
+        linked (its owner is mailed a notice); an unfinished sign-up for it is replaced; else a verified account is made
+        (default profile, welcome tokens once) with `name` (Apple sends the name only on the first sign-in). 201 with
+        `created: true` when an account was made, else 200.
+      parameters:
+        - { name: User-Agent, in: header, required: false, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [identityToken]
+              properties:
+                identityToken: { type: string, maxLength: 8192 }
+                nonce: { type: string, description: The raw nonce the app passed to Apple (1 to 256 bytes). }
+                name: { type: string, description: The name Apple gave the app on the first sign-in. }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: Signed in to an existing account.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/AppleSignInResponse" }
+        "201":
+          description: An account was made and signed in.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/AppleSignInResponse" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401":
+          description: "`invalid_identity_token`: the token failed a check (the detail says which)."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/auth/identities:
+    get:
+      tags: [auth]
+      operationId: signInMethods
+      summary: How the account signs in (`password`, `apple`).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The account's sign-in methods.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [identities]
+                properties:
+                  identities:
+                    type: array
+                    items:
+                      type: object
+                      required: [provider]
+                      properties:
+                        provider: { type: string, enum: [password, apple] }
+                        email: { type: string, description: The address Apple shared (a relay address included). }
+                        linkedAt: { type: string, format: date-time }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`session_required`: an API key instead of a user's session."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/webhooks/apple/signin:
+    post:
+      tags: [auth]
+      operationId: appleSignInNotification
+      summary: Apple's server-to-server notifications for Sign in with Apple.
+      description: >-
+        `payload` is a JWT signed with Apple's keys for one of the client ids. `consent-revoked` revokes the account's
+        sessions and unlinks Apple; `account-delete` erases the account as `DELETE /api/user/me` does; `email-disabled` and
+        `email-enabled` are recorded. A payload that does not verify is 401 and changes nothing.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [payload]
+              properties:
+                payload: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: Applied (or recorded).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [result]
+                properties:
+                  result: { type: string }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401":
+          description: "`invalid_identity_token`: the payload failed a check."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/auth/session:
     get:
       tags: [auth]
@@ -517,7 +632,9 @@ paths:
       description: |
         Owner profile only, after the password check (the sign-in budget). The user id stays, anonymous, so that
         token-ledger history keeps balancing; pending holds are voided and the remaining tokens forfeited (reason
-        `account_erased`), so the user can never be charged again (ledger writes for it answer 404).
+        `account_erased`), so the user can never be charged again (ledger writes for it answer 404). An account without a
+        password (made by Sign in with Apple) proves presence by a sign-in within the last 10 minutes instead (send any
+        `password`; otherwise 403).
       security: [{ session: [] }]
       x-owner-profile-required: true
       requestBody:
@@ -2368,7 +2485,7 @@ components:
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
-            upload_quota_exceeded, already_reversed, not_reversible]
+            upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -2420,6 +2537,13 @@ components:
       properties:
         user: { $ref: "#/components/schemas/User" }
         session: { $ref: "#/components/schemas/Session" }
+    AppleSignInResponse:
+      type: object
+      required: [user, session, created]
+      properties:
+        user: { $ref: "#/components/schemas/User" }
+        session: { $ref: "#/components/schemas/Session" }
+        created: { type: boolean, description: True when this sign-in made the account. }
     FamilyProfile:
       type: object
       required: [id, name, isDefault, canMakePurchases, canUseCustomContentTypes, hasPin]

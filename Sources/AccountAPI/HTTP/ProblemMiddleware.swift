@@ -3,6 +3,7 @@ import Entitlements
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Identity
 import Ledger
 import Logging
 import Storage
@@ -28,6 +29,8 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as BillingError {
             throw error.problem
         } catch let error as WebhookError {
+            throw error.problem
+        } catch let error as IdentityError {
             throw error.problem
         } catch let error as StorageError {
             throw error.problem(logger: context.logger)

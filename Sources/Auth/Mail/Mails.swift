@@ -26,6 +26,14 @@ enum Mails {
         )
     }
 
+    static func appleLinked(to email: String) -> MailMessage {
+        MailMessage(
+            to: email, subject: "Sign in with Apple was added to your account",
+            body:
+                "Your account can now also be opened with Sign in with Apple (the Apple ID confirmed this email address).\n\nIf this was not you, reset your password and contact support."
+        )
+    }
+
     static func passwordChanged(to email: String) -> MailMessage {
         MailMessage(
             to: email, subject: "Your password was changed",
