@@ -28,12 +28,8 @@ extension AuthService {
     /// erasure hook closes what other modules keep (the ledger forfeits the balance in the same transaction).
     public func deleteMe(_ session: AuthenticatedSession, password: String, client: ClientInfo, logger: Logger) async throws {
         try requireOwnerProfile(session)
-        if try await hasPassword(userID: session.user.id, logger: logger) {
-            try await passwords.require(password, of: session.user, ip: client.ip, logger: logger)
-        } else if clock.now().timeIntervalSince(session.authenticatedAt) > Self.recentSignInSeconds {
-            // An account without a password (Sign in with Apple only) proves presence by a recent sign-in instead.
-            throw AuthError.forbidden("Sign in with Apple again, then delete the account within 10 minutes.")
-        }
+        // An account without a password (Sign in with Apple only) proves presence by a recent sign-in instead.
+        try await requirePresence(session, password: password, client: client, logger: logger)
         let email = session.user.email
         try await database.transaction(logger: logger) { tx in
             try await erase(tx, userID: session.user.id, email: email, actor: session.user.id, ip: client.ip)
@@ -62,7 +58,9 @@ extension AuthService {
         }
         try await tx.query("DELETE FROM family_profiles WHERE user_id = ?", [id])
         try await tx.query("DELETE FROM known_devices WHERE user_id = ?", [id])
-        try await tx.query("DELETE FROM user_identities WHERE user_id = ?", [id])
+        for table in ["user_identities", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges"] {
+            try await tx.query("DELETE FROM \(table) WHERE user_id = ?", [id])
+        }
         if let email { try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email]) }
         try await erasure.accountErased(userID: id, at: now, executor: tx)
         try await AuditLog.record(tx, at: now, actor: actor, action: "account_deleted", subject: id, ip: ip)

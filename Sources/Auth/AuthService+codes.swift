@@ -6,6 +6,8 @@ import Storage
 enum CodePurpose: String, Sendable {
     case verify
     case reset
+    /// An email change (its code lives in `email_changes`; the budget is keyed by the user).
+    case emailChange = "email_change"
 }
 
 /// The outcome of checking a code. Failures are returned (not thrown) so the transaction that recorded them still commits.

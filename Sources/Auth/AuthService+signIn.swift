@@ -14,7 +14,7 @@ extension AuthService {
     /// Checks the password and opens a session. Unknown addresses and wrong passwords answer the same, after the same
     /// Argon2 work. Before the hash, one transaction reserves an attempt in three budgets (Argon2 runs per IP, failed
     /// sign-ins per IP, password checks per address); a refusal in any of them answers 429 and reserves nothing.
-    public func signIn(email rawEmail: String, password: String, client: ClientInfo, logger: Logger) async throws -> (User, IssuedSession) {
+    public func signIn(email rawEmail: String, password: String, client: ClientInfo, logger: Logger) async throws -> SignInOutcome {
         guard password.utf8.count <= InputRules.passwordBytesMax else {
             throw AuthError.validation("Password must be at most \(InputRules.passwordBytesMax) bytes.")
         }
@@ -34,23 +34,27 @@ extension AuthService {
         }
         let userID = try row.string("id")
         let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
-        let outcome: Result<(User, IssuedSession, [MailMessage]), AuthError> = try await database.transaction(logger: logger) { tx in
+        let outcome: Result<(SignInOutcome, [MailMessage]), AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
             try await AttemptBudget.refund(tx, key: attempt.networkKey)
             guard try row.bool("email_verified") else { return .failure(.emailNotVerified) }
             if let rehash { try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [rehash, now, userID]) }
+            if let challenge = try await mfaChallenge(tx, userID: userID, now: now) {
+                try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_password_ok_mfa_pending", subject: userID, ip: client.ip)
+                return .success((.mfaRequired(token: challenge.token, expiresAt: challenge.expiresAt), []))
+            }
             let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
             let newDevice = try await rememberDevice(tx, userID: userID, client: client, now: now)
             try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in", subject: userID, ip: client.ip)
             let user = try await loadUser(tx, id: userID)
             let notify = newDevice ? try await takeMailBudget(tx, .notice, email: user.email, now: now) == .allowed : false
-            return .success((user, session, notify ? [Mails.newDevice(to: user.email, client: client, at: now)] : []))
+            return .success((.session(user, session), notify ? [Mails.newDevice(to: user.email, client: client, at: now)] : []))
         }
-        let (user, session, mails) = try outcome.get()
+        let (result, mails) = try outcome.get()
         await send(mails, logger: logger)
-        return (user, session)
+        return result
     }
 
     /// Reserves the sign-in's attempts in one transaction: all three or none.

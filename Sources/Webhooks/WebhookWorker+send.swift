@@ -43,7 +43,7 @@ extension WebhookWorker {
                         AND d.endpoint_id IN (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL)
                     ORDER BY d.next_attempt_at_ms LIMIT ?\(skipLocked))
                 RETURNING id, endpoint_id, event_id, body, attempts, retry_until_ms
-                """, [now.addingTimeInterval(settings.timeoutSeconds * Double(Self.batchesPerPass) + 30), now, now, now, limit])
+                """, [now.addingTimeInterval(settings.timeoutSeconds + 30), now, now, now, limit])
         }
         guard !rows.isEmpty else { return [] }
         let endpointIDs = Set(try rows.map { try $0.string("endpoint_id") })

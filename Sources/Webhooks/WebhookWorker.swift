@@ -29,18 +29,27 @@ public struct WebhookWorker: Sendable {
         self.logger = logger
     }
 
-    /// Runs passes until cancelled: at once again while there is work, else after ``WebhookSettings/pollSeconds``.
+    /// Runs until cancelled: fan-out and delivery in two loops of their own (slow receivers never hold up fan-out), each
+    /// going again at once while there is work, else after ``WebhookSettings/pollSeconds``.
     public func run() async {
-        var passes = 0
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await loop("fan-out") { try await fanOut(limit: 1000) > 0 } }
+            group.addTask {
+                var passes = 0
+                await loop("delivery") {
+                    passes += 1
+                    if passes % 3600 == 0 { try await purge() }
+                    return try await deliverOnce() >= settings.maxInFlight
+                }
+            }
+        }
+    }
+
+    func loop(_ name: String, _ pass: () async throws -> Bool) async {
         while !Task.isCancelled {
             var busy = false
-            do {
-                let (dispatched, sent) = try await runOnce()
-                busy = dispatched > 0 || sent >= settings.maxInFlight * Self.batchesPerPass
-                passes += 1
-                if passes % 600 == 0 { try await purge() }
-            } catch is CancellationError { return } catch {
-                logger.warning("webhook pass failed", metadata: ["error": "\(String(reflecting: error))"])
+            do { busy = try await pass() } catch is CancellationError { return } catch {
+                logger.warning("webhook \(name) pass failed", metadata: ["error": "\(String(reflecting: error))"])
             }
             if !busy { try? await Task.sleep(for: .seconds(settings.pollSeconds)) }
         }
@@ -50,31 +59,26 @@ public struct WebhookWorker: Sendable {
     @discardableResult
     public func runOnce() async throws -> (dispatched: Int, sent: Int) {
         let dispatched = try await fanOut(limit: 1000)
-        let claimed = try await claim(limit: settings.maxInFlight * Self.batchesPerPass)
+        return (dispatched, try await deliverOnce())
+    }
+
+    /// Claims up to `maxInFlight` due deliveries, tries them all at once, and records the tries; returns how many.
+    func deliverOnce() async throws -> Int {
+        let claimed = try await claim(limit: settings.maxInFlight)
         // Each endpoint's addresses are checked once a pass (DNS may have changed since the endpoint was saved).
         var refused: [String: String?] = [:]
         for url in Set(claimed.map(\.url)) { refused[url] = await settings.urlPolicy.addressProblem(url) }
         let problems = refused
-        // At most maxInFlight tries at once: a new one starts as one finishes.
         let tries = await withTaskGroup(of: Try.self) { group in
-            var pending = claimed[...]
-            var done: [Try] = []
-            for _ in 0..<settings.maxInFlight {
-                guard let delivery = pending.popFirst() else { break }
-                group.addTask { await attempt(delivery, refused: problems[delivery.url] ?? nil) }
-            }
-            while let finished = await group.next() {
-                done.append(finished)
-                if let delivery = pending.popFirst() { group.addTask { await attempt(delivery, refused: problems[delivery.url] ?? nil) } }
-            }
-            return done
+            for delivery in claimed { group.addTask { await attempt(delivery, refused: problems[delivery.url] ?? nil) } }
+            return await group.reduce(into: [Try]()) { $0.append($1) }
         }
         do {
             try await record(tries)
         } catch {
             logger.warning("webhook tries not recorded", metadata: ["count": "\(tries.count)", "error": "\(String(reflecting: error))"])
         }
-        return (dispatched, claimed.count)
+        return claimed.count
     }
 
     /// Forgets dispatched events after 7 days and finished deliveries (with their tries) after 30.
@@ -90,9 +94,6 @@ public struct WebhookWorker: Sendable {
             }
         }
     }
-
-    /// A pass claims this many times `maxInFlight` deliveries (one claim and one record transaction for all of them).
-    static let batchesPerPass = 4
 
     struct Target {
         let id: String

@@ -37,7 +37,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     let allowedMethods = AllowedMethods()
     router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
     router.add(middleware: ClientAddressMiddleware(proxies: d.config.trustedProxies))
-    let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys, profiles: d.profiles)
+    let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys, profiles: d.profiles, requireAdminMFA: d.config.requireAdminMFA)
     SystemController(database: d.database, catalog: d.catalog).addRoutes(to: router)
     MetricsController(ledger: d.ledger, token: d.config.metricsToken).addRoutes(to: router)
     AuthController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)
@@ -60,6 +60,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AdminOperatorController(auth: d.auth, apiKeys: d.apiKeys, authenticator: authenticator).addRoutes(to: router)
     AdminWebhookController(webhooks: d.webhooks, authenticator: authenticator).addRoutes(to: router)
     AppleSignInController(auth: d.auth, verifier: d.appleSignIn, authenticator: authenticator).addRoutes(to: router)
+    MFAController(auth: d.auth, authenticator: authenticator, issuer: d.config.totpIssuer).addRoutes(to: router)
     allowedMethods.record(router)
     return router
 }

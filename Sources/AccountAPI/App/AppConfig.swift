@@ -57,6 +57,10 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// key set's URL (`SIGN_IN_WITH_APPLE_JWKS_URL`, default Apple's).
     var appleSignInClientIDs: Set<String> = []
     var appleSignInJWKSURL = "https://appleid.apple.com/auth/keys"
+    /// `REQUIRE_ADMIN_MFA=true`: admin sessions act as operators only after a TOTP code (set it in production).
+    var requireAdminMFA = false
+    /// The name authenticator apps show for TOTP entries (`TOTP_ISSUER`).
+    var totpIssuer = "Account Service"
 
     /// Stripe webhook endpoint secrets (`STRIPE_WEBHOOK_SECRET`, comma-separated for rotation); empty → 503.
     var stripeWebhookSecrets: [String] = []
@@ -177,6 +181,14 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let flag = reader.flag("WEBHOOK_WORKER") { webhookWorker = flag }
         if let ids = reader.value("SIGN_IN_WITH_APPLE_CLIENT_IDS") {
             appleSignInClientIDs = Set(ids.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
+        }
+        if let flag = reader.flag("REQUIRE_ADMIN_MFA") { requireAdminMFA = flag }
+        if let issuer = reader.value("TOTP_ISSUER") {
+            if issuer.utf8.count <= 64, !issuer.contains(":") {
+                totpIssuer = issuer
+            } else {
+                reader.problems.append("TOTP_ISSUER must be at most 64 bytes, without ':'")
+            }
         }
         if let url = reader.value("SIGN_IN_WITH_APPLE_JWKS_URL") {
             if url.hasPrefix("https://") || url.hasPrefix("http://") {

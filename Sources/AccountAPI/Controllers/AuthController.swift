@@ -83,12 +83,17 @@ struct AuthController: Sendable {
         return JSONResponse(Message(message: "If the address is waiting for verification, a new code is on its way."))
     }
 
-    @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SignInResponse> {
+    /// The sign-in body, or with two-factor codes on `{mfaRequired: true, mfaToken, expiresAt}` (no session yet).
+    @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> Response {
         var request = request
         let body = try await request.decodeJSON(SignInRequest.self, context: context)
-        let (user, session) = try await auth.signIn(
-            email: body.email, password: body.password, client: context.client(request), logger: context.logger)
-        return JSONResponse(SignInResponse(user: user, session: SessionJSON(session)))
+        switch try await auth.signIn(email: body.email, password: body.password, client: context.client(request), logger: context.logger) {
+        case .session(let user, let session):
+            return try JSONResponse(SignInResponse(user: user, session: SessionJSON(session))).response(from: request, context: context)
+        case .mfaRequired(let token, let expiresAt):
+            return try JSONResponse(MFAController.Challenge(mfaToken: token, expiresAt: ISODate.string(expiresAt))).response(
+                from: request, context: context)
+        }
     }
 
     @Sendable func signOut(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<Message> {

@@ -264,10 +264,13 @@ paths:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
-          description: Signed in.
+          description: Signed in; or, with two-factor codes on, `{mfaRequired, mfaToken, expiresAt}` for POST /api/auth/mfa/verify (no session yet).
           content:
             application/json:
-              schema: { $ref: "#/components/schemas/SignInResponse" }
+              schema:
+                oneOf:
+                  - { $ref: "#/components/schemas/SignInResponse" }
+                  - { $ref: "#/components/schemas/MFAChallenge" }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/InvalidCredentials" }
         "403":
@@ -406,6 +409,209 @@ paths:
               schema: { $ref: "#/components/schemas/Problem" }
         "404": { $ref: "#/components/responses/NotFound" }
         "503": { $ref: "#/components/responses/Unavailable" }
+  /api/auth/mfa/totp/setup:
+    post:
+      tags: [auth]
+      operationId: setupTOTP
+      summary: Start enrolling an authenticator app (owner profile); the secret is stored sealed and is not active until enabled.
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The secret (base32) and an otpauth:// URL for a QR code.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [secret, otpauthUrl]
+                properties:
+                  secret: { type: string }
+                  otpauthUrl: { type: string }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "409":
+          description: "`already_exists`: two-factor codes are already on."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/auth/mfa/totp/enable:
+    post:
+      tags: [auth]
+      operationId: enableTOTP
+      summary: Turn two-factor codes on with a first code; answers ten recovery codes, shown once.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [code]
+              properties:
+                code: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: On; the recovery codes (each works once).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [recoveryCodes]
+                properties:
+                  recoveryCodes: { type: array, items: { type: string } }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "409":
+          description: "`already_exists`: already on."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/mfa/totp:
+    delete:
+      tags: [auth]
+      operationId: disableTOTP
+      summary: Turn two-factor codes off (current password and a code or recovery code).
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [currentPassword]
+              properties:
+                code: { type: string }
+                recoveryCode: { type: string }
+                currentPassword: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "204": { description: Off. }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`invalid_password`, `owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/mfa/verify:
+    post:
+      tags: [auth]
+      operationId: verifySecondFactor
+      summary: Complete a sign-in that answered `mfaRequired`, with a code or a recovery code.
+      description: >-
+        The `mfaToken` lives five minutes and works once. Tries count against the address's password budget; a code is
+        refused again within its window (replay). Answers the normal sign-in body.
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [mfaToken]
+              properties:
+                mfaToken: { type: string }
+                code: { type: string }
+                recoveryCode: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: Signed in.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SignInResponse" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/user/email:
+    post:
+      tags: [account]
+      operationId: requestEmailChange
+      summary: Start an email change (owner profile); a code goes to the new address, a notice to the current one.
+      description: >-
+        The current password is checked against the address's password budget (an account without a password needs a
+        sign-in within 10 minutes). The answer is the same whether or not the new address is taken.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [newEmail, currentPassword]
+              properties:
+                newEmail: { type: string }
+                currentPassword: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "202":
+          description: A code is on its way to the new address.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [success, message]
+                properties:
+                  success: { type: boolean }
+                  message: { type: string }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`invalid_password`, `owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/user/email/verify:
+    post:
+      tags: [account]
+      operationId: confirmEmailChange
+      summary: Switch to the new address with its code; other sessions are signed out and the old address is told.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [code]
+              properties:
+                code: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: The account with its new address.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/User" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "409":
+          description: "`already_exists`: another account took the address meanwhile; nothing changed."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
   /api/auth/session:
     get:
       tags: [auth]
@@ -2485,7 +2691,7 @@ components:
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
-            upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token]
+            upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -2544,6 +2750,13 @@ components:
         user: { $ref: "#/components/schemas/User" }
         session: { $ref: "#/components/schemas/Session" }
         created: { type: boolean, description: True when this sign-in made the account. }
+    MFAChallenge:
+      type: object
+      required: [mfaRequired, mfaToken, expiresAt]
+      properties:
+        mfaRequired: { type: boolean, enum: [true] }
+        mfaToken: { type: string, description: For POST /api/auth/mfa/verify; five minutes, once. }
+        expiresAt: { type: string, format: date-time }
     FamilyProfile:
       type: object
       required: [id, name, isDefault, canMakePurchases, canUseCustomContentTypes, hasPin]

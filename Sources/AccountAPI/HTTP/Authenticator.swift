@@ -9,6 +9,8 @@ struct Authenticator: Sendable {
     let auth: AuthService
     let apiKeys: APIKeyService
     let profiles: ProfileService
+    /// `REQUIRE_ADMIN_MFA`: an admin's session acts as an operator only after a second factor.
+    var requireAdminMFA = false
 
     /// The end user's live session. API keys are not sessions: a live key answers 403 `session_required` (the credential
     /// is fine, the endpoint is for users), anything else 401.
@@ -42,6 +44,11 @@ struct Authenticator: Sendable {
         }
         let session = try await auth.authenticate(token: token, logger: context.logger)
         guard session.user.role == "admin" else { throw AuthError.forbidden("This needs an operator (role admin or an API key with scope admin).") }
+        if requireAdminMFA, try await !auth.sessionHasSecondFactor(sessionID: session.sessionID, logger: context.logger) {
+            throw Problem(
+                .forbidden, code: "mfa_required",
+                detail: "Operators need two-factor codes: enroll with POST /api/auth/mfa/totp/setup and /enable, then sign in again.")
+        }
         return "user:" + session.user.id
     }
 

@@ -34,6 +34,28 @@ enum Mails {
         )
     }
 
+    static func emailChangeCode(to email: String, code: String, minutes: Int) -> MailMessage {
+        MailMessage(
+            to: email, subject: "Your code to use this address",
+            body:
+                "Your code is \(code). It confirms this address as your account's new email and expires in \(minutes) minutes.\n\nIf you did not ask for this, ignore this message."
+        )
+    }
+
+    static func emailChangeRequested(to email: String) -> MailMessage {
+        MailMessage(
+            to: email, subject: "A change of your account's email was requested",
+            body: "Someone signed in to your account asked to move it to another email address.\n\nIf this was not you, change your password now."
+        )
+    }
+
+    static func emailChanged(to email: String, newEmail: String) -> MailMessage {
+        MailMessage(
+            to: email, subject: "Your account's email was changed",
+            body: "Your account now uses \(newEmail) and other sessions were signed out.\n\nIf this was not you, contact support at once."
+        )
+    }
+
     static func passwordChanged(to email: String) -> MailMessage {
         MailMessage(
             to: email, subject: "Your password was changed",

@@ -30,6 +30,14 @@ public struct SecretHasher: Sendable {
         Self.hex(HMAC<SHA256>.authenticationCode(for: Data("\(purpose)\u{0}\(email)\u{0}\(code)".utf8), using: key))
     }
 
+    /// Seals TOTP secrets (a key of their own, derived from the server secret).
+    var totpBox: SecretBox { SecretBox(serverKey: key, purpose: "totp secrets") }
+
+    /// Keyed hash of a recovery code (a table that only needs to recognise it).
+    func recoveryCodeHMAC(_ code: String, userID: String) -> String {
+        Self.hex(HMAC<SHA256>.authenticationCode(for: Data("recovery\u{0}\(userID)\u{0}\(code)".utf8), using: key))
+    }
+
     /// Keyed hash of an address for tables that only need to recognise it (mail budgets).
     public func addressKey(_ email: String) -> String {
         Self.hex(HMAC<SHA256>.authenticationCode(for: Data("address\u{0}\(email)".utf8), using: key))

@@ -1,0 +1,141 @@
+import Auth
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+/// Email change and two-factor codes (TOTP), end to end over HTTP on both engines.
+@Suite("Email change and two-factor codes over HTTP")
+struct EmailChangeAndMFAHTTPTests {
+    struct Me: Decodable { let id: String; let email: String; let emailVerified: Bool }
+    struct Setup: Decodable { let secret: String; let otpauthUrl: String }
+    struct Enabled: Decodable { let recoveryCodes: [String] }
+    struct Challenge: Decodable { let mfaRequired: Bool; let mfaToken: String }
+    struct SignedIn: Decodable { let session: Session; struct Session: Decodable { let token: String } }
+
+    @Test(arguments: Engine.allCases)
+    func anEmailChangeNeedsThePasswordAndTheNewAddressesCode(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "old@example.com")
+            let other = try await client.signIn("old@example.com", "correct horse battery").json(SignedIn.self).session.token
+            let wrong = try await client.send(
+                .post, "/api/user/email", token: token, json: #"{"newEmail":"new@example.com","currentPassword":"nope nope nope"}"#)
+            #expect(try wrong.status == .forbidden && wrong.problem().code == "invalid_password")
+            let asked = try await client.send(
+                .post, "/api/user/email", token: token, json: #"{"newEmail":"New@Example.com","currentPassword":"correct horse battery"}"#)
+            #expect(asked.status == .accepted)
+            #expect(try app.mails(to: "old@example.com").contains { $0.contains("asked to move it to another email address") })
+            #expect(try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"000000"}"#).status == .badRequest)
+            let code = try app.lastCode(to: "new@example.com")
+            let done = try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"\#(code)"}"#)
+            #expect(try done.status == .ok && done.json(Me.self).email == "new@example.com" && done.json(Me.self).emailVerified)
+            #expect(try await client.get("/api/user/me", token: other).status == .unauthorized, "other sessions end")
+            #expect(try await client.get("/api/user/me", token: token).status == .ok)
+            #expect(try await client.signIn("new@example.com", "correct horse battery").status == .ok)
+            #expect(try await client.signIn("old@example.com", "correct horse battery").status == .unauthorized)
+            #expect(try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"\#(code)"}"#).status == .badRequest)
+            // A taken address answers the same at first, and fails at verification for the owner who holds the code.
+            _ = try await client.signUpAndVerify(app, email: "taken@example.com")
+            app.clock.advance(seconds: 120)  // past the address's mail cooldown from its own sign-up
+            let taken = try await client.send(
+                .post, "/api/user/email", token: token, json: #"{"newEmail":"taken@example.com","currentPassword":"correct horse battery"}"#)
+            #expect(taken.status == .accepted && String(buffer: taken.body) == String(buffer: asked.body))
+            let refused = try await client.send(
+                .post, "/api/user/email/verify", token: token, json: #"{"code":"\#(try app.lastCode(to: "taken@example.com"))"}"#)
+            #expect(try refused.status == .conflict && refused.problem().code == "already_exists")
+            #expect(try await client.get("/api/user/me", token: token).json(Me.self).email == "new@example.com")
+            #expect(try await app.rows("SELECT action FROM audit_log WHERE action = 'email_changed'").count == 1)
+        }
+    }
+
+    static func code(_ secret: String, at date: Date) throws -> String {
+        TOTP.code(secret: try #require(TOTP.base32Decode(secret)), step: TOTP.step(at: date))
+    }
+
+    @Test(arguments: Engine.allCases)
+    func totpGuardsSignInWithoutReplayAndRecoveryCodesWorkOnce(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "mfa@example.com")
+            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token).json(Setup.self)
+            #expect(setup.otpauthUrl.hasPrefix("otpauth://totp/") && setup.otpauthUrl.contains("secret=\(setup.secret)"))
+            #expect(
+                try await app.rows("SELECT secret_sealed FROM totp_factors").allSatisfy {
+                    !((try? $0.string("secret_sealed")) ?? "").contains(setup.secret)
+                })
+            #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: #"{"code":"000000"}"#).status == .badRequest)
+            let first = try Self.code(setup.secret, at: app.clock.now())
+            let enabled = try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: #"{"code":"\#(first)"}"#)
+            #expect(enabled.status == .ok)
+            let recovery = try enabled.json(Enabled.self).recoveryCodes
+            #expect(recovery.count == 10 && Set(recovery).count == 10)
+            // Sign-in now asks for the second factor; no session yet.
+            let signIn = try await client.signIn("mfa@example.com", "correct horse battery")
+            let challenge = try signIn.json(Challenge.self)
+            #expect(signIn.status == .ok && challenge.mfaRequired && !String(buffer: signIn.body).contains("\"session\""))
+            func verify(_ json: String) async throws -> TestResponse { try await client.post("/api/auth/mfa/verify", json: json) }
+            // The code used to enable is refused again within its window (replay).
+            #expect(try await verify(#"{"mfaToken":"\#(challenge.mfaToken)","code":"\#(first)"}"#).status == .badRequest)
+            app.clock.advance(seconds: 30)
+            let next = try Self.code(setup.secret, at: app.clock.now())
+            let done = try await verify(#"{"mfaToken":"\#(challenge.mfaToken)","code":"\#(next)"}"#)
+            #expect(done.status == .ok)
+            #expect(try await client.get("/api/user/me", token: try done.json(SignedIn.self).session.token).status == .ok)
+            app.clock.advance(seconds: 30)
+            let later = try Self.code(setup.secret, at: app.clock.now())
+            #expect(
+                try await verify(#"{"mfaToken":"\#(challenge.mfaToken)","code":"\#(later)"}"#).status == .unauthorized, "a challenge is used once")
+            // A recovery code works once.
+            let second = try await client.signIn("mfa@example.com", "correct horse battery").json(Challenge.self)
+            #expect(try await verify(#"{"mfaToken":"\#(second.mfaToken)","recoveryCode":"\#(recovery[0])"}"#).status == .ok)
+            let third = try await client.signIn("mfa@example.com", "correct horse battery").json(Challenge.self)
+            #expect(try await verify(#"{"mfaToken":"\#(third.mfaToken)","recoveryCode":"\#(recovery[0])"}"#).status == .badRequest)
+            #expect(try await verify(#"{"mfaToken":"\#(third.mfaToken)","code":"1","recoveryCode":"x"}"#).status == .badRequest)
+            // Parallel wrong codes draw on the password budget: they cannot all be checked.
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 0..<20 {
+                    group.addTask { try await verify(#"{"mfaToken":"\#(third.mfaToken)","code":"\#(String(format: "%06d", i))"}"#).status.code }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == 400 }.count <= 10 && statuses.contains(429), "\(statuses)")
+            // Turning it off needs the password and a factor.
+            app.clock.advance(seconds: 3600)
+            let off = try Self.code(setup.secret, at: app.clock.now())
+            #expect(
+                try await client.send(.delete, "/api/auth/mfa/totp", token: token, json: #"{"code":"\#(off)","currentPassword":"wrong wrong wrong"}"#)
+                    .status == .forbidden)
+            app.clock.advance(seconds: 3600)
+            let offAgain = try Self.code(setup.secret, at: app.clock.now())
+            let disabled = try await client.send(
+                .delete, "/api/auth/mfa/totp", token: token, json: #"{"code":"\#(offAgain)","currentPassword":"correct horse battery"}"#)
+            #expect(disabled.status == .noContent, "\(String(buffer: disabled.body))")
+            #expect(try await client.signIn("mfa@example.com", "correct horse battery").json(SignedIn.self).session.token.isEmpty == false)
+        }
+    }
+
+    @Test(arguments: Engine.allCases)
+    func operatorsNeedASecondFactorWhenRequired(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: { $0.requireAdminMFA = true }) { client, app in
+            _ = try await app.dependencies.auth.createAdmin(
+                email: "ops@example.com", password: "correct horse battery", name: "Ops", logger: TestDatabase.logger)
+            let session = try await client.signIn("ops@example.com", "correct horse battery").json(SignedIn.self).session.token
+            let refused = try await client.get("/api/admin/users", token: session)
+            #expect(try refused.status == .forbidden && refused.problem().code == "mfa_required")
+            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: session).json(Setup.self)
+            let code = try Self.code(setup.secret, at: app.clock.now())
+            #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: session, json: #"{"code":"\#(code)"}"#).status == .ok)
+            #expect(try await client.get("/api/admin/users", token: session).status == .ok, "enrolling in this session shows the factor")
+            app.clock.advance(seconds: 30)
+            let challenge = try await client.signIn("ops@example.com", "correct horse battery").json(Challenge.self)
+            let signedIn = try await client.post(
+                "/api/auth/mfa/verify", json: #"{"mfaToken":"\#(challenge.mfaToken)","code":"\#(try Self.code(setup.secret, at: app.clock.now()))"}"#)
+            #expect(try await client.get("/api/admin/users", token: try signedIn.json(SignedIn.self).session.token).status == .ok)
+            #expect(try await client.get("/api/admin/users", token: try await app.apiKey(["admin"])).status == .ok, "API keys are unaffected")
+        }
+    }
+}
