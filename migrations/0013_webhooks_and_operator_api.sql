@@ -10,11 +10,10 @@ CREATE TABLE outbox_events (
     data TEXT NOT NULL,
     balance_before BIGINT,
     balance_after BIGINT,
-    created_at_ms BIGINT NOT NULL,
-    dispatched_at_ms BIGINT
+    created_at_ms BIGINT NOT NULL
 );
-CREATE INDEX outbox_events_undispatched ON outbox_events (created_at_ms) WHERE dispatched_at_ms IS NULL;
-CREATE INDEX outbox_events_created ON outbox_events (created_at_ms);
+-- The outbox holds only events not yet fanned out: fan-out copies each into its deliveries and deletes it, so the table
+-- stays small and needs no index beyond its key (ids lead with their creation time, so key order is time order).
 
 CREATE TABLE webhook_endpoints (
     id TEXT PRIMARY KEY,

@@ -74,14 +74,4 @@ public struct Outbox: EventSink {
         return "evt_" + String(repeating: "0", count: max(0, 12 - time.count)) + time + random.prefix(20)
     }
 
-    /// Forgets dispatched events older than `retentionSeconds` (their deliveries keep their own copy of the body).
-    public static func purge(_ tx: any SQLExecutor, before: Date, limit: Int) async throws -> Int {
-        try await tx.query(
-            """
-            DELETE FROM outbox_events WHERE id IN (
-                SELECT id FROM outbox_events WHERE dispatched_at_ms IS NOT NULL AND created_at_ms < ? ORDER BY created_at_ms LIMIT ?)
-            RETURNING id
-            """, [before, limit]
-        ).count
-    }
 }

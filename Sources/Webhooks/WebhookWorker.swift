@@ -4,9 +4,9 @@ import Metrics
 import Storage
 
 /// Delivers the outbox. Each pass (on every node; the database arbitrates):
-/// 1. **Fan-out**: undispatched events (claimed with `FOR UPDATE SKIP LOCKED` on PostgreSQL) become one delivery per
+/// 1. **Fan-out**: outbox events (claimed with `FOR UPDATE SKIP LOCKED` on PostgreSQL) become one delivery per
 ///    subscribed, enabled endpoint created before the event (unique per endpoint and event), plus `balance.low` where a
-///    change crossed an endpoint's threshold downwards; then the event is marked dispatched — in one transaction.
+///    change crossed an endpoint's threshold downwards; then the event leaves the outbox — in one transaction.
 /// 2. **Claim**: due deliveries are leased (`locked_until`, the attempt number raised) so each runs on one node at a time;
 ///    a node killed mid-try leaves a lease that lapses, and the delivery is tried again (at least once, same `webhook-id`).
 /// 3. **Send** (at most ``WebhookSettings/maxInFlight`` at once) and **record** every try; 2xx delivers, 5xx, 408, 429,
@@ -81,11 +81,10 @@ public struct WebhookWorker: Sendable {
         return claimed.count
     }
 
-    /// Forgets dispatched events after 7 days and finished deliveries (with their tries) after 30.
+    /// Forgets finished deliveries (with their tries) after 30 days.
     func purge() async throws {
         let now = clock.now()
         try await database.transaction(logger: logger) { tx in
-            _ = try await Outbox.purge(tx, before: now.addingTimeInterval(-7 * 86400), limit: 5000)
             let old = try await tx.query(
                 "SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at_ms < ? LIMIT 5000", [now.addingTimeInterval(-30 * 86400)])
             for row in old {
@@ -107,7 +106,7 @@ public struct WebhookWorker: Sendable {
             let now = clock.now()
             let skipLocked = tx.engine == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
             let events = try await tx.query(
-                "SELECT * FROM outbox_events WHERE dispatched_at_ms IS NULL ORDER BY created_at_ms, id LIMIT ?" + skipLocked, [limit])
+                "SELECT * FROM outbox_events ORDER BY id LIMIT ?" + skipLocked, [limit])
             guard !events.isEmpty else { return 0 }
             let targets = try await tx.query("SELECT * FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL").map { row in
                 Target(
@@ -121,9 +120,8 @@ public struct WebhookWorker: Sendable {
                 try await Self.insertDeliveries(tx, Array(chunk), now: now, retryUntil: until)
             }
             let ids = try events.map { try $0.string("id") }
-            try await tx.query(
-                "UPDATE outbox_events SET dispatched_at_ms = ? WHERE id IN (\(Array(repeating: "?", count: ids.count).joined(separator: ", ")))",
-                [now] + ids)
+            // Fanned out: the deliveries hold each body from here on.
+            try await tx.query("DELETE FROM outbox_events WHERE id IN (\(Array(repeating: "?", count: ids.count).joined(separator: ", ")))", ids)
             return events.count
         }
     }
