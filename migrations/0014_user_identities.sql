@@ -10,3 +10,9 @@ CREATE TABLE user_identities (
     PRIMARY KEY (provider, subject)
 );
 CREATE INDEX user_identities_user ON user_identities (user_id);
+
+-- Apple's server-to-server notifications applied, by their `jti`: a replayed notification changes nothing.
+CREATE TABLE apple_signin_events (
+    jti TEXT PRIMARY KEY,
+    received_at_ms BIGINT NOT NULL
+);

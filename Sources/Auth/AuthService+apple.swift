@@ -32,7 +32,7 @@ extension AuthService {
     /// Returns the user, a new session, and whether an account was made.
     public func signInWithApple(
         _ identity: AppleSignIn, name: String?, client: ClientInfo, logger: Logger
-    ) async throws -> (user: User, session: IssuedSession, created: Bool) {
+    ) async throws -> (outcome: SignInOutcome, created: Bool) {
         if let name, let problem = InputRules.nameProblem(name) { throw AuthError.validation(problem) }
         do {
             return try await appleTransaction(identity, name: name, client: client, logger: logger)
@@ -44,20 +44,25 @@ extension AuthService {
 
     func appleTransaction(
         _ identity: AppleSignIn, name: String?, client: ClientInfo, logger: Logger
-    ) async throws -> (user: User, session: IssuedSession, created: Bool) {
-        let outcome: (User, IssuedSession, Bool, [MailMessage]) = try await database.transaction(logger: logger) { tx in
+    ) async throws -> (outcome: SignInOutcome, created: Bool) {
+        let outcome: (SignInOutcome, Bool, [MailMessage]) = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let (userID, created, mails) = try await appleAccount(tx, identity, name: name, client: client, now: now)
             try await tx.query(
                 "UPDATE user_identities SET last_used_at_ms = ? WHERE provider = 'apple' AND subject = ?", [now, identity.subject])
+            // Apple proves the Apple ID, not the account's second factor: with TOTP on, the same challenge as a password.
+            if let challenge = try await mfaChallenge(tx, userID: userID, now: now) {
+                try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_apple_mfa_pending", subject: userID, ip: client.ip)
+                return (.mfaRequired(token: challenge.token, expiresAt: challenge.expiresAt), created, mails)
+            }
             let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
             _ = try await rememberDevice(tx, userID: userID, client: client, now: now)
             try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_apple", subject: userID, ip: client.ip)
-            return (try await loadUser(tx, id: userID), session, created, mails)
+            return (.session(try await loadUser(tx, id: userID), session), created, mails)
         }
-        await send(outcome.3, logger: logger)
-        return (outcome.0, outcome.1, outcome.2)
+        await send(outcome.2, logger: logger)
+        return (outcome.0, outcome.1)
     }
 
     /// The account for this Apple user: linked, linked now, or made now.
@@ -70,7 +75,8 @@ extension AuthService {
         {
             return (try linked.string("user_id"), false, [])
         }
-        guard let email = identity.email.flatMap(InputRules.normalizedEmail), identity.emailVerified else {
+        // ASCII addresses only here: lowercasing must not fold another script's letter onto an existing account's address.
+        guard let raw = identity.email, raw.allSatisfy(\.isASCII), let email = InputRules.normalizedEmail(raw), identity.emailVerified else {
             throw AuthError.validation("Apple shared no verified email address for this Apple ID; sign in with Apple again and share an email.")
         }
         let existing = try await tx.first(
@@ -133,15 +139,24 @@ extension AuthService {
 
     /// Apple's server-to-server events for an Apple user: `consent-revoked` revokes the account's sessions (and the link),
     /// `account-delete` erases the account as `DELETE /api/user/me` does; email events are recorded. Unknown users and
-    /// types are recorded and ignored (Apple retries only on failure). Returns what was done.
-    public func appleEvent(type: String, subject: String, logger: Logger) async throws -> String {
+    /// types are recorded and ignored (Apple retries only on failure). Each notification applies once (by its id), and an
+    /// event older than the current link is ignored. Returns what was done.
+    public func appleEvent(type: String, subject: String, id: String, eventTime: Date?, logger: Logger) async throws -> String {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             guard
+                !(try await tx.query(
+                    "INSERT INTO apple_signin_events (jti, received_at_ms) VALUES (?, ?) ON CONFLICT (jti) DO NOTHING RETURNING jti", [id, now]))
+                    .isEmpty
+            else { return "already applied" }
+            guard
                 let row = try await tx.first(
-                    "SELECT i.user_id, u.email FROM user_identities i JOIN users u ON u.id = i.user_id WHERE i.provider = 'apple' AND i.subject = ? AND u.deleted_at_ms IS NULL",
+                    "SELECT i.user_id, u.email, i.created_at_ms FROM user_identities i JOIN users u ON u.id = i.user_id WHERE i.provider = 'apple' AND i.subject = ? AND u.deleted_at_ms IS NULL",
                     [subject])
             else { return "unknown Apple user" }
+            // An event from before the current link (an old notification for an earlier link; a minute of clock leeway)
+            // changes nothing.
+            if let eventTime, eventTime.addingTimeInterval(60) < (try row.date("created_at_ms")) { return "older than the current link" }
             let userID = try row.string("user_id")
             switch type {
             case "consent-revoked":
@@ -156,6 +171,32 @@ extension AuthService {
                 try await AuditLog.record(tx, at: now, actor: "apple", action: "apple_\(type.prefix(40))", subject: userID, ip: nil)
                 return "recorded"
             }
+        }
+    }
+}
+
+extension AuthService {
+    /// Unlinks a provider (owner profile; the current password, or a recent sign-in for an account without one). An account
+    /// may not remove its last way in: unlinking Apple from an account without a password is 409 (set a password first
+    /// with the reset flow).
+    public func unlinkSignInMethod(
+        _ session: AuthenticatedSession, provider: String, currentPassword: String, client: ClientInfo, logger: Logger
+    ) async throws {
+        try requireOwnerProfile(session)
+        guard provider == "apple" else {
+            throw AuthError.validation("Only 'apple' can be unlinked; the password is changed, not removed (got '\(provider.prefix(20))').")
+        }
+        try await requirePresence(session, password: currentPassword, client: client, logger: logger)
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            guard try await tx.first("SELECT subject FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id]) != nil else {
+                throw AuthError.notFound
+            }
+            guard try await tx.first("SELECT password_hash FROM users WHERE id = ?", [session.user.id])?.optionalString("password_hash") != nil else {
+                throw AuthError.conflict("Apple is this account's only way in; set a password (reset it by email) before unlinking Apple.")
+            }
+            try await tx.query("DELETE FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id])
+            try await AuditLog.record(tx, at: now, actor: session.user.id, action: "apple_unlinked", subject: session.user.id, ip: client.ip)
         }
     }
 }

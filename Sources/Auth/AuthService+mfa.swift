@@ -25,8 +25,12 @@ extension AuthService {
     static let recoveryCodeCount = 10
 
     /// Starts (or restarts) TOTP enrolment: a new secret, sealed at rest, not active until ``enableTOTP``.
-    public func setupTOTP(_ session: AuthenticatedSession, issuer: String, logger: Logger) async throws -> TOTPEnrollment {
+    public func setupTOTP(
+        _ session: AuthenticatedSession, currentPassword: String, issuer: String, client: ClientInfo, logger: Logger
+    ) async throws -> TOTPEnrollment {
         try requireOwnerProfile(session)
+        // A stolen session must not enroll its own authenticator: the password (or a recent sign-in) first.
+        try await requirePresence(session, password: currentPassword, client: client, logger: logger)
         let secret = TOTP.newSecret()
         let sealed = try secrets.totpBox.seal(TOTP.base32(secret))
         try await database.transaction(logger: logger) { tx in
@@ -49,7 +53,7 @@ extension AuthService {
     /// Turns TOTP on with a first code from the app; returns ten recovery codes (shown once, stored as keyed hashes).
     public func enableTOTP(_ session: AuthenticatedSession, code: String, client: ClientInfo, logger: Logger) async throws -> [String] {
         try requireOwnerProfile(session)
-        let attempt = try await reserveSecondFactor(email: session.user.email, logger: logger)
+        let attempt = try await reserveSecondFactor(userID: session.user.id, logger: logger)
         let codes = (0..<Self.recoveryCodeCount).map { _ in Self.newRecoveryCode() }
         let result: Result<[String], AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
@@ -69,7 +73,9 @@ extension AuthService {
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "totp_enabled", subject: session.user.id, ip: client.ip)
             return .success(codes)
         }
-        return try result.get()
+        let codesShown = try result.get()
+        await send([Mails.twoFactorEnabled(to: session.user.email)], logger: logger)
+        return codesShown
     }
 
     /// Turns TOTP off: the current password (password budget) and a code or a recovery code.
@@ -78,7 +84,7 @@ extension AuthService {
     ) async throws {
         try requireOwnerProfile(session)
         try await requirePresence(session, password: currentPassword, client: client, logger: logger)
-        let attempt = try await reserveSecondFactor(email: session.user.email, logger: logger)
+        let attempt = try await reserveSecondFactor(userID: session.user.id, logger: logger)
         let result: Result<Void, AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             guard try await useSecondFactor(tx, userID: session.user.id, factor: factor, now: now) else { return .failure(wrongFactor(attempt)) }
@@ -102,14 +108,17 @@ extension AuthService {
         }
         guard let challenge else { throw AuthError.unauthorized }
         let userID = try challenge.string("user_id")
-        let attempt = try await reserveSecondFactor(email: try challenge.string("email"), logger: logger)
+        let attempt = try await reserveSecondFactor(userID: userID, logger: logger)
         let result: Result<(User, IssuedSession), AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
+            // The challenge is locked and checked first, so parallel tries on one token never use up a factor for nothing.
+            guard
+                try await tx.first(
+                    "SELECT user_id FROM mfa_challenges WHERE token_hash = ? AND used_at_ms IS NULL" + tx.dialect.forUpdate, [hash]) != nil
+            else { return .failure(.unauthorized) }
             guard try await useSecondFactor(tx, userID: userID, factor: factor, now: now) else { return .failure(wrongFactor(attempt)) }
-            let claimed = try await tx.query(
-                "UPDATE mfa_challenges SET used_at_ms = ? WHERE token_hash = ? AND used_at_ms IS NULL RETURNING user_id", [now, hash])
-            guard !claimed.isEmpty else { return .failure(.unauthorized) }
-            try await AttemptBudget.clear(tx, key: keys.password(email: try challenge.string("email")))
+            try await tx.query("UPDATE mfa_challenges SET used_at_ms = ? WHERE token_hash = ?", [now, hash])
+            try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))
             let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
             try await tx.query("UPDATE sessions SET mfa_at_ms = ? WHERE id = ?", [now, session.id])
@@ -138,10 +147,11 @@ extension AuthService {
             != nil
     }
 
-    /// One second-factor try from the address's password budget (reserved before the check, like a password).
+    /// One second-factor try from the account's own budget (reserved before the check, like a password; the password
+    /// rule's delays and lock), which only a right second factor clears.
     @discardableResult
-    func reserveSecondFactor(email: String, logger: Logger) async throws -> Int {
-        let key = keys.password(email: email)
+    func reserveSecondFactor(userID: String, logger: Logger) async throws -> Int {
+        let key = keys.secondFactor(userID: userID)
         let rule = policy.passwordRule
         return try await database.transaction(logger: logger) { tx in
             try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now()))

@@ -58,6 +58,9 @@ public struct AppleIdentityVerifier: Sendable {
         if let nonce {
             let expected = SHA256.hash(data: Data(nonce.utf8)).map { String(format: "%02x", $0) }.joined()
             guard claims.nonce == expected else { throw IdentityError.invalid("The token's nonce does not match the nonce sent.") }
+        } else if claims.nonce != nil {
+            // The app asked Apple for a nonce: without the raw one here, a captured token could be replayed.
+            throw IdentityError.invalid("The token carries a nonce: send the raw nonce with it.")
         }
         guard let subject = claims.sub, !subject.isEmpty, subject.utf8.count <= 255 else { throw IdentityError.invalid("The token has no subject.") }
         return AppleIdentity(
@@ -92,6 +95,10 @@ public struct AppleSignInEvent: Sendable, Equatable {
     /// `email-disabled`, `email-enabled`, `consent-revoked` or `account-delete`.
     public let type: String
     public let subject: String
+    /// The notification's id (a replay has the same one).
+    public let id: String
+    /// When the event happened (`event_time`), if Apple said.
+    public let eventTime: Date?
 }
 
 extension AppleIdentityVerifier {
@@ -99,11 +106,15 @@ extension AppleIdentityVerifier {
         let iss: String?
         let aud: AudienceClaim?
         let iat: Double?
+        let jti: String?
         let events: String?
         func verify(using _: some JWTAlgorithm) throws {}
     }
 
-    struct Events: Decodable { let type: String; let sub: String }
+    struct Events: Decodable { let type: String; let sub: String; let event_time: Double? }
+
+    /// Notifications older than this are refused (a captured one cannot be replayed later).
+    public static let notificationAgeMaxSeconds: Double = 3 * 86400
 
     /// Verifies a notification's `payload` (a JWT signed with Apple's keys, for one of the client ids) and reads its event.
     public func verifyNotification(_ token: String) async throws -> AppleSignInEvent {
@@ -115,9 +126,14 @@ extension AppleIdentityVerifier {
         guard let iat = claims.iat, iat - leewaySeconds <= now().timeIntervalSince1970 else {
             throw IdentityError.invalid("The notification is not valid yet (iat).")
         }
+        guard now().timeIntervalSince1970 - iat <= Self.notificationAgeMaxSeconds else {
+            throw IdentityError.invalid("The notification is too old (iat).")
+        }
+        guard let jti = claims.jti, !jti.isEmpty, jti.utf8.count <= 200 else { throw IdentityError.invalid("The notification has no id (jti).") }
         guard let text = claims.events, let events = try? JSONDecoder().decode(Events.self, from: Data(text.utf8)), !events.sub.isEmpty else {
             throw IdentityError.invalid("The notification carries no event.")
         }
-        return AppleSignInEvent(type: events.type, subject: events.sub)
+        return AppleSignInEvent(
+            type: events.type, subject: events.sub, id: jti, eventTime: events.event_time.map { Date(timeIntervalSince1970: $0 / 1000) })
     }
 }

@@ -16,6 +16,9 @@ public actor AppleKeySet {
     var keys: JWTKeyCollection?
     var kids: Set<String> = []
     var lastFetch: Date?
+    var inFlight: Task<Void, any Error>?
+    /// After a failed fetch with nothing cached, tokens are refused (503) this long before the next try.
+    let failedFetchBackoffSeconds: Double = 5
 
     public init(url: String = AppleKeySet.appleURL, client: HTTPClient, now: @escaping @Sendable () -> Date, refetchIntervalSeconds: Double = 60) {
         self.url = url
@@ -28,8 +31,19 @@ public actor AppleKeySet {
     /// minute old). nil: the set does not have `kid`.
     func keys(for kid: String) async throws -> JWTKeyCollection? {
         if let keys, kids.contains(kid) { return keys }
-        if let lastFetch, keys != nil, now().timeIntervalSince(lastFetch) < refetchIntervalSeconds { return nil }
-        try await fetch()
+        if let inFlight {
+            // One fetch at a time: concurrent callers wait for it instead of starting their own.
+            try await inFlight.value
+            return kids.contains(kid) ? keys : nil
+        }
+        if let lastFetch, now().timeIntervalSince(lastFetch) < (keys == nil ? failedFetchBackoffSeconds : refetchIntervalSeconds) {
+            if keys == nil { throw IdentityError.unavailable("Apple's keys cannot be fetched right now.") }
+            return nil
+        }
+        let task = Task { try await fetch() }
+        inFlight = task
+        defer { inFlight = nil }
+        try await task.value
         return kids.contains(kid) ? keys : nil
     }
 

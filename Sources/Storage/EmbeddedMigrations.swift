@@ -415,6 +415,12 @@ CREATE TABLE user_identities (
 );
 CREATE INDEX user_identities_user ON user_identities (user_id);
 
+-- Apple's server-to-server notifications applied, by their `jti`: a replayed notification changes nothing.
+CREATE TABLE apple_signin_events (
+    jti TEXT PRIMARY KEY,
+    received_at_ms BIGINT NOT NULL
+);
+
 """#),
         Migration(version: 15, file: "0015_email_change_and_totp.sql", sql: #"""
 -- Why: email change and two-factor codes (issue 28). A requested change waits in email_changes (one per user, the code

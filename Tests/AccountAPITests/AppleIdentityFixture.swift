@@ -93,10 +93,10 @@ final class AppleIdentityFixture: Sendable {
     }
 
     /// A server-to-server notification's JWT.
-    func notification(type: String, sub: String, now: Date) throws -> String {
+    func notification(type: String, sub: String, now: Date, jti: String = UUID().uuidString) throws -> String {
         let events = #"{"type":"\#(type)","sub":"\#(sub)","event_time":\#(Int(now.timeIntervalSince1970) * 1000)}"#
         return try token([
-            "iss": "https://appleid.apple.com", "aud": Self.clientID, "iat": Int(now.timeIntervalSince1970), "jti": UUID().uuidString,
+            "iss": "https://appleid.apple.com", "aud": Self.clientID, "iat": Int(now.timeIntervalSince1970), "jti": jti,
             "events": events,
         ])
     }

@@ -1,3 +1,4 @@
+import Auth
 import Crypto
 import Foundation
 import HTTPTypes
@@ -18,6 +19,7 @@ struct AppleSignInHTTPTests {
         struct User: Decodable { let id: String; let email: String; let name: String; let emailVerified: Bool }
         struct Session: Decodable { let token: String }
     }
+    struct NotificationAnswer: Decodable { let result: String }
     struct Identities: Decodable { let identities: [Identity]; struct Identity: Decodable { let provider: String; let email: String? } }
 
     static func apple(_ client: any TestClientProtocol, _ token: String, nonce: String? = nil, name: String? = nil) async throws -> TestResponse {
@@ -117,6 +119,17 @@ struct AppleSignInHTTPTests {
                 let methods = try await client.get("/api/auth/identities", token: token).json(Identities.self)
                 #expect(methods.identities.map(\.provider) == ["password", "apple"])
                 #expect(try await client.balance(token).totalTokens == 3, "no second welcome grant")
+                // Unlinking: with a password left it works; the last way in cannot be removed.
+                #expect(
+                    try await client.send(.delete, "/api/auth/identities/apple", token: token, json: #"{"currentPassword":"wrong wrong wrong"}"#)
+                        .status == .forbidden)
+                #expect(
+                    try await client.send(.delete, "/api/auth/identities/apple", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                        .status == .noContent)
+                #expect(try await client.get("/api/auth/identities", token: token).json(Identities.self).identities.map(\.provider) == ["password"])
+                #expect(
+                    try await client.send(.delete, "/api/auth/identities/apple", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                        .status == .notFound)
                 // An unverified email in the token never links or creates.
                 let unverified = try apple.token(
                     apple.claims(sub: "001.mallory", email: "grace@example.com", now: now, overrides: ["email_verified": "false"]))
@@ -129,12 +142,18 @@ struct AppleSignInHTTPTests {
                 #expect(try await client.signIn("kate@example.com", "squatter password 1").status == .unauthorized)
                 // consent-revoked: the account's sessions end; account-delete: the account is erased.
                 let kateToken = try kate.json(Answer.self).session.token
-                let revoked = try await client.post(
-                    "/api/webhooks/apple/signin",
-                    json: #"{"payload":"\#(try apple.notification(type: "consent-revoked", sub: "001.kate", now: now))"}"#)
+                let revocation = try apple.notification(type: "consent-revoked", sub: "001.kate", now: now)
+                let revoked = try await client.post("/api/webhooks/apple/signin", json: #"{"payload":"\#(revocation)"}"#)
                 #expect(revoked.status == .ok)
                 #expect(try await client.get("/api/auth/session", token: kateToken).status == .unauthorized)
+                app.clock.advance(seconds: 1)
                 let again = try await Self.apple(client, try apple.token(apple.claims(sub: "001.kate", email: "kate@example.com", now: now)))
+                // A replay of the revocation (same jti) changes nothing: the new session lives.
+                let replay = try await client.post("/api/webhooks/apple/signin", json: #"{"payload":"\#(revocation)"}"#)
+                #expect(try replay.json(NotificationAnswer.self).result == "already applied")
+                #expect(try await client.get("/api/auth/session", token: again.json(Answer.self).session.token).status == .ok)
+                let stale = try apple.notification(type: "consent-revoked", sub: "001.kate", now: now.addingTimeInterval(-4 * 86400))
+                #expect(try await client.post("/api/webhooks/apple/signin", json: #"{"payload":"\#(stale)"}"#).status == .unauthorized)
                 let deleted = try await client.post(
                     "/api/webhooks/apple/signin",
                     json: #"{"payload":"\#(try apple.notification(type: "account-delete", sub: "001.kate", now: now))"}"#)
@@ -150,7 +169,29 @@ struct AppleSignInHTTPTests {
                 // An Apple-only account deletes itself after a recent sign-in, without a password.
                 let solo = try await Self.apple(client, try apple.token(apple.claims(sub: "001.solo", email: "solo@example.com", now: now)))
                 let soloToken = try solo.json(Answer.self).session.token
+                let last = try await client.send(.delete, "/api/auth/identities/apple", token: soloToken)
+                #expect(try last.status == .conflict && last.problem().detail.contains("only way in"))
                 #expect(try await client.send(.delete, "/api/user/me", token: soloToken, json: #"{"password":""}"#).status == .noContent)
+            }
+        }
+    }
+
+    /// With two-factor codes on, Apple sign-in asks for a code too (Apple proves the Apple ID, not the second factor).
+    @Test(arguments: Engine.allCases)
+    func twoFactorCodesGuardAppleSignInToo(engine: Engine) async throws {
+        let apple = try AppleIdentityFixture()
+        try await apple.run { jwks in
+            try await TestApp.run(engine, configure: apple.configure(jwks)) { client, app in
+                let now = app.clock.now()
+                let token = try await client.signUpAndVerify(app, email: "grace@example.com")
+                let setup = try await client.send(
+                    .post, "/api/auth/mfa/totp/setup", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                let secret = try #require(try setup.json([String: String].self)["secret"])
+                let code = TOTP.code(secret: try #require(TOTP.base32Decode(secret)), step: TOTP.step(at: app.clock.now()))
+                #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: #"{"code":"\#(code)"}"#).status == .ok)
+                let challenged = try await Self.apple(client, try apple.token(apple.claims(sub: "001.grace", email: "grace@example.com", now: now)))
+                #expect(challenged.status == .ok && String(buffer: challenged.body).contains(#""mfaRequired":true"#))
+                #expect(!String(buffer: challenged.body).contains(#""session""#))
             }
         }
     }

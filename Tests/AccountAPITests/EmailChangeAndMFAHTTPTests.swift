@@ -61,7 +61,9 @@ struct EmailChangeAndMFAHTTPTests {
     func totpGuardsSignInWithoutReplayAndRecoveryCodesWorkOnce(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "mfa@example.com")
-            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token).json(Setup.self)
+            #expect(try await client.send(.post, "/api/auth/mfa/totp/setup", token: token).status == .forbidden, "the password first")
+            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                .json(Setup.self)
             #expect(setup.otpauthUrl.hasPrefix("otpauth://totp/") && setup.otpauthUrl.contains("secret=\(setup.secret)"))
             #expect(
                 try await app.rows("SELECT secret_sealed FROM totp_factors").allSatisfy {
@@ -103,6 +105,9 @@ struct EmailChangeAndMFAHTTPTests {
                 return try await group.reduce(into: [Int]()) { $0.append($1) }
             }
             #expect(statuses.filter { $0 == 400 }.count <= 10 && statuses.contains(429), "\(statuses)")
+            // A right password does not refill the second-factor budget: new challenges still meet 429.
+            let fresh = try await client.signIn("mfa@example.com", "correct horse battery").json(Challenge.self)
+            #expect(try await verify(#"{"mfaToken":"\#(fresh.mfaToken)","code":"000001"}"#).status.code == 429)
             // Turning it off needs the password and a factor.
             app.clock.advance(seconds: 3600)
             let off = try Self.code(setup.secret, at: app.clock.now())
@@ -126,7 +131,9 @@ struct EmailChangeAndMFAHTTPTests {
             let session = try await client.signIn("ops@example.com", "correct horse battery").json(SignedIn.self).session.token
             let refused = try await client.get("/api/admin/users", token: session)
             #expect(try refused.status == .forbidden && refused.problem().code == "mfa_required")
-            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: session).json(Setup.self)
+            let setup = try await client.send(
+                .post, "/api/auth/mfa/totp/setup", token: session, json: #"{"currentPassword":"correct horse battery"}"#
+            ).json(Setup.self)
             let code = try Self.code(setup.secret, at: app.clock.now())
             #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: session, json: #"{"code":"\#(code)"}"#).status == .ok)
             #expect(try await client.get("/api/admin/users", token: session).status == .ok, "enrolling in this session shows the factor")

@@ -13,6 +13,7 @@ struct AppleSignInController: Sendable {
 
     struct AppleRequest: Decodable { let identityToken: String; let nonce: String?; let name: String? }
     struct NotificationRequest: Decodable { let payload: String }
+    struct UnlinkRequest: Decodable { let currentPassword: String? }
     struct AppleResponse: Encodable, Sendable { let user: User; let session: AuthController.SessionJSON; let created: Bool }
     struct MethodJSON: Encodable, Sendable {
         let provider: String; let email: String?; let linkedAt: String?
@@ -24,6 +25,7 @@ struct AppleSignInController: Sendable {
     func addRoutes(to router: Router<AppRequestContext>) {
         router.post("/api/auth/apple", use: signIn)
         router.get("/api/auth/identities", use: identities)
+        router.delete("/api/auth/identities/:provider", use: unlink)
         router.post("/api/webhooks/apple/signin", use: notification)
     }
 
@@ -32,7 +34,8 @@ struct AppleSignInController: Sendable {
         return verifier
     }
 
-    @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<AppleResponse> {
+    /// The sign-in body plus `created`; with two-factor codes on, `{mfaRequired, mfaToken, expiresAt}` instead.
+    @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> Response {
         let verifier = try requireVerifier()
         var request = request
         let body = try await request.decodeJSON(AppleRequest.self, context: context)
@@ -41,9 +44,16 @@ struct AppleSignInController: Sendable {
         let result = try await auth.signInWithApple(
             AppleSignIn(subject: identity.subject, email: identity.email, emailVerified: identity.emailVerified), name: body.name,
             client: context.client(request), logger: context.logger)
-        return JSONResponse(
-            AppleResponse(user: result.user, session: AuthController.SessionJSON(result.session), created: result.created),
-            status: result.created ? .created : .ok)
+        switch result.outcome {
+        case .session(let user, let session):
+            return try JSONResponse(
+                AppleResponse(user: user, session: AuthController.SessionJSON(session), created: result.created),
+                status: result.created ? .created : .ok
+            ).response(from: request, context: context)
+        case .mfaRequired(let token, let expiresAt):
+            return try JSONResponse(MFAController.Challenge(mfaToken: token, expiresAt: ISODate.string(expiresAt))).response(
+                from: request, context: context)
+        }
     }
 
     @Sendable func identities(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<IdentitiesResponse> {
@@ -52,12 +62,27 @@ struct AppleSignInController: Sendable {
         return JSONResponse(IdentitiesResponse(identities: methods.map(MethodJSON.init)))
     }
 
+    /// Unlinks Apple; refused (409) when it is the account's only way in.
+    @Sendable func unlink(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let session = try await authenticator.session(request, context)
+        var request = request
+        let body = try await request.decodeJSON(UnlinkRequest.self, context: context, emptyMeans: "{}")
+        try await auth.unlinkSignInMethod(
+            session, provider: try context.parameters.require("provider"), currentPassword: body.currentPassword ?? "",
+            client: context.client(request),
+            logger: context.logger)
+        return Response(status: .noContent)
+    }
+
     /// Apple posts `{"payload": "<JWT>"}`; a payload that does not verify is 401 and changes nothing.
     @Sendable func notification(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<NotificationResponse> {
         let verifier = try requireVerifier()
         var request = request
         let body = try await request.decodeJSON(NotificationRequest.self, context: context)
         let event = try await verifier.verifyNotification(body.payload)
-        return JSONResponse(NotificationResponse(result: try await auth.appleEvent(type: event.type, subject: event.subject, logger: context.logger)))
+        return JSONResponse(
+            NotificationResponse(
+                result: try await auth.appleEvent(
+                    type: event.type, subject: event.subject, id: event.id, eventTime: event.eventTime, logger: context.logger)))
     }
 }

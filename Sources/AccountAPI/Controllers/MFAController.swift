@@ -12,6 +12,7 @@ struct MFAController: Sendable {
     struct Enabled: Encodable, Sendable { let recoveryCodes: [String] }
     struct Challenge: Encodable, Sendable { var mfaRequired = true; let mfaToken: String; let expiresAt: String }
     struct CodeRequest: Decodable { let code: String }
+    struct PasswordRequest: Decodable { let currentPassword: String? }
     struct FactorRequest: Decodable {
         let code: String?; let recoveryCode: String?; let currentPassword: String?; let mfaToken: String?
         func factor() throws -> SecondFactor {
@@ -32,7 +33,10 @@ struct MFAController: Sendable {
 
     @Sendable func setup(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<Setup> {
         let session = try await authenticator.session(request, context)
-        let enrollment = try await auth.setupTOTP(session, issuer: issuer, logger: context.logger)
+        var request = request
+        let body = try await request.decodeJSON(PasswordRequest.self, context: context, emptyMeans: "{}")
+        let enrollment = try await auth.setupTOTP(
+            session, currentPassword: body.currentPassword ?? "", issuer: issuer, client: context.client(request), logger: context.logger)
         return JSONResponse(Setup(secret: enrollment.secret, otpauthUrl: enrollment.otpauthURL))
     }
 

@@ -302,7 +302,8 @@ paths:
       description: |
         The identity token is checked as Apple documents: RS256 only, the key by `kid` from Apple's JWKS (refetched on an
         unknown `kid` at most once a minute), `iss` https://appleid.apple.com, `aud` one of SIGN_IN_WITH_APPLE_CLIENT_IDS,
-        `exp`/`iat` within a minute, and when `nonce` is sent, the token's `nonce` = SHA-256 hex of it. The account is
+        `exp`/`iat` within a minute, and when `nonce` is sent, the token's `nonce` = SHA-256 hex of it (a token carrying a
+        nonce needs the raw one sent with it). The account is
         found by Apple's `sub`. Otherwise, with a verified email in the token: a verified account with that address is
         linked (its owner is mailed a notice); an unfinished sign-up for it is replaced; else a verified account is made
         (default profile, welcome tokens once) with `name` (Apple sends the name only on the first sign-in). 201 with
@@ -324,10 +325,13 @@ paths:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "200":
-          description: Signed in to an existing account.
+          description: Signed in to an existing account; or, with two-factor codes on, `{mfaRequired, mfaToken, expiresAt}` for POST /api/auth/mfa/verify.
           content:
             application/json:
-              schema: { $ref: "#/components/schemas/AppleSignInResponse" }
+              schema:
+                oneOf:
+                  - { $ref: "#/components/schemas/AppleSignInResponse" }
+                  - { $ref: "#/components/schemas/MFAChallenge" }
         "201":
           description: An account was made and signed in.
           content:
@@ -371,6 +375,43 @@ paths:
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
+  /api/auth/identities/{provider}:
+    delete:
+      tags: [auth]
+      operationId: unlinkSignInMethod
+      summary: Unlink Apple from the account (owner profile); never the last way in.
+      description: >-
+        Needs the current password (an account without one: a sign-in within the last 10 minutes). An account whose only
+        way in is Apple answers 409 `already_exists`: set a password with the reset flow first.
+      security: [{ session: [] }]
+      parameters:
+        - { name: provider, in: path, required: true, schema: { type: string, enum: [apple] } }
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                currentPassword: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "204": { description: Unlinked. }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`invalid_password`, `owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409":
+          description: "`already_exists`: Apple is the account's only way in."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
   /api/webhooks/apple/signin:
     post:
       tags: [auth]
@@ -379,7 +420,8 @@ paths:
       description: >-
         `payload` is a JWT signed with Apple's keys for one of the client ids. `consent-revoked` revokes the account's
         sessions and unlinks Apple; `account-delete` erases the account as `DELETE /api/user/me` does; `email-disabled` and
-        `email-enabled` are recorded. A payload that does not verify is 401 and changes nothing.
+        `email-enabled` are recorded. Each notification applies once (by `jti`); one older than 3 days, or an event older than
+        the current link, changes nothing. A payload that does not verify is 401 and changes nothing.
       requestBody:
         required: true
         content:
@@ -414,8 +456,21 @@ paths:
       tags: [auth]
       operationId: setupTOTP
       summary: Start enrolling an authenticator app (owner profile); the secret is stored sealed and is not active until enabled.
+      description: Needs the current password (an account without one, a sign-in within 10 minutes), so a stolen session cannot enroll its own app.
       security: [{ session: [] }]
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                currentPassword: { type: string }
       responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "429": { $ref: "#/components/responses/RateLimited" }
         "200":
           description: The secret (base32) and an otpauth:// URL for a QR code.
           content:

@@ -25,9 +25,48 @@ enum Multipart {
             parts.append(MultipartPart(headers: .init(headers), body: current))
             (headers, current) = ([], ByteBuffer())
         }
+        // MultipartKit 4.7.1 indexes a 128-entry table with each header-name byte and traps on a byte ≥ 0x80 (one request
+        // would stop the server): header names are checked here first.
+        guard headerNamesAreASCII(Array(body.readableBytesView), boundary: Array(boundary.utf8)) else {
+            throw Problem.validation("The multipart body could not be read (a part header name is not ASCII).")
+        }
         do { try parser.execute(body) } catch { throw Problem.validation("The multipart body could not be read.") }
         guard parts.count <= 64 else { throw Problem.validation("At most 64 parts per request.") }
         return parts
+    }
+
+    /// True when every part header name (the text before ':' on each line after a boundary, up to the blank line) is
+    /// visible ASCII.
+    static func headerNamesAreASCII(_ body: [UInt8], boundary: [UInt8]) -> Bool {
+        let delimiter: [UInt8] = Array("--".utf8) + boundary
+        var index = 0
+        while let found = firstRange(of: delimiter, in: body, from: index) {
+            var cursor = found + delimiter.count
+            // Skip to the end of the boundary line.
+            while cursor < body.count && body[cursor] != UInt8(ascii: "\n") { cursor += 1 }
+            cursor += 1
+            // Header lines until an empty one.
+            while cursor < body.count {
+                var end = cursor
+                while end < body.count && body[end] != UInt8(ascii: "\n") { end += 1 }
+                let line = body[cursor..<end].last == UInt8(ascii: "\r") ? body[cursor..<(end - 1)] : body[cursor..<end]
+                if line.isEmpty { break }
+                for byte in line.prefix(while: { $0 != UInt8(ascii: ":") }) where !(0x20...0x7e).contains(byte) && byte != 0x09 { return false }
+                cursor = end + 1
+            }
+            index = max(cursor, found + 1)
+        }
+        return true
+    }
+
+    static func firstRange(of needle: [UInt8], in haystack: [UInt8], from start: Int) -> Int? {
+        guard !needle.isEmpty, haystack.count >= needle.count, start <= haystack.count - needle.count else { return nil }
+        var position = start
+        while position <= haystack.count - needle.count {
+            if haystack[position] == needle[0] && haystack[position..<(position + needle.count)].elementsEqual(needle) { return position }
+            position += 1
+        }
+        return nil
     }
 
     static func boundary(_ contentType: String) -> String? {

@@ -6,6 +6,9 @@ struct BudgetKeys: Sendable {
 
     /// Password checks for an address: sign-in and every check behind a session share it.
     func password(email: String) -> String { "password:" + secrets.addressKey(email) }
+    /// Second-factor tries for an account (TOTP and recovery codes): cleared only by a right second factor, never by a
+    /// right password, so password sign-ins cannot refill it.
+    func secondFactor(userID: String) -> String { "mfa:" + userID }
     /// Failed sign-ins from one client IP.
     func network(ip: String) -> String { "signin-ip:" + ip }
     /// Unauthenticated Argon2 runs from one client IP.

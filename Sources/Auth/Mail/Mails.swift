@@ -56,6 +56,13 @@ enum Mails {
         )
     }
 
+    static func twoFactorEnabled(to email: String) -> MailMessage {
+        MailMessage(
+            to: email, subject: "Two-factor codes were turned on",
+            body: "Signing in to your account now also needs a code from an authenticator app.\n\nIf this was not you, contact support at once."
+        )
+    }
+
     static func passwordChanged(to email: String) -> MailMessage {
         MailMessage(
             to: email, subject: "Your password was changed",
