@@ -193,3 +193,22 @@ extension AuthService {
         return String((0..<10).map { _ in alphabet[Int.random(in: 0..<alphabet.count, using: &generator)] })
     }
 }
+
+extension AuthService {
+    /// An operator clears a user's two-factor codes (the user lost the app and the recovery codes), audited, and the user
+    /// is told. Returns false when the user had none.
+    public func resetTOTP(userID: String, actor: String, ip: String?, logger: Logger) async throws -> Bool {
+        let email: String? = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            guard !(try await tx.query("DELETE FROM totp_factors WHERE user_id = ? RETURNING user_id", [userID])).isEmpty else { return nil }
+            try await tx.query("DELETE FROM recovery_codes WHERE user_id = ?", [userID])
+            try await tx.query("DELETE FROM mfa_challenges WHERE user_id = ?", [userID])
+            try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))
+            try await AuditLog.record(tx, at: now, actor: actor, action: "admin_totp_reset", subject: userID, ip: ip)
+            return try await tx.first("SELECT email FROM users WHERE id = ?", [userID])?.optionalString("email") ?? ""
+        }
+        guard let email else { return false }
+        if !email.isEmpty { await send([Mails.twoFactorReset(to: email)], logger: logger) }
+        return true
+    }
+}

@@ -143,6 +143,13 @@ struct EmailChangeAndMFAHTTPTests {
                 "/api/auth/mfa/verify", json: #"{"mfaToken":"\#(challenge.mfaToken)","code":"\#(try Self.code(setup.secret, at: app.clock.now()))"}"#)
             #expect(try await client.get("/api/admin/users", token: try signedIn.json(SignedIn.self).session.token).status == .ok)
             #expect(try await client.get("/api/admin/users", token: try await app.apiKey(["admin"])).status == .ok, "API keys are unaffected")
+            // Support clears a user's codes (lost phone): audited, the user told, and the next sign-in needs only the password.
+            let admin = try await app.apiKey(["admin"])
+            let opsID = try await app.userID(token: session)
+            #expect(try await client.send(.delete, "/api/admin/users/\(opsID)/mfa", token: admin).status == .noContent)
+            #expect(try await client.send(.delete, "/api/admin/users/\(opsID)/mfa", token: admin).status == .notFound)
+            #expect(try app.mails(to: "ops@example.com").contains { $0.contains("Support turned off the two-factor codes") })
+            #expect(try await client.signIn("ops@example.com", "correct horse battery").json(SignedIn.self).session.token.isEmpty == false)
         }
     }
 }

@@ -25,6 +25,7 @@ struct AdminUserController: Sendable {
         router.put("/api/admin/users/:userId/profiles/:id", use: updateProfile)
         router.delete("/api/admin/users/:userId/profiles/:id", use: deleteProfile)
         router.post("/api/admin/users/:userId/profiles/:id/reset-pin", use: resetPIN)
+        router.delete("/api/admin/users/:userId/mfa", use: resetMFA)
     }
 
     @Sendable func users(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UsersResponse> {
@@ -80,5 +81,15 @@ struct AdminUserController: Sendable {
         let profile = try await profiles.resetPIN(
             userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
         return JSONResponse(ProfileJSON(profile))
+    }
+
+    /// Clears the user's two-factor codes (lost app and recovery codes); 404 when there were none.
+    @Sendable func resetMFA(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        guard try await auth.resetTOTP(userID: userID, actor: actor, ip: context.clientIP, logger: context.logger) else {
+            throw Problem.notFound("This user has no two-factor codes.")
+        }
+        return Response(status: .noContent)
     }
 }

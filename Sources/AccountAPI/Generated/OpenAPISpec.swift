@@ -1503,6 +1503,23 @@ paths:
                   differences: { type: array, items: { type: string } }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
+  /api/admin/users/{userId}/mfa:
+    delete:
+      tags: [operators, auth]
+      operationId: adminResetMFA
+      summary: Clear a user's two-factor codes (lost app and recovery codes); audited, and the user is mailed.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Cleared; the next sign-in needs only the password. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`forbidden` (not an operator) or `mfa_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
   /api/admin/users/{userId}/debits:
     post:
       tags: [operators, ledger]

@@ -63,6 +63,14 @@ enum Mails {
         )
     }
 
+    static func twoFactorReset(to email: String) -> MailMessage {
+        MailMessage(
+            to: email, subject: "Two-factor codes were turned off by support",
+            body:
+                "Support turned off the two-factor codes of your account; signing in needs only your password now.\n\nTurn them on again in the app. If you did not ask for this, contact support at once."
+        )
+    }
+
     static func passwordChanged(to email: String) -> MailMessage {
         MailMessage(
             to: email, subject: "Your password was changed",
