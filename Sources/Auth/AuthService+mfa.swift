@@ -103,7 +103,7 @@ extension AuthService {
         let hash = SecretHasher.tokenHash(token)
         let challenge = try await database.withConnection(logger: logger) { tx in
             try await tx.first(
-                "SELECT c.user_id, u.email FROM mfa_challenges c JOIN users u ON u.id = c.user_id WHERE c.token_hash = ? AND c.used_at_ms IS NULL AND c.expires_at_ms > ?",
+                "SELECT user_id FROM mfa_challenges WHERE token_hash = ? AND used_at_ms IS NULL AND expires_at_ms > ?",
                 [hash, clock.now()])
         }
         guard let challenge else { throw AuthError.unauthorized }

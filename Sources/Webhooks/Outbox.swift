@@ -36,16 +36,19 @@ public struct Outbox: EventSink {
     /// is not written. The check is part of the same INSERT, so it costs no extra round trip.
     public func emit(_ tx: any SQLExecutor, _ event: DomainEvent, at: Date) async throws {
         try await tx.query(
-            """
-            INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms)
-            SELECT CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT)
-            WHERE \(Self.subscribed(type: "CAST(? AS TEXT)", balance: "CAST(? AS BIGINT)"))
-            """,
+            Self.emitSQL,
             [
                 Self.newEventID(at: at), event.type, event.userID, EventValue.object(event.data).json, event.balanceBefore, event.balanceAfter, at,
                 event.type, event.balanceAfter,
             ])
     }
+
+    /// Built once (every ledger write runs it).
+    static let emitSQL = """
+        INSERT INTO outbox_events (id, type, user_id, data, balance_before, balance_after, created_at_ms)
+        SELECT CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT)
+        WHERE \(subscribed(type: "CAST(? AS TEXT)", balance: "CAST(? AS BIGINT)"))
+        """
 
     /// PostgreSQL only (the one-statement spend); `WebhookHTTPTests.everyEventTypeIsDeliveredOnceWithAValidSignature` checks
     /// the event it records against the transactional path's fields.

@@ -61,11 +61,13 @@ public struct WebhookURLPolicy: Sendable {
         return nil
     }
 
+    static let loopback = ["127.0.0.0/8", "::1/128"].compactMap(IPNetwork.init)
+
     static func isLoopbackName(_ host: String) -> Bool {
         let name = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         if name == "localhost" { return true }
         guard let bytes = IPNetwork.bytes(of: name) else { return false }
-        return ["127.0.0.0/8", "::1/128"].compactMap(IPNetwork.init).contains { $0.contains(bytes) }
+        return loopback.contains { $0.contains(bytes) }
     }
 
     /// Every address `host` resolves to (getaddrinfo, off the cooperative threads), as text.

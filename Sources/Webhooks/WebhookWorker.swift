@@ -139,14 +139,10 @@ public struct WebhookWorker: Sendable {
         let id = try event.string("id")
         let type = try event.string("type")
         let at = try event.date("created_at_ms")
+        let body = WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))  // once per event, whatever the endpoints
         var out: [NewDelivery] = []
         for target in targets where target.createdAt <= at {
-            if target.events.contains(type) {
-                out.append(
-                    NewDelivery(
-                        endpointID: target.id, eventID: id, type: type,
-                        body: WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))))
-            }
+            if target.events.contains(type) { out.append(NewDelivery(endpointID: target.id, eventID: id, type: type, body: body)) }
             if target.events.contains(WebhookEventType.balanceLow.rawValue), let threshold = target.threshold,
                 let before = event.optionalInt("balance_before"), let after = event.optionalInt("balance_after"), before >= threshold,
                 after < threshold

@@ -6,8 +6,13 @@ import Storage
 public struct SecretHasher: Sendable {
     /// The server's HMAC key (from `SERVER_SECRET` or `data/server-secret`).
     let key: SymmetricKey
+    /// Seals TOTP secrets (a key of their own, derived from the server secret once).
+    let totpBox: SecretBox
 
-    public init(serverSecret: [UInt8]) { self.key = SymmetricKey(data: serverSecret) }
+    public init(serverSecret: [UInt8]) {
+        self.key = SymmetricKey(data: serverSecret)
+        self.totpBox = SecretBox(serverKey: key, purpose: "totp secrets")
+    }
 
     /// 32 random bytes, base64url without padding: what the client holds as a bearer token.
     public static func newSessionToken() -> String { base64url(SecureRandom.bytes(32)) }
@@ -29,9 +34,6 @@ public struct SecretHasher: Sendable {
     public func codeHMAC(code: String, email: String, purpose: String) -> String {
         Self.hex(HMAC<SHA256>.authenticationCode(for: Data("\(purpose)\u{0}\(email)\u{0}\(code)".utf8), using: key))
     }
-
-    /// Seals TOTP secrets (a key of their own, derived from the server secret).
-    var totpBox: SecretBox { SecretBox(serverKey: key, purpose: "totp secrets") }
 
     /// Keyed hash of a recovery code (a table that only needs to recognise it).
     func recoveryCodeHMAC(_ code: String, userID: String) -> String {
