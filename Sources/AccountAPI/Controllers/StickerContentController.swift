@@ -6,7 +6,6 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import Media
-import MultipartKit
 import NIOCore
 import Storage
 
@@ -163,7 +162,7 @@ struct StickerContentController: Sendable {
         guard let file = parts.first(where: { $0.name == "file" }), parts.filter({ $0.name == "file" }).count == 1 else {
             throw Problem.validation("Send one image as a multipart/form-data part named 'file'.")
         }
-        let data = Data(file.body.readableBytesView)
+        let data = Data(file.body)
         let userID = session.user.id
         try await content.reserveUpload(userID: userID, bytes: data.count, logger: context.logger)
         do {
