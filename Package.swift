@@ -27,7 +27,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
-        .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
     ],
@@ -126,7 +125,7 @@ let package = Package(
             dependencies: [
                 "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks", "Identity",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "MultipartKit", package: "multipart-kit"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -23,7 +23,7 @@ case "process":
     let processor = try ImageProcessor(rules: rules)
     do {
         let info = try processor.inspect(input)
-        let optimised = info.format == .png ? try processor.optimisedPNG(input) : input
+        let optimised = info.format == .png ? try processor.strippedPNG(input) : input
         let thumbnail = try processor.thumbnail(input)
         output.write(ImageWorker.encode(.processed(info, image: optimised, thumbnail: thumbnail)))
     } catch let problem as ImageProblem {

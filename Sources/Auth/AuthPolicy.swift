@@ -10,7 +10,7 @@ public struct AuthPolicy: Sendable {
     public var mailCooldownSeconds: Double = 60
     /// Mails of one purpose to one address per hour (`MAIL_SENDS_PER_HOUR`).
     public var mailSendsPerHourMax = 5
-    /// A pending sign-up keeps its password this long: repeated sign-ups meanwhile only re-send its code.
+    /// A sign-up request (its password, name and code) lives this long; resend-otp renews the newest one's code meanwhile.
     public var pendingSignUpSeconds: Double = 24 * 3600
     public var sessionAbsoluteSeconds: Double = 30 * 24 * 3600
     public var sessionIdleSeconds: Double = 7 * 24 * 3600

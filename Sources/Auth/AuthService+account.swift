@@ -61,7 +61,10 @@ extension AuthService {
         for table in ["user_identities", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges"] {
             try await tx.query("DELETE FROM \(table) WHERE user_id = ?", [id])
         }
-        if let email { try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email]) }
+        if let email {
+            try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email])
+            try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
+        }
         try await erasure.accountErased(userID: id, at: now, executor: tx)
         try await AuditLog.record(tx, at: now, actor: actor, action: "account_deleted", subject: id, ip: ip)
         try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
@@ -76,6 +79,8 @@ extension AuthService {
         do {
             return try await database.transaction(logger: logger) { tx in
                 let now = clock.now()
+                // The operator vouches for the address: a pending sign-up somebody started with it does not block it.
+                _ = try await releasePendingAccount(tx, email: email, now: now)
                 let id = UUID().uuidString.lowercased()
                 try await tx.query(
                     """
@@ -97,11 +102,19 @@ extension AuthService {
         try await database.withConnection(logger: logger) { tx in try await loadUser(tx, id: id) }
     }
 
-    /// Forgets expired attempt budgets (the sweeper calls it); returns how many rows went.
+    /// Forgets expired attempt budgets, sign-up requests older than a day and codes expired an hour ago (the sweeper calls
+    /// it), at most `limit` of each; returns how many rows went.
     public func purgeAttemptBudgets(limit: Int, logger: Logger) async throws -> Int {
         let now = clock.now()
         return try await database.transaction(logger: logger) { tx in
-            try await AttemptBudget.purge(tx, idleBefore: now.addingTimeInterval(-2 * 3600), now: now, limit: limit)
+            let budgets = try await AttemptBudget.purge(tx, idleBefore: now.addingTimeInterval(-2 * 3600), now: now, limit: limit)
+            let requests = try await tx.query(
+                "DELETE FROM sign_up_requests WHERE id IN (SELECT id FROM sign_up_requests WHERE created_at_ms < ? LIMIT ?) RETURNING id",
+                [now.addingTimeInterval(-policy.pendingSignUpSeconds), limit])
+            let codes = try await tx.query(
+                "DELETE FROM otp_codes WHERE email IN (SELECT email FROM otp_codes WHERE expires_at_ms < ? LIMIT ?) AND expires_at_ms < ? RETURNING email",
+                [now.addingTimeInterval(-3600), limit, now.addingTimeInterval(-3600)])
+            return budgets + requests.count + codes.count
         }
     }
 }

@@ -94,9 +94,9 @@ extension AuthService {
                 // An unfinished sign-up for the address: Apple proved the address, the sign-up did not; it is replaced.
                 userID = try existing.string("id")
                 try await tx.query(
-                    "UPDATE users SET name = ?, password_hash = NULL, email_verified = ?, signed_up_at_ms = NULL, updated_at_ms = ? WHERE id = ?",
+                    "UPDATE users SET name = ?, password_hash = NULL, email_verified = ?, updated_at_ms = ? WHERE id = ?",
                     [displayName, true, now, userID])
-                try await tx.query("DELETE FROM otp_codes WHERE email = ?", [email])
+                try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
             } else {
                 userID = UUID().uuidString.lowercased()
                 try await tx.query(

@@ -71,7 +71,8 @@ extension AuthService {
             }
             guard try row.date("expires_at_ms") > now else { return .failure(.otpExpired) }
             try await tx.query("DELETE FROM email_changes WHERE user_id = ?", [session.user.id])
-            if try await tx.first("SELECT id FROM users WHERE email = ? AND deleted_at_ms IS NULL", [newEmail]) != nil {
+            // Only a verified account holds an address: a pending sign-up at it (anyone can start one) is released.
+            if try await releasePendingAccount(tx, email: newEmail, now: now) {
                 return .failure(.conflict("Another account uses \(newEmail); the address was not changed."))
             }
             try await tx.query(

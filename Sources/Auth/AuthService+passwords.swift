@@ -4,16 +4,18 @@ import Storage
 
 extension AuthService {
     /// Mails a reset code to a verified account, within the reset mail budget (its own, so sign-up mail cannot starve it).
-    /// Every address takes from a budget and answers the same: 200, or 429 while throttled.
+    /// Every address takes from the same budget, runs the same statements (a code is stored and the request audited
+    /// whether or not an account exists; only a verified account's code is mailed) and answers the same: 200, or 429
+    /// while throttled. The mail goes out after the answer (``MailQueue``).
     public func forgotPassword(email rawEmail: String, client: ClientInfo, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let user = try await startCodeMail(tx, .reset, email: email, now: now)
-            guard let user, try user.bool("email_verified") else { return [] }
             let code = try await issueCode(tx, email: email, purpose: .reset, now: now)
             try await AuditLog.record(
-                tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: try user.string("id"), ip: client.ip)
+                tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: user?.optionalString("id"), ip: client.ip)
+            guard let user, try user.bool("email_verified") else { return [] }
             return [Mails.resetCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60))]
         }
         await send(mails, logger: logger)
@@ -38,9 +40,10 @@ extension AuthService {
             let now = clock.now()
             let recheck = try await checkCode(tx, email: email, purpose: .reset, code: code, attempt: 0, consume: true, now: now)
             guard case .ok = recheck else { return .failure(recheck == .used ? .otpAlreadyUsed : recheck.error) }
-            guard let user = try await tx.first("SELECT id FROM users WHERE email = ? AND deleted_at_ms IS NULL", [email]) else {
-                return .failure(.invalidOTP(attemptsRemaining: 0))
-            }
+            // Only a verified account is reset: a pending one takes a password only from its own sign-up's code.
+            guard
+                let user = try await tx.first("SELECT id FROM users WHERE email = ? AND deleted_at_ms IS NULL AND email_verified = ?", [email, true])
+            else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
             let userID = try user.string("id")
             try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, userID])
             try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, userID])

@@ -21,10 +21,15 @@ extension AuthService {
         guard rawEmail.utf8.count <= InputRules.emailBytesMax else { throw AuthError.validation("Enter a valid email address.") }
         let email = InputRules.normalizedEmail(rawEmail) ?? rawEmail.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
         let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
+        // A pending account has no password; the newest sign-up request's stands in, so only whoever typed it learns
+        // `email_not_verified` (everyone else meets `invalid_credentials`, as for an unknown address).
         let row = try await database.withConnection(logger: logger) { tx in
             try await tx.first(
-                "SELECT id, password_hash, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL AND password_hash IS NOT NULL", [email]
-            )
+                """
+                SELECT id, email_verified, COALESCE(password_hash, (SELECT r.password_hash FROM sign_up_requests r WHERE r.email = users.email
+                    AND r.consumed_at_ms IS NULL ORDER BY r.created_at_ms DESC LIMIT 1)) AS password_hash
+                FROM users WHERE email = ? AND deleted_at_ms IS NULL
+                """, [email])
         }
         let storedHash = row?.optionalString("password_hash")
         let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil

@@ -3,11 +3,12 @@ import Logging
 import Storage
 
 extension AuthService {
-    /// Starts a sign-up and mails a code that activates exactly the password given here.
+    /// Starts a sign-up: this request's password and name wait in a sign-up request of their own, with a code mailed for
+    /// it alone (docs/security.md, "Mailbox proof").
     ///
-    /// Every answer is the same, whatever the address: a verified owner gets a notice instead of a code; a pending sign-up
-    /// younger than ``AuthPolicy/pendingSignUpSeconds`` keeps its password and name, and the repeat only re-sends a code
-    /// for it (like resend-otp); a sign-up that mails nothing (cooldown, hourly budget) changes nothing.
+    /// Every answer is the same, whatever the address, and every address takes the same budgets (one Argon2 run for the
+    /// IP, one verification mail for the address): a verified owner gets a notice instead of a code; a pending address
+    /// gets another request beside the earlier ones; a sign-up that mails nothing (cooldown, hourly budget) changes nothing.
     public func signUp(email rawEmail: String, password: String, name rawName: String, client: ClientInfo, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         if let problem = InputRules.passwordProblem(password) { throw AuthError.validation(problem) }
@@ -32,42 +33,45 @@ extension AuthService {
 
     private func signUpTransaction(
         _ tx: any SQLExecutor, email: String, name: String, passwordHash: String, client: ClientInfo
-    ) async throws
-        -> [MailMessage]
-    {
+    ) async throws -> [MailMessage] {
         let now = clock.now()
         let existing = try await tx.first(
-            "SELECT id, email_verified, COALESCE(signed_up_at_ms, updated_at_ms) AS signed_up_at_ms FROM users WHERE email = ? AND deleted_at_ms IS NULL"
-                + tx.dialect.forUpdate, [email])
+            "SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
+        guard case .allowed = try await takeMailBudget(tx, .verification, email: email, now: now) else { return [] }
         if let existing, try existing.bool("email_verified") {
             try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_existing", subject: try existing.string("id"), ip: client.ip)
-            guard case .allowed = try await takeMailBudget(tx, .notice, email: email, now: now) else { return [] }
             return [Mails.existingAccount(to: email)]
         }
-        guard case .allowed = try await takeMailBudget(tx, .verification, email: email, now: now) else { return [] }
+        let userID: String
         if let existing {
-            let id = try existing.string("id")
-            if try existing.date("signed_up_at_ms") > now.addingTimeInterval(-policy.pendingSignUpSeconds) {
-                try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_repeated", subject: id, ip: client.ip)
-            } else {
-                try await tx.query(
-                    "UPDATE users SET name = ?, password_hash = ?, signed_up_at_ms = ?, updated_at_ms = ? WHERE id = ?",
-                    [name, passwordHash, now, now, id])
-                try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_restarted", subject: id, ip: client.ip)
-            }
+            userID = try existing.string("id")
         } else {
-            let id = UUID().uuidString.lowercased()
+            // The pending account holds no password: only a verified request's password is ever copied onto it.
+            userID = UUID().uuidString.lowercased()
             try await tx.query(
                 """
-                INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms,
-                                   signed_up_at_ms)
-                VALUES (?, ?, ?, ?, ?, 'user', ?, ?, ?, ?)
-                """, [id, email, name, passwordHash, false, true, now, now, now])
-            try await emitUserEvent(tx, "user.created", userID: id, email: email, now: now, ["emailVerified": .bool(false), "role": .string("user")])
+                INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
+                VALUES (?, ?, ?, NULL, ?, 'user', ?, ?, ?)
+                """, [userID, email, name, false, true, now, now])
+            try await emitUserEvent(
+                tx, "user.created", userID: userID, email: email, now: now, ["emailVerified": .bool(false), "role": .string("user")])
         }
+        try await tx.query(
+            "DELETE FROM sign_up_requests WHERE email = ? AND created_at_ms < ?", [email, now.addingTimeInterval(-policy.pendingSignUpSeconds)])
+        let code = SecretHasher.newCode()
+        try await tx.query(
+            """
+            INSERT INTO sign_up_requests (id, email, name, password_hash, code_hmac, created_at_ms, expires_at_ms, consumed_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, NULL)
+            """,
+            [
+                UUID().uuidString.lowercased(), email, name, passwordHash,
+                secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue),
+                now, now.addingTimeInterval(policy.codeLifetimeSeconds),
+            ])
         try await resetCodeAttempts(tx, .verify, email: email)
-        let code = try await issueCode(tx, email: email, purpose: .verify, now: now)
-        return [Mails.verificationCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60))]
+        try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_requested", subject: userID, ip: client.ip)
+        return [Mails.verificationCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60), requestedAt: now)]
     }
 
     /// The result of a successful verification.
@@ -77,22 +81,29 @@ extension AuthService {
         public let welcomeTokens: Int
     }
 
-    /// Checks a sign-up code; on success verifies the address, creates the default profile, grants the welcome tokens once
-    /// and opens a session. The code attempt is reserved first, for every address alike.
+    /// Checks a sign-up code; on success the account takes the password and name of the sign-up request the code was
+    /// mailed for (every other request for the address dies), is verified, gets its default profile and the welcome
+    /// tokens once, and a session opens. The code attempt is reserved first, for every address alike.
     public func verifyEmail(email rawEmail: String, code: String, client: ClientInfo, logger: Logger) async throws -> Verification {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         try Self.checkCodeFormat(code)
         let attempt = try await reserveCodeAttempt(.verify, email: email, logger: logger)
         let outcome: Result<Verification, AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            let check = try await checkCode(tx, email: email, purpose: .verify, code: code, attempt: attempt, consume: true, now: now)
-            guard case .ok = check else { return .failure(check.error) }
-            guard let row = try await tx.first("SELECT \(User.columns) FROM users WHERE email = ? AND deleted_at_ms IS NULL", [email]) else {
-                return .failure(.invalidOTP(attemptsRemaining: 0))
-            }
+            let (check, found) = try await checkSignUpCode(tx, email: email, code: code, attempt: attempt, now: now)
+            guard case .ok = check, let request = found else { return .failure(check.error) }
+            guard let row = try await tx.first("SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL", [email]),
+                try !row.bool("email_verified")
+            else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
             let userID = try row.string("id")
-            try await tx.query("UPDATE users SET email_verified = ?, updated_at_ms = ? WHERE id = ?", [true, now, userID])
-            let profileID = try await ensureDefaultProfile(tx, userID: userID, name: try row.string("name"), now: now)
+            let name = try request.string("name")
+            try await tx.query(
+                "UPDATE users SET email_verified = ?, name = ?, password_hash = ?, updated_at_ms = ? WHERE id = ?",
+                [true, name, try request.string("password_hash"), now, userID])
+            try await tx.query("UPDATE sign_up_requests SET consumed_at_ms = ? WHERE id = ?", [now, try request.string("id")])
+            try await tx.query("DELETE FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL", [email])
+            try await resetCodeAttempts(tx, .verify, email: email)
+            let profileID = try await ensureDefaultProfile(tx, userID: userID, name: name, now: now)
             let granted = try await welcome.grantWelcomeTokens(userID: userID, amountTokens: welcomeTokens, at: now, executor: tx)
             _ = try await rememberDevice(tx, userID: userID, client: client, now: now)
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
@@ -104,17 +115,70 @@ extension AuthService {
         return try outcome.get()
     }
 
-    /// Mails a fresh sign-up code (for the pending sign-up's password) within the verification mail budget. The budget is
-    /// taken for every address asked about, so the answers do not reveal which ones exist.
+    /// The sign-up request whose code this is (locked), or why not. A wrong code at the last attempt burns every live
+    /// code of the address. Only the holder of a right code learns `used` or `expired`.
+    private func checkSignUpCode(_ tx: any SQLExecutor, email: String, code: String, attempt: Int, now: Date) async throws -> (CodeCheck, SQLRow?) {
+        let candidate = secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue)
+        guard
+            let row = try await tx.first(
+                "SELECT id, name, password_hash, expires_at_ms, consumed_at_ms FROM sign_up_requests WHERE email = ? AND code_hmac = ? ORDER BY created_at_ms DESC LIMIT 1"
+                    + tx.dialect.forUpdate, [email, candidate])
+        else {
+            guard attempt >= policy.codeWrongAttemptsMax else { return (.wrong(attemptsRemaining: policy.codeWrongAttemptsMax - attempt), nil) }
+            try await tx.query("UPDATE sign_up_requests SET code_hmac = NULL WHERE email = ? AND consumed_at_ms IS NULL", [email])
+            return (.burned, nil)
+        }
+        if row.optionalInt("consumed_at_ms") != nil { return (.used, nil) }
+        if try row.date("expires_at_ms") <= now { return (.expired, nil) }
+        return (.ok, row)
+    }
+
+    /// Mails a fresh code for the newest pending sign-up request of the address (the mail says when it was started, so the
+    /// owner can tell it from one somebody else started), within the verification mail budget. The budget is taken and the same
+    /// statements run for every address asked about, so neither the answer nor its work reveals which ones exist.
     public func resendCode(email rawEmail: String, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            let user = try await startCodeMail(tx, .verify, email: email, now: now)
-            guard let user, try !user.bool("email_verified") else { return [] }
-            let code = try await issueCode(tx, email: email, purpose: .verify, now: now)
-            return [Mails.verificationCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60))]
+            _ = try await startCodeMail(tx, .verify, email: email, now: now)
+            let code = SecretHasher.newCode()
+            let renewed = try await tx.query(
+                """
+                UPDATE sign_up_requests SET code_hmac = ?, expires_at_ms = ?
+                WHERE id = (SELECT r.id FROM sign_up_requests r JOIN users u ON u.email = r.email AND u.deleted_at_ms IS NULL AND u.email_verified = ?
+                            WHERE r.email = ? AND r.consumed_at_ms IS NULL AND r.created_at_ms > ? ORDER BY r.created_at_ms DESC LIMIT 1)
+                RETURNING created_at_ms
+                """,
+                [
+                    secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue),
+                    now.addingTimeInterval(policy.codeLifetimeSeconds),
+                    false, email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
+                ])
+            guard let request = renewed.first else { return [] }
+            return [
+                Mails.verificationCode(
+                    to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60), requestedAt: try request.date("created_at_ms"))
+            ]
         }
         await send(mails, logger: logger)
+    }
+
+    /// Ends a pending (never verified) account at `email` whose address somebody has just proved they own another way
+    /// (an email change, an operator's CLI): its sign-up requests die and the address is freed. A verified account is
+    /// left alone; returns whether one holds the address.
+    func releasePendingAccount(_ tx: any SQLExecutor, email: String, now: Date) async throws -> Bool {
+        try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
+        guard
+            let row = try await tx.first(
+                "SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
+        else { return false }
+        if try row.bool("email_verified") { return true }
+        let id = try row.string("id")
+        try await tx.query(
+            "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
+            [now, now, id])
+        try await AuditLog.record(tx, at: now, actor: "system", action: "pending_sign_up_released", subject: id, ip: nil)
+        try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
+        return false
     }
 }

@@ -46,13 +46,14 @@ public struct ImageProcessor: Sendable {
         }
     }
 
-    /// A PNG re-encoded losslessly at the highest compression, metadata stripped; the original when that is not smaller.
-    public func optimisedPNG(_ data: Data) throws -> Data {
+    /// The PNG's pixels only: decoded and re-encoded losslessly at the highest compression, every metadata chunk (`tEXt`,
+    /// `eXIf`, GPS …) and any bytes after `IEND` gone. Always the re-encoding, even when it is larger than the upload: the
+    /// uploaded bytes themselves are never stored or served.
+    public func strippedPNG(_ data: Data) throws -> Data {
         try Self.start()
-        let smaller = try Self.output { out, length in
+        return try Self.output { out, length in
             data.withUnsafeBytes { as_vips_optimise_png($0.baseAddress, $0.count, &out, &length) }
         }
-        return smaller.count < data.count ? smaller : data
     }
 
     /// A test image: a `width`×`height` RGBA PNG (a gradient, transparent on its right half).

@@ -115,7 +115,7 @@ struct AppleSignInHTTPTests {
                 let userID = try await app.userID(token: token)
                 let linked = try await Self.apple(client, try apple.token(apple.claims(sub: "001.grace", email: "grace@example.com", now: now)))
                 #expect(try linked.status == .ok && linked.json(Answer.self).user.id == userID && !linked.json(Answer.self).created)
-                #expect(try app.mails(to: "grace@example.com").contains { $0.contains("Sign in with Apple was added") })
+                #expect(try await app.mails(to: "grace@example.com").contains { $0.contains("Sign in with Apple was added") })
                 let methods = try await client.get("/api/auth/identities", token: token).json(Identities.self)
                 #expect(methods.identities.map(\.provider) == ["password", "apple"])
                 #expect(try await client.balance(token).totalTokens == 3, "no second welcome grant")

@@ -24,10 +24,14 @@ struct AuthHTTPTests {
             let stored = try await app.rows("SELECT email, email_verified, password_hash FROM users")
             #expect(stored.count == 1)
             #expect(try stored[0].string("email") == "ada@example.com")
-            #expect(try stored[0].string("password_hash").hasPrefix("$argon2id$v=19$"))
+            // The pending account has no password; the sign-up request holds it until its code is shown.
+            #expect(stored[0].optionalString("password_hash") == nil)
             #expect(try stored[0].bool("email_verified") == false)
+            let requests = try await app.rows("SELECT password_hash, code_hmac FROM sign_up_requests")
+            #expect(requests.count == 1)
+            #expect(try requests[0].string("password_hash").hasPrefix("$argon2id$v=19$"))
 
-            let code = try app.lastCode(to: "ada@example.com")
+            let code = try await app.lastCode(to: "ada@example.com")
             let verify = try await client.post("/api/verify-otp", json: #"{"email":"ada@example.com","code":"\#(code)"}"#)
             #expect(verify.status == .ok)
             let verified = try verify.json(SeedVerifyOTPResponse.self)
@@ -79,7 +83,7 @@ struct AuthHTTPTests {
             #expect(taken.status == fresh.status)
             #expect(taken.text == fresh.text)
             // The owner is told, but gets no code; the password did not change.
-            let notice = try #require(try app.mails(to: "taken@example.com").last)
+            let notice = try #require(try await app.mails(to: "taken@example.com").last)
             #expect(notice.contains("Someone tried to sign up") && !notice.contains(" code is "))
             #expect(try await client.signIn("taken@example.com", Self.password).status == .ok)
 
@@ -105,7 +109,7 @@ struct AuthHTTPTests {
     func fiveWrongCodesBurnTheCode(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             try await client.post("/api/auth/sign-up", json: #"{"email":"b@example.com","password":"correct horse battery","name":"B"}"#)
-            let code = try app.lastCode(to: "b@example.com")
+            let code = try await app.lastCode(to: "b@example.com")
             let wrongCode = code == "000000" ? "111111" : "000000"
             for remaining in [4, 3, 2, 1] {
                 let r = try await client.post("/api/verify-otp", json: #"{"email":"b@example.com","code":"\#(wrongCode)"}"#)
@@ -124,7 +128,7 @@ struct AuthHTTPTests {
             // A new code (after the cooldown) works.
             app.clock.advance(seconds: 61)
             #expect(try await client.post("/api/auth/resend-otp", json: #"{"email":"b@example.com"}"#).status == .ok)
-            let fresh = try app.lastCode(to: "b@example.com")
+            let fresh = try await app.lastCode(to: "b@example.com")
             #expect(try await client.post("/api/verify-otp", json: #"{"email":"b@example.com","code":"\#(fresh)"}"#).status == .ok)
         }
     }
@@ -133,7 +137,7 @@ struct AuthHTTPTests {
     func codesExpireAfterTenMinutes(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             try await client.post("/api/auth/sign-up", json: #"{"email":"c@example.com","password":"correct horse battery","name":"C"}"#)
-            let code = try app.lastCode(to: "c@example.com")
+            let code = try await app.lastCode(to: "c@example.com")
             app.clock.advance(seconds: 600)
             let r = try await client.post("/api/verify-otp", json: #"{"email":"c@example.com","code":"\#(code)"}"#)
             #expect(r.status == .badRequest)
@@ -154,7 +158,7 @@ struct AuthHTTPTests {
                 app.clock.advance(seconds: 61)
                 #expect(try await client.post("/api/auth/resend-otp", json: #"{"email":"d@example.com"}"#).status == .ok)
             }
-            #expect(try app.mails(to: "d@example.com").count == 5)
+            #expect(try await app.mails(to: "d@example.com").count == 5)
             app.clock.advance(seconds: 61)
             let exhausted = try await client.post("/api/auth/resend-otp", json: #"{"email":"d@example.com"}"#)
             #expect(exhausted.status == .tooManyRequests)
@@ -164,11 +168,11 @@ struct AuthHTTPTests {
             let repeated = try await client.post(
                 "/api/auth/sign-up", json: #"{"email":"d@example.com","password":"correct horse battery","name":"D"}"#)
             #expect(repeated.status == .ok)
-            #expect(try app.mails(to: "d@example.com").count == 5)
+            #expect(try await app.mails(to: "d@example.com").count == 5)
             // The window ends: sends are possible again, and the latest code works.
             app.clock.advance(seconds: Double(retry))
             #expect(try await client.post("/api/auth/resend-otp", json: #"{"email":"d@example.com"}"#).status == .ok)
-            let code = try app.lastCode(to: "d@example.com")
+            let code = try await app.lastCode(to: "d@example.com")
             #expect(try await client.post("/api/verify-otp", json: #"{"email":"d@example.com","code":"\#(code)"}"#).status == .ok)
         }
     }
@@ -195,10 +199,10 @@ struct AuthHTTPTests {
             let retryAfter = try #require(Int(locked.headers[.retryAfter] ?? ""))
             #expect(retryAfter > 700 && retryAfter <= 900)
             #expect(try await app.rows("SELECT action FROM audit_log WHERE action = 'account_locked'").count == 1)
-            #expect(try app.mails(to: "e@example.com").contains { $0.contains("locked") })
+            #expect(try await app.mails(to: "e@example.com").contains { $0.contains("locked") })
             // A password reset lifts the lock.
             try await client.post("/api/auth/forgot-password", json: #"{"email":"e@example.com"}"#)
-            let code = try app.lastCode(to: "e@example.com")
+            let code = try await app.lastCode(to: "e@example.com")
             let reset = try await client.post(
                 "/api/auth/reset-password", json: #"{"email":"e@example.com","code":"\#(code)","newPassword":"a brand new passphrase"}"#)
             #expect(reset.status == .ok)
@@ -280,11 +284,11 @@ struct AuthHTTPTests {
             #expect(changed.status == .ok)
             #expect(try await client.get("/api/user/me", token: a).status == .ok)
             #expect(try await client.get("/api/user/me", token: b).status == .unauthorized)
-            #expect(try app.mails(to: "j@example.com").last?.contains("password was changed") == true)
+            #expect(try await app.mails(to: "j@example.com").last?.contains("password was changed") == true)
 
             app.clock.advance(seconds: 61)
             try await client.post("/api/auth/forgot-password", json: #"{"email":"j@example.com"}"#)
-            let code = try app.lastCode(to: "j@example.com")
+            let code = try await app.lastCode(to: "j@example.com")
             let badCode = try await client.post(
                 "/api/auth/reset-password", json: #"{"email":"j@example.com","code":"12345","newPassword":"third long password"}"#)
             #expect(badCode.status == .badRequest)
@@ -327,11 +331,11 @@ struct AuthHTTPTests {
     func newDevicesAreMailedAndConcurrentSignInsAllSucceed(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             _ = try await client.signUpAndVerify(app, email: "l@example.com")
-            let before = try app.mails(to: "l@example.com").count
+            let before = try await app.mails(to: "l@example.com").count
             #expect(try await client.signIn("l@example.com", Self.password, userAgent: "").status == .ok)  // the verifying device
-            #expect(try app.mails(to: "l@example.com").count == before)
+            #expect(try await app.mails(to: "l@example.com").count == before)
             #expect(try await client.signIn("l@example.com", Self.password, userAgent: "Stranger/9").status == .ok)
-            #expect(try app.mails(to: "l@example.com").last?.contains("New sign-in") == true)
+            #expect(try await app.mails(to: "l@example.com").last?.contains("New sign-in") == true)
             // Concurrent sign-ins each reserve a password check before Argon2 runs, so in-flight ones count toward the
             // delays: five at once (the free failures plus one) all succeed.
             let tokens = try await withThrowingTaskGroup(of: String.self) { group in
@@ -371,14 +375,14 @@ struct AuthHTTPTests {
         try await TestApp.run(engine, logger: logs.logger()) { client, app in
             let password = "Secret-Pass-\(UUID().uuidString.prefix(8))"
             try await client.post("/api/auth/sign-up", json: #"{"email":"m@example.com","password":"\#(password)","name":"M"}"#)
-            let code = try app.lastCode(to: "m@example.com")
+            let code = try await app.lastCode(to: "m@example.com")
             let verify = try await client.post("/api/verify-otp", json: #"{"email":"m@example.com","code":"\#(code)"}"#)
             let token = try verify.json(SeedVerifyOTPResponseWithSession.self).session.token
             let signIn = try await client.signIn("m@example.com", password).json(SeedSignInResponse.self).session.token
             _ = try await client.get("/api/auth/session", token: signIn)
             app.clock.advance(seconds: 61)
             try await client.post("/api/auth/forgot-password", json: #"{"email":"m@example.com"}"#)
-            let resetCode = try app.lastCode(to: "m@example.com")
+            let resetCode = try await app.lastCode(to: "m@example.com")
             let secrets = [password, code, token, signIn, resetCode]
             var stored: [String] = []
             for table in ["users", "sessions", "otp_codes", "attempt_budgets", "known_devices", "family_profiles", "audit_log"] {

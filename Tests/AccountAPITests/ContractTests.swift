@@ -71,7 +71,7 @@ extension ContractTests {
     static let owners: [String: [String]] = [
         "Auth": [
             "users", "sessions", "otp_codes", "attempt_budgets", "known_devices", "family_profiles", "welcome_grants", "api_keys", "audit_log",
-            "user_identities", "apple_signin_events", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges",
+            "user_identities", "apple_signin_events", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges", "sign_up_requests",
         ],
         "Ledger": [
             "ledger_accounts", "ledger_transfers", "ledger_lots", "ledger_holds", "ledger_hold_parts", "ledger_period_grants", "idempotency_records",

@@ -29,9 +29,9 @@ struct EmailChangeAndMFAHTTPTests {
             let asked = try await client.send(
                 .post, "/api/user/email", token: token, json: #"{"newEmail":"New@Example.com","currentPassword":"correct horse battery"}"#)
             #expect(asked.status == .accepted)
-            #expect(try app.mails(to: "old@example.com").contains { $0.contains("asked to move it to another email address") })
+            #expect(try await app.mails(to: "old@example.com").contains { $0.contains("asked to move it to another email address") })
             #expect(try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"000000"}"#).status == .badRequest)
-            let code = try app.lastCode(to: "new@example.com")
+            let code = try await app.lastCode(to: "new@example.com")
             let done = try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"\#(code)"}"#)
             #expect(try done.status == .ok && done.json(Me.self).email == "new@example.com" && done.json(Me.self).emailVerified)
             #expect(try await client.get("/api/user/me", token: other).status == .unauthorized, "other sessions end")
@@ -46,7 +46,7 @@ struct EmailChangeAndMFAHTTPTests {
                 .post, "/api/user/email", token: token, json: #"{"newEmail":"taken@example.com","currentPassword":"correct horse battery"}"#)
             #expect(taken.status == .accepted && String(buffer: taken.body) == String(buffer: asked.body))
             let refused = try await client.send(
-                .post, "/api/user/email/verify", token: token, json: #"{"code":"\#(try app.lastCode(to: "taken@example.com"))"}"#)
+                .post, "/api/user/email/verify", token: token, json: #"{"code":"\#(try await app.lastCode(to: "taken@example.com"))"}"#)
             #expect(try refused.status == .conflict && refused.problem().code == "already_exists")
             #expect(try await client.get("/api/user/me", token: token).json(Me.self).email == "new@example.com")
             #expect(try await app.rows("SELECT action FROM audit_log WHERE action = 'email_changed'").count == 1)
@@ -148,7 +148,7 @@ struct EmailChangeAndMFAHTTPTests {
             let opsID = try await app.userID(token: session)
             #expect(try await client.send(.delete, "/api/admin/users/\(opsID)/mfa", token: admin).status == .noContent)
             #expect(try await client.send(.delete, "/api/admin/users/\(opsID)/mfa", token: admin).status == .notFound)
-            #expect(try app.mails(to: "ops@example.com").contains { $0.contains("Support turned off the two-factor codes") })
+            #expect(try await app.mails(to: "ops@example.com").contains { $0.contains("Support turned off the two-factor codes") })
             #expect(try await client.signIn("ops@example.com", "correct horse battery").json(SignedIn.self).session.token.isEmpty == false)
         }
     }

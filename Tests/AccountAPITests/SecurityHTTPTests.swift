@@ -53,34 +53,125 @@ struct SecurityHTTPTests {
         }
     }
 
+    /// Issue 33 (pre-hijacking): a code activates only what the sign-up it was mailed for asked. Whoever signs up first,
+    /// the mailbox owner's own code gives the account her password and name; the attacker's password never works.
     @Test(arguments: TestDatabase.engines)
-    func aSecondSignUpCannotChooseThePasswordOfAPendingAccount(engine: Engine) async throws {
+    func aCodeActivatesOnlyItsOwnSignUp(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             let victim = #"{"email":"pending@example.com","password":"the victims passphrase","name":"Victim"}"#
             let attacker = #"{"email":"pending@example.com","password":"the attackers passphrase","name":"Mallory"}"#
-            let first = try await client.post("/api/auth/sign-up", json: victim)
-            let firstCode = try app.lastCode(to: "pending@example.com")
-            let second = try await client.post("/api/auth/sign-up", json: attacker)
-            #expect(first.status == .ok && second.text == first.text)
-            #expect(try app.mails(to: "pending@example.com").count == 1, "the repeat inside the cooldown mails nothing")
-            // After the cooldown the repeat mails a new code, still for the first sign-up's password and name.
+            // The attacker first; inside the cooldown the victim's sign-up mails nothing and changes nothing.
+            let first = try await client.post("/api/auth/sign-up", json: attacker)
+            let attackersCode = try await app.lastCode(to: "pending@example.com")
+            #expect(try await client.post("/api/auth/sign-up", json: victim).text == first.text)
+            #expect(try await app.mails(to: "pending@example.com").count == 1, "the repeat inside the cooldown mails nothing")
+            #expect(try await client.signIn("pending@example.com", "the attackers passphrase").status == .forbidden, "email_not_verified")
             app.clock.advance(seconds: 61)
-            #expect(try await client.post("/api/auth/sign-up", json: attacker).text == first.text)
-            let secondCode = try app.lastCode(to: "pending@example.com")
-            let mailed = try app.mails(to: "pending@example.com").count
-            #expect(mailed == 2 && (secondCode != firstCode || mailed == 2))
-            let verified = try await client.post("/api/verify-otp", json: #"{"email":"pending@example.com","code":"\#(secondCode)"}"#)
+            #expect(try await client.post("/api/auth/sign-up", json: victim).text == first.text)
+            let victimsCode = try await app.lastCode(to: "pending@example.com")
+            #expect(try await app.rows("SELECT id FROM sign_up_requests").count == 2)
+            // The pending account holds neither password: only the newest request's answers email_not_verified.
+            #expect(try await client.signIn("pending@example.com", "the attackers passphrase").status == .unauthorized)
+            let verified = try await client.post("/api/verify-otp", json: #"{"email":"pending@example.com","code":"\#(victimsCode)"}"#)
             #expect(verified.status == .ok)
             #expect(try verified.json(SeedVerifyOTPResponse.self).user?.name == "Victim")
             #expect(try await client.signIn("pending@example.com", "the victims passphrase").status == .ok)
             #expect(try await client.signIn("pending@example.com", "the attackers passphrase").status == .unauthorized)
-            // A pending sign-up older than a day can be started again, with a new password.
+            // The attacker's code died with the verification (wrong for everyone now).
+            let late = try await client.post("/api/verify-otp", json: #"{"email":"pending@example.com","code":"\#(attackersCode)"}"#)
+            #expect(late.status == .badRequest)
+            #expect(try late.problem().code == "invalid_otp")
+            #expect(try await app.rows("SELECT id FROM sign_up_requests WHERE consumed_at_ms IS NULL").isEmpty)
+        }
+    }
+
+    /// The variant the other way round, and resend: the victim first, the attacker after the cooldown; her own (older)
+    /// code still gives her password; resend-otp renews only the newest request, and its mail says when that started.
+    @Test(arguments: TestDatabase.engines)
+    func theFirstSignUpsCodeStillWorksAfterAnotherAndResendRenewsTheNewest(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            try await client.post("/api/auth/sign-up", json: #"{"email":"first@example.com","password":"the victims passphrase","name":"Victim"}"#)
+            let victimsCode = try await app.lastCode(to: "first@example.com")
+            app.clock.advance(seconds: 61)
+            try await client.post("/api/auth/sign-up", json: #"{"email":"first@example.com","password":"the attackers passphrase","name":"Mallory"}"#)
+            app.clock.advance(seconds: 61)
+            #expect(try await client.post("/api/auth/resend-otp", json: #"{"email":"first@example.com"}"#).status == .ok)
+            let mails = try await app.mails(to: "first@example.com")
+            #expect(mails.count == 3 && mails.allSatisfy { $0.contains("finishes the sign-up started at") })
+            let started = try #require(
+                try await app.rows("SELECT created_at_ms FROM sign_up_requests ORDER BY created_at_ms DESC").first?.date("created_at_ms"))
+            #expect(mails[2].contains(String(ISOTime.string(started).prefix(16).replacingOccurrences(of: "T", with: " "))))
+            let verified = try await client.post("/api/verify-otp", json: #"{"email":"first@example.com","code":"\#(victimsCode)"}"#)
+            #expect(verified.status == .ok)
+            #expect(try verified.json(SeedVerifyOTPResponse.self).user?.name == "Victim")
+            #expect(try await client.signIn("first@example.com", "the victims passphrase").status == .ok)
+            #expect(try await client.signIn("first@example.com", "the attackers passphrase").status == .unauthorized)
+            // A request older than a day is gone: resend has nothing to renew; a new sign-up starts again.
             try await client.post("/api/auth/sign-up", json: #"{"email":"stale@example.com","password":"forgotten passphrase","name":"Old"}"#)
             app.clock.advance(seconds: 25 * 3600)
+            try await client.post("/api/auth/resend-otp", json: #"{"email":"stale@example.com"}"#)
+            #expect(try await app.mails(to: "stale@example.com").count == 1)
+            app.clock.advance(seconds: 61)
             try await client.post("/api/auth/sign-up", json: #"{"email":"stale@example.com","password":"remembered passphrase","name":"New"}"#)
-            let code = try app.lastCode(to: "stale@example.com")
+            let code = try await app.lastCode(to: "stale@example.com")
             #expect(try await client.post("/api/verify-otp", json: #"{"email":"stale@example.com","code":"\#(code)"}"#).status == .ok)
             #expect(try await client.signIn("stale@example.com", "remembered passphrase").status == .ok)
+        }
+    }
+
+    /// Issue 33 (enumeration by budgets): every unauthenticated endpoint that names an address answers alike (status,
+    /// body, Retry-After) and takes the same budgets for a verified, a pending and an unknown address, step by step.
+    @Test(arguments: TestDatabase.engines)
+    func everyAddressGetsTheSameAnswersAndSpendsTheSameBudgets(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            _ = try await client.signUpAndVerify(app, email: "known@example.com")
+            try await client.post("/api/auth/sign-up", json: #"{"email":"pending@example.com","password":"correct horse battery","name":"P"}"#)
+            app.clock.advance(seconds: 61)
+            func budgets() async throws -> [String: Int] {
+                var result: [String: Int] = [:]
+                for row in try await app.rows("SELECT budget_key, attempts FROM attempt_budgets") {
+                    result[try row.string("budget_key")] = Int(try row.int("attempts"))
+                }
+                return result
+            }
+            func wrongCode(_ email: String) async throws -> String {
+                try await app.mails(to: email).contains { $0.contains("000000") } ? "111111" : "000000"
+            }
+            var transcripts: [String: [String]] = [:]
+            var spent: [String: [String: Int]] = [:]
+            for email in ["known@example.com", "pending@example.com", "nobody@example.com"] {
+                let before = try await budgets()
+                let code = try await wrongCode(email)
+                var lines: [String] = []
+                for (path, body) in [
+                    ("/api/auth/sign-up", #"{"email":"\#(email)","password":"another long passphrase","name":"Q"}"#),
+                    ("/api/auth/resend-otp", #"{"email":"\#(email)"}"#),
+                    ("/api/auth/forgot-password", #"{"email":"\#(email)"}"#),
+                    ("/api/auth/forgot-password", #"{"email":"\#(email)"}"#),
+                    ("/api/auth/sign-in", #"{"email":"\#(email)","password":"not the password"}"#),
+                    ("/api/verify-otp", #"{"email":"\#(email)","code":"\#(code)"}"#),
+                    ("/api/auth/reset-password", #"{"email":"\#(email)","code":"\#(code)","newPassword":"another long passphrase"}"#),
+                ] {
+                    let r = try await client.post(path, json: body)
+                    lines.append("\(path) \(r.status.code) \(r.headers[.retryAfter] ?? "-") \(r.text)")
+                }
+                transcripts[email] = lines
+                // What each step took, by budget kind (the address's own keys differ only by their keyed hash).
+                var delta: [String: Int] = [:]
+                for (key, attempts) in try await budgets() where attempts != before[key] {
+                    let kind =
+                        key.hasPrefix("mail:") || key.hasPrefix("code:") || key.hasPrefix("password:")
+                        ? String(key[..<(key.lastIndex(of: ":") ?? key.endIndex)]) : key
+                    delta[kind, default: 0] += attempts - (before[key] ?? 0)
+                }
+                spent[email] = delta
+                app.clock.advance(seconds: 61)
+            }
+            #expect(transcripts["known@example.com"] == transcripts["nobody@example.com"], "\(transcripts)")
+            #expect(transcripts["pending@example.com"] == transcripts["nobody@example.com"], "\(transcripts)")
+            #expect(spent["known@example.com"] == spent["nobody@example.com"], "\(spent)")
+            #expect(spent["pending@example.com"] == spent["nobody@example.com"], "\(spent)")
+            #expect(spent["nobody@example.com"]?["mail:verification"] == 1 && spent["nobody@example.com"]?["mail:reset"] == 1)
         }
     }
 
@@ -108,8 +199,8 @@ struct SecurityHTTPTests {
         try await TestApp.run(engine) { client, app in
             _ = try await client.signUpAndVerify(app, email: "verified@example.com")
             try await client.post("/api/auth/sign-up", json: #"{"email":"pending2@example.com","password":"correct horse battery","name":"P"}"#)
-            func wrong(_ email: String) throws -> String {
-                let codes = try app.mails(to: email).compactMap { mail in
+            func wrong(_ email: String) async throws -> String {
+                let codes = try await app.mails(to: email).compactMap { mail in
                     mail.range(of: #"\d{6}"#, options: .regularExpression).map { String(mail[$0]) }
                 }
                 return codes.contains("000000") ? "111111" : "000000"
@@ -118,7 +209,8 @@ struct SecurityHTTPTests {
             for _ in 0..<6 {
                 var answers: [String] = []
                 for email in addresses {
-                    let r = try await client.post("/api/verify-otp", json: #"{"email":"\#(email)","code":"\#(try wrong(email))"}"#)
+                    let guess = try await wrong(email)
+                    let r = try await client.post("/api/verify-otp", json: #"{"email":"\#(email)","code":"\#(guess)"}"#)
                     answers.append("\(r.status.code) \(r.text)")
                 }
                 #expect(Set(answers).count == 1, "\(answers)")
@@ -130,9 +222,9 @@ struct SecurityHTTPTests {
             for _ in 0..<6 {
                 var answers: [String] = []
                 for email in ["verified@example.com", "unknown@example.com"] {
+                    let guess = try await wrong(email)
                     let r = try await client.post(
-                        "/api/auth/reset-password",
-                        json: #"{"email":"\#(email)","code":"\#(try wrong(email))","newPassword":"another long passphrase"}"#)
+                        "/api/auth/reset-password", json: #"{"email":"\#(email)","code":"\#(guess)","newPassword":"another long passphrase"}"#)
                     answers.append("\(r.status.code) \(r.text)")
                 }
                 #expect(Set(answers).count == 1, "\(answers)")
@@ -228,15 +320,15 @@ struct SecurityHTTPTests {
             _ = try await client.signUpAndVerify(app, email: "mail@example.com")
             // Right after the verification mail, a reset code still goes out.
             #expect(try await client.post("/api/auth/forgot-password", json: #"{"email":"mail@example.com"}"#).status == .ok)
-            #expect(try app.mails(to: "mail@example.com").last?.contains("password reset code") == true)
+            #expect(try await app.mails(to: "mail@example.com").last?.contains("password reset code") == true)
             // Spending the verification budget does not starve resets, and a throttled answer is the same for every address.
             for _ in 0..<6 {
                 app.clock.advance(seconds: 61)
                 try await client.post("/api/auth/resend-otp", json: #"{"email":"mail@example.com"}"#)
             }
-            let before = try app.mails(to: "mail@example.com").count
+            let before = try await app.mails(to: "mail@example.com").count
             #expect(try await client.post("/api/auth/forgot-password", json: #"{"email":"mail@example.com"}"#).status == .ok)
-            #expect(try app.mails(to: "mail@example.com").count == before + 1)
+            #expect(try await app.mails(to: "mail@example.com").count == before + 1)
             let known = try await client.post("/api/auth/forgot-password", json: #"{"email":"mail@example.com"}"#)
             try await client.post("/api/auth/forgot-password", json: #"{"email":"ghost@example.com"}"#)
             let unknown = try await client.post("/api/auth/forgot-password", json: #"{"email":"ghost@example.com"}"#)

@@ -11,8 +11,10 @@ import Testing
 @testable import AccountAPI
 
 extension TestApp {
-    /// The messages mailed so far to `address`, oldest first (subject and body, CRLF folded to LF).
-    func mails(to address: String) throws -> [String] {
+    /// The messages mailed so far to `address`, oldest first (subject and body, CRLF folded to LF). Mail goes out after
+    /// the answer, so the queue is flushed first.
+    func mails(to address: String) async throws -> [String] {
+        await dependencies.mailQueue.flush()
         guard FileManager.default.fileExists(atPath: mailDirectory.path) else { return [] }
         return try FileManager.default.contentsOfDirectory(atPath: mailDirectory.path).filter { $0.hasSuffix(".eml") }.sorted()
             .map { try String(contentsOf: mailDirectory.appendingPathComponent($0), encoding: .utf8).replacingOccurrences(of: "\r\n", with: "\n") }
@@ -20,8 +22,8 @@ extension TestApp {
     }
 
     /// The last 6-digit code mailed to `address`.
-    func lastCode(to address: String) throws -> String {
-        let mail = try #require(try mails(to: address).last(where: { $0.contains(" code is ") }))
+    func lastCode(to address: String) async throws -> String {
+        let mail = try #require(try await mails(to: address).last(where: { $0.contains(" code is ") }))
         let range = try #require(mail.range(of: #"code is \d{6}"#, options: .regularExpression))
         return String(mail[range].suffix(6))
     }
@@ -55,7 +57,7 @@ extension TestClientProtocol {
     func signUpAndVerify(_ app: TestApp, email: String, password: String = "correct horse battery", name: String = "Ada") async throws -> String {
         let signUp = try await post("/api/auth/sign-up", json: #"{"email":"\#(email)","password":"\#(password)","name":"\#(name)"}"#)
         #expect(signUp.status == .ok)
-        let code = try app.lastCode(to: email.lowercased())
+        let code = try await app.lastCode(to: email.lowercased())
         let verify = try await post("/api/verify-otp", json: #"{"email":"\#(email)","code":"\#(code)"}"#)
         #expect(verify.status == .ok)
         return try verify.json(SeedVerifyOTPResponseWithSession.self).session.token

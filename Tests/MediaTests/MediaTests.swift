@@ -45,9 +45,30 @@ struct MediaTests {
         let info = try ImageProcessor(rules: relaxed).inspect(thumbnail)
         #expect(info.format == .png && info.width == 100 && info.height == 50 && info.hasAlpha)
         let original = try ImageProcessor.testPNG(width: 1024, height: 1024)
-        let optimised = try images.optimisedPNG(original)
+        let optimised = try images.strippedPNG(original)
         #expect(optimised.count <= original.count)
         #expect(try images.inspect(optimised).width == 1024)
+    }
+
+    /// Issue 33: a PNG whose re-encoding was not smaller used to be stored as uploaded, metadata and trailing bytes included.
+    @Test func pngsAreAlwaysReencodedToTheirPixelsOnly() throws {
+        let original = [UInt8](try ImageProcessor.testPNG(width: 256, height: 256))
+        // A tEXt chunk (with its CRC) before IEND, and an HTML page after it.
+        let iend = original.count - 12
+        let payload = Array("tEXt".utf8) + Array("GPS\u{0}47.3769 N, 8.5417 E".utf8)
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in payload {
+            crc ^= UInt32(byte)
+            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+        }
+        crc ^= 0xFFFF_FFFF
+        func bigEndian(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) } }
+        let chunk = bigEndian(UInt32(payload.count - 4)) + payload + bigEndian(crc)
+        let hostile = Data(original[..<iend] + chunk + original[iend...] + Array("<html><script>alert(1)</script>".utf8))
+        #expect(hostile.count > original.count + 40)
+        let stored = try images.strippedPNG(hostile)
+        #expect(stored.range(of: Data("GPS".utf8)) == nil && stored.range(of: Data("<html>".utf8)) == nil)
+        #expect(try images.inspect(stored).width == 256)
     }
 
     @Test func animatedGIFsAndWebPsAreReadAndThumbnailedFromTheirFirstFrame() throws {

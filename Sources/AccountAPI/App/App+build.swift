@@ -10,6 +10,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     let router = buildRouter(dependencies)
     var app = Application(
         responder: HeadResponder(wrapped: router.buildResponder()),
+        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(dependencies.config.httpIdleTimeoutSeconds)))),
         configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
         logger: logger
     )
@@ -17,6 +18,8 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
+    // Last, so it is told to stop first after the server: mail queued by the last requests still goes out.
+    app.addServices(MailQueueService(queue: dependencies.mailQueue))
     let database = dependencies.database
     app.beforeServerStarts {
         let applied = try await database.migrate(database.engine.migrations, logger: logger)

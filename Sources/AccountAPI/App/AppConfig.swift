@@ -31,6 +31,9 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// Hashing threads (`ARGON2_THREADS`, default: cores) and how many hashes may wait (`ARGON2_QUEUE_LIMIT`).
     var argon2Threads = System.coreCount
     var argon2QueueLimit = 64
+    /// A connection that sends nothing for this long, idle or with a request half sent, is closed
+    /// (`HTTP_IDLE_TIMEOUT_SECONDS`).
+    var httpIdleTimeoutSeconds = 30
     /// Seconds between background ledger sweeps (`SWEEP_INTERVAL_SECONDS`; 0 turns the sweeper off).
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
@@ -135,6 +138,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("ARGON2_THREADS", 1...256) { argon2Threads = n }
         if let n = reader.number("ARGON2_QUEUE_LIMIT", 0...100_000) { argon2QueueLimit = n }
         if let n = reader.number("SWEEP_INTERVAL_SECONDS", 0...86400) { sweepIntervalSeconds = Double(n) }
+        if let n = reader.number("HTTP_IDLE_TIMEOUT_SECONDS", 1...3600) { httpIdleTimeoutSeconds = n }
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
         if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
         if let n = reader.number("MAIL_COOLDOWN_SECONDS", 0...3600) { authPolicy.mailCooldownSeconds = Double(n) }

@@ -17,6 +17,8 @@ public struct Dependencies: Sendable {
     public let database: any Database
     let catalog: PlanCatalog
     let mailer: any Mailer
+    /// Where every mail waits for the answer to go out first (``MailQueue``); tests flush it.
+    public let mailQueue: MailQueue
     let clock: any TimeSource
     /// The PostgreSQL pool, when that is the engine: the application runs it as a service.
     public let postgresClient: PostgresClient?
@@ -51,7 +53,8 @@ public struct Dependencies: Sendable {
         // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
         let apple = try appleVerifier(config)
         let (database, postgresClient) = try await open(config, logger: logger)
-        let mailer = mailer ?? config.mailTransport.makeMailer(from: config.mailFrom)
+        let mailQueue = MailQueue(transport: mailer ?? config.mailTransport.makeMailer(from: config.mailFrom), logger: logger)
+        let mailer = QueuedMailer(queue: mailQueue)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
         let secret = try serverSecret(config)
         let secrets = SecretHasher(serverSecret: secret)
@@ -68,7 +71,8 @@ public struct Dependencies: Sendable {
         let idempotency = IdempotencyStore(clock: clock)
         let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
         return Dependencies(
-            config: config, database: database, catalog: catalog, mailer: mailer, clock: clock, postgresClient: postgresClient, hasher: hasher,
+            config: config, database: database, catalog: catalog, mailer: mailer, mailQueue: mailQueue, clock: clock, postgresClient: postgresClient,
+            hasher: hasher,
             auth: auth,
             apiKeys: APIKeyService(database: database, clock: clock),
             profiles: ProfileService(

@@ -6,6 +6,7 @@ import Hummingbird
 import Identity
 import Ledger
 import Logging
+import NIOHTTP1
 import Storage
 import Webhooks
 
@@ -46,6 +47,9 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                 }
             }
             throw Self.problem(for: error.status, request: request)
+        } catch let error as HTTPParserError {
+            // Bad framing in the body (a chunk size of -1 or fff…, a broken chunk): the client's fault, never a 500.
+            throw Problem.validation("The request body's framing could not be read (\(error)).")
         } catch is CancellationError {
             throw Problem.unavailable("The request was cancelled (server shutting down).")
         } catch {

@@ -1,12 +1,16 @@
 import Foundation
+import Storage
 
 /// The texts of the messages the auth flows send. Codes are marked as secrets so log transports redact them.
 enum Mails {
-    static func verificationCode(to email: String, code: String, minutes: Int) -> MailMessage {
-        MailMessage(
+    /// The code of one sign-up request; it says when that sign-up started, so the owner of the mailbox can tell their own
+    /// sign-up from one somebody else started with this address (whose password the code would activate).
+    static func verificationCode(to email: String, code: String, minutes: Int, requestedAt: Date) -> MailMessage {
+        let started = ISOTime.string(requestedAt).prefix(16).replacingOccurrences(of: "T", with: " ")
+        return MailMessage(
             to: email, subject: "Your verification code",
             body:
-                "Your verification code is \(code).\n\nIt expires in \(minutes) minutes and works once. If you did not sign up, ignore this message.",
+                "Your verification code is \(code).\n\nIt finishes the sign-up started at \(started) UTC with the password typed then; it expires in \(minutes) minutes and works once. If you did not sign up at that time, ignore this message: nobody can use your address without this code.",
             secrets: [code])
     }
 

@@ -1,0 +1,94 @@
+import Foundation
+import Logging
+import Metrics
+import ServiceLifecycle
+
+/// Mail goes out after the answer. The auth flows hand their messages to this queue after their transaction commits and
+/// answer at once; a drainer sends them in the background (four at a time), so neither a slow transport nor whether a
+/// message was sent at all shows in the answer's timing (docs/security.md, "Same answer, same time").
+///
+/// The queue lives in memory and is bounded: past ``capacity`` the oldest message is dropped and counted
+/// (`mail_dropped_total`). What it holds when the process dies is lost; every message it carries can be asked for again
+/// (a code by resend-otp or forgot-password; notices are informational). On a graceful shutdown ``MailQueueService``
+/// waits for it to empty.
+public actor MailQueue {
+    public let capacity: Int
+    let transport: any Mailer
+    let logger: Logger
+    private var pending: [MailMessage] = []
+    private var draining = false
+    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    private static let sendsInFlightMax = 4
+    private static let dropped = Counter(label: "mail_dropped_total")
+    private static let failed = Counter(label: "mail_failed_total")
+
+    public init(transport: any Mailer, capacity: Int = 10_000, logger: Logger) {
+        self.transport = transport
+        self.capacity = max(1, capacity)
+        self.logger = logger
+    }
+
+    /// Queues `message` and returns at once.
+    public func enqueue(_ message: MailMessage) {
+        if pending.count >= capacity {
+            pending.removeFirst()
+            Self.dropped.increment()
+            logger.error("mail queue full: the oldest message was dropped", metadata: ["capacity": "\(capacity)"])
+        }
+        pending.append(message)
+        guard !draining else { return }
+        draining = true
+        Task { await self.drain() }
+    }
+
+    /// Returns when every message queued so far has been handed to the transport (sent or failed).
+    public func flush() async {
+        guard draining || !pending.isEmpty else { return }
+        await withCheckedContinuation { idleWaiters.append($0) }
+    }
+
+    private func drain() async {
+        while !pending.isEmpty {
+            let batch = Array(pending.prefix(Self.sendsInFlightMax))
+            pending.removeFirst(batch.count)
+            let transport = self.transport
+            let logger = self.logger
+            await withTaskGroup(of: Void.self) { group in
+                for message in batch {
+                    group.addTask {
+                        do { try await transport.send(message, logger: logger) } catch {
+                            // Never log the body: it may carry a code.
+                            Self.failed.increment()
+                            logger.error("mail delivery failed", metadata: ["subject": "\(message.subject)", "error": "\(error)"])
+                        }
+                    }
+                }
+            }
+        }
+        draining = false
+        let waiters = idleWaiters
+        idleWaiters = []
+        for waiter in waiters { waiter.resume() }
+    }
+}
+
+/// A ``Mailer`` that queues: `send` returns as soon as the message is in the ``MailQueue``.
+public struct QueuedMailer: Mailer {
+    public let queue: MailQueue
+
+    public init(queue: MailQueue) { self.queue = queue }
+
+    public func send(_ message: MailMessage, logger: Logger) async throws { await queue.enqueue(message) }
+}
+
+/// Runs until the application shuts down, then waits for the mail queue to empty (each transport bounds its own send).
+public struct MailQueueService: Service {
+    let queue: MailQueue
+
+    public init(queue: MailQueue) { self.queue = queue }
+
+    public func run() async throws {
+        try? await gracefulShutdown()
+        await queue.flush()
+    }
+}
