@@ -58,9 +58,9 @@ public struct LedgerService: Sendable {
         self.clock = clock
     }
 
-    /// Who grants: a service (its API key) or an operator, whose grant is audited.
+    /// Who grants: a service (its API key) or an operator. Every grant is audited with its actor.
     public enum Granter: Sendable {
-        case service
+        case service(String, ip: String?)
         case operatorActor(String, ip: String?)
     }
 
@@ -73,11 +73,13 @@ public struct LedgerService: Sendable {
             let result = try await ledger.grant(
                 tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata,
                 idempotencyKey: request.key)
-            if case .operatorActor(let actor, let ip) = granter {
-                try await audit.record(
-                    tx, at: clock.now(), actor: actor, action: "admin_token_grant", subject: userID, ip: ip,
-                    detail: "\(amountTokens) \(bucket.rawValue)")
-            }
+            let (actor, ip, action) =
+                switch granter {
+                case .service(let actor, let ip): (actor, ip, "service_token_grant")
+                case .operatorActor(let actor, let ip): (actor, ip, "admin_token_grant")
+                }
+            try await audit.record(
+                tx, at: clock.now(), actor: actor, action: action, subject: userID, ip: ip, detail: "\(amountTokens) \(bucket.rawValue)")
             return result
         }
     }
@@ -162,12 +164,15 @@ public struct LedgerService: Sendable {
         }
     }
 
-    /// An operator's reversal of the operation a transfer belongs to: once (a second one is `alreadyReversed`), audited.
+    /// An operator's reversal of the operation a transfer belongs to: once (a second one is `alreadyReversed`), audited;
+    /// never for an erased account (`userNotFound`).
     public func reverse(transferID: String, note: String, actor: String, ip: String?, logger: Logger) async throws -> Reversal {
         try Self.check(note: note)
         guard transferID.utf8.count <= 64 else { throw LedgerError.transferNotFound }
         return try await database.transaction(logger: logger) { tx in
             let reversal = try await ledger.reverse(tx, transferID: transferID, note: note, idempotencyKey: nil)
+            // An erased account is never credited: the reversal is rolled back with this transaction.
+            guard try await users.isActiveUser(reversal.userID, tx) else { throw LedgerError.userNotFound(reversal.userID) }
             try await audit.record(
                 tx, at: clock.now(), actor: actor, action: "admin_transfer_reversed", subject: reversal.userID, ip: ip,
                 detail: "\(reversal.reversedOperationID) \(reversal.reversedReason) \(reversal.amountTokens): \(note)")

@@ -76,6 +76,51 @@ struct OperatorHTTPTests {
         }
     }
 
+    /// Issue 33: revoking a key revokes the keys it made (and theirs); a service's grant writes an audit row; an erased
+    /// account's spend is never reversed (that would credit it).
+    @Test(arguments: Engine.allCases)
+    func revocationIsInheritedGrantsAreAuditedAndErasedAccountsAreNotCredited(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await app.apiKey(["admin"])
+            func create(_ token: String, _ name: String, _ scope: String) async throws -> CreatedKey {
+                try await client.send(.post, "/api/admin/api-keys", token: token, json: #"{"name":"\#(name)","scopes":["\#(scope)"]}"#).json(
+                    CreatedKey.self)
+            }
+            let parent = try await create(admin, "parent", "admin")
+            let child = try await create(parent.key, "child", "admin")
+            let grandchild = try await create(child.key, "grandchild", "ledger:write")
+            let sibling = try await create(admin, "sibling", "admin")
+            #expect(try await client.send(.delete, "/api/admin/api-keys/\(parent.id)", token: admin).status == .noContent)
+            for key in [parent.key, child.key] { #expect(try await client.get("/api/admin/api-keys", token: key).status == .unauthorized) }
+            #expect(
+                try await client.ledger(
+                    "/api/ledger/spend", key: grandchild.key, idempotencyKey: "s", json: #"{"userId":"x","amount":1,"reason":"r"}"#
+                ).status == .unauthorized)
+            #expect(try await client.get("/api/admin/api-keys", token: sibling.key).status == .ok)
+            #expect(try await app.rows("SELECT subject FROM audit_log WHERE action = 'api_key_revoked'").count == 3)
+            // A service grant is audited with its key as the actor.
+            let ledgerKey = try await create(admin, "billing", "ledger:write")
+            let token = try await client.signUpAndVerify(app, email: "erased@example.com")
+            let user = try await app.userID(token: token)
+            let granted = try await client.ledger(
+                "/api/ledger/grants", key: ledgerKey.key, idempotencyKey: "g", json: #"{"userId":"\#(user)","amount":10,"bucket":"purchased"}"#)
+            #expect(granted.status == .created)
+            let audit = try await app.rows("SELECT actor FROM audit_log WHERE action = 'service_token_grant' AND subject = ?", [user])
+            #expect(try audit.map { try $0.string("actor") } == ["key:\(ledgerKey.id)"])
+            // Spend, erase, then try to reverse the spend: refused, nothing credited.
+            #expect(
+                try await client.ledger(
+                    "/api/ledger/spend", key: ledgerKey.key, idempotencyKey: "s1", json: #"{"userId":"\#(user)","amount":4,"reason":"gen"}"#
+                ).status == .ok)
+            let spend = try #require(
+                try await client.get("/api/user/token-history", token: token).json(History.self).entries.first { $0.reason == "gen" })
+            #expect(try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+            let reversed = try await client.send(.post, "/api/admin/ledger/transfers/\(spend.id)/reverse", token: admin, json: #"{"reason":"sorry"}"#)
+            #expect(reversed.status == .notFound)
+            #expect(try await app.rows("SELECT operation_id FROM ledger_reversals").isEmpty)
+        }
+    }
+
     struct Result: Decodable {
         let amount: Int; let balances: Balances; struct Balances: Decodable { let totalTokens: Int; let purchasedTokens: Int }
     }

@@ -34,7 +34,7 @@ struct LedgerController: Sendable {
         let answer = try await ledger.grant(
             try idempotent(request, caller, body, endpoint: "grants"), userID: body.userId, amountTokens: body.amount, bucket: body.bucket,
             reason: body.reason ?? "grant", expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), metadata: body.metadata?.canonicalText,
-            by: .service, format: IdempotentResponse.ledgerResult, logger: context.logger)
+            by: .service(caller, ip: context.clientIP), format: IdempotentResponse.ledgerResult, logger: context.logger)
         return IdempotentResponse.response(answer)
     }
 

@@ -73,12 +73,19 @@ public struct APIKeyService: Sendable {
         let key = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let id = UUID().uuidString.lowercased()
-            try await tx.query(
-                "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiry])
+            // The parent is locked while its child is written (a revocation waits, then takes the child too), and a parent
+            // revoked meanwhile makes nothing.
+            if let parent {
+                guard try await tx.first("SELECT id FROM api_keys WHERE id = ? AND revoked_at_ms IS NULL" + tx.dialect.forUpdate, [parent.id]) != nil
+                else { throw AuthError.unauthorized }
+            }
+            let inserted = try await tx.query(
+                "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms, expires_at_ms, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiry, parent?.id])
+            guard let row = inserted.first else { throw AuthError.unauthorized }
             try await AuditLog.record(
                 tx, at: now, actor: actor, action: "api_key_created", subject: id, ip: ip, detail: scopeSet.sorted().joined(separator: ","))
-            return try APIKey(row: try await tx.first("SELECT * FROM api_keys WHERE id = ?", [id])!, now: now)
+            return try APIKey(row: row, now: now)
         }
         return (key, secret)
     }
@@ -90,13 +97,25 @@ public struct APIKeyService: Sendable {
         }
     }
 
-    /// Returns false when no live key has that id.
+    /// Revokes the key and every live key made under it (its children, theirs, …), each audited. Returns false when no
+    /// live key has that id.
     public func revoke(id: String, actor: String = "cli", ip: String? = nil, logger: Logger) async throws -> Bool {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            let rows = try await tx.query("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING id", [now, id])
-            if !rows.isEmpty { try await AuditLog.record(tx, at: now, actor: actor, action: "api_key_revoked", subject: id, ip: ip) }
-            return !rows.isEmpty
+            guard try await tx.first("SELECT id FROM api_keys WHERE id = ? AND revoked_at_ms IS NULL" + tx.dialect.forUpdate, [id]) != nil else {
+                return false
+            }
+            let revoked = try await tx.query(
+                """
+                WITH RECURSIVE tree (id) AS (SELECT CAST(? AS TEXT) UNION SELECT k.id FROM api_keys k JOIN tree t ON k.parent_id = t.id)
+                UPDATE api_keys SET revoked_at_ms = ? WHERE id IN (SELECT id FROM tree) AND revoked_at_ms IS NULL RETURNING id
+                """, [id, now])
+            for row in revoked {
+                let revokedID = try row.string("id")
+                try await AuditLog.record(
+                    tx, at: now, actor: actor, action: "api_key_revoked", subject: revokedID, ip: ip, detail: revokedID == id ? nil : "parent " + id)
+            }
+            return true
         }
     }
 

@@ -1,4 +1,4 @@
--- Why: sign-up pre-hijacking (issue 33). A code activates only what the request it was mailed for asked: each sign-up
+-- Why: two holes of issue 33. Sign-up pre-hijacking: a code activates only what the request it was mailed for asked: each sign-up
 -- is its own row with its own code (an HMAC), password hash and name, and verifying a code copies that row's password
 -- and name onto the account. A pending account carries no password of its own, so nothing anyone typed is activated
 -- without a code that only the mailbox sees. Rows die with verification (the used one is kept, marked, for
@@ -23,3 +23,11 @@ FROM users u JOIN otp_codes c ON c.email = u.email AND c.purpose = 'verify'
 WHERE u.email_verified = FALSE AND u.deleted_at_ms IS NULL AND u.password_hash IS NOT NULL AND c.consumed_at_ms IS NULL;
 UPDATE users SET password_hash = NULL WHERE email_verified = FALSE;
 DELETE FROM otp_codes WHERE purpose = 'verify';
+
+-- A key made by another key remembers it (`parent_id`), and revoking a key revokes every key made under it. Keys made
+-- by keys before this migration find their parent in the audit log.
+ALTER TABLE api_keys ADD COLUMN parent_id TEXT;
+UPDATE api_keys SET parent_id = (
+    SELECT substr(a.actor, 5) FROM audit_log a WHERE a.action = 'api_key_created' AND a.subject = api_keys.id AND a.actor LIKE 'key:%'
+);
+CREATE INDEX api_keys_parent ON api_keys (parent_id);
