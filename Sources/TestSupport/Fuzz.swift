@@ -46,6 +46,24 @@ public struct Fuzzer {
         return count
     }
 
+    /// ``run(_:)`` for an asynchronous parser (a JWS verifier, a request through the router).
+    @discardableResult
+    public func runAsync(_ body: ([UInt8]) async throws -> Void) async rethrows -> Int {
+        print("fuzz seed \(seed) (FUZZ_SEED=\(seed) replays it)")
+        var generator = SplitMix64(seed: seed)
+        for input in corpus { try await body(input) }
+        let deadline = Date().addingTimeInterval(seconds)
+        var count = corpus.count
+        while count < iterationsMax {
+            if count % 16 == 0, Date() >= deadline { break }
+            var input = corpus[Int(generator.next() % UInt64(corpus.count))]
+            for _ in 0...Int(generator.next() % 4) { mutate(&input, &generator) }
+            try await body(input)
+            count += 1
+        }
+        return count
+    }
+
     static let interesting: [UInt8] = [0x00, 0x0a, 0x0d, 0x20, 0x22, 0x2d, 0x3a, 0x3b, 0x3d, 0x7f, 0x80, 0xc3, 0xff, 0x09, 0x5c, 0x7b, 0x7d]
 
     func mutate(_ input: inout [UInt8], _ generator: inout SplitMix64) {

@@ -14,7 +14,7 @@ public enum StripeSignatureError: Error, Equatable, Sendable {
         case .missingHeader: "The Stripe-Signature header is missing."
         case .malformedHeader: "The Stripe-Signature header needs t=<unix seconds> and at least one v1=<hex> signature."
         case .staleTimestamp(let age):
-            "The Stripe-Signature timestamp is \(abs(age)) s \(age < 0 ? "in the future" : "old"); at most 300 s either way is accepted."
+            "The Stripe-Signature timestamp is \(age.magnitude) s \(age < 0 ? "in the future" : "old"); at most 300 s either way is accepted."
         case .noMatchingSignature: "No v1 signature matches the raw body with any configured webhook secret."
         }
     }
@@ -54,8 +54,9 @@ public struct StripeSignatureVerifier: Sendable {
             candidates.contains { HMAC<SHA256>.isValidAuthenticationCode($0, authenticating: message, using: key) }
         }
         guard matched else { throw .noMatchingSignature }
-        let age = Int64(now.timeIntervalSince1970) - timestamp
-        guard abs(age) <= Self.tolerance else { throw .staleTimestamp(ageSeconds: age) }
+        // The signed timestamp is the sender's number: an edge of Int64 is stale, never an overflow.
+        let (age, overflow) = Int64(now.timeIntervalSince1970).subtractingReportingOverflow(timestamp)
+        guard !overflow, age.magnitude <= UInt64(Self.tolerance) else { throw .staleTimestamp(ageSeconds: overflow ? Int64.max : age) }
         return timestamp
     }
 

@@ -1,0 +1,129 @@
+import AsyncHTTPClient
+import Entitlements
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Identity
+import Media
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+/// Every parser of untrusted bytes gets mutants of a committed corpus (`Tests/FuzzCorpus/…`) for `FUZZ_SECONDS`: a trap
+/// ends the process (the failure hunted), and each answer must be a clean refusal or a value. Multipart has its own
+/// target in ``MultipartTests``; chunked framing is NIO's and is attacked against a real process (`scripts/attack a18`).
+@Suite("Fuzzing the parsers of untrusted bytes")
+struct ParserFuzzTests {
+    /// Stripe-Signature headers (our own parser): any header either verifies or is refused with a reason.
+    @Test func stripeSignatureHeaders() throws {
+        let verifier = StripeSignatureVerifier(secrets: ["whsec_test"])
+        let body = Array(#"{"id":"evt_1"}"#.utf8)
+        let valid = StripeSignatureVerifier.header(rawBody: body, secret: "whsec_test", timestamp: 1_732_492_800)
+        var corpus = try Fuzzer.corpus("stripe-signature", root: repositoryRoot)
+        corpus.append(Array(valid.utf8))
+        corpus.append(Array(valid.replacingOccurrences(of: "1732492800", with: "-9223372036854775808").utf8))
+        let now = Date(timeIntervalSince1970: 1_732_492_800)
+        var verified = 0
+        let count = Fuzzer(corpus: corpus).run { input in
+            do {
+                try verifier.verify(rawBody: body, header: String(decoding: input, as: UTF8.self), now: now)
+                verified += 1
+            } catch let error as StripeSignatureError {
+                #expect(!error.detail.isEmpty)
+            } catch {
+                Issue.record("unexpected \(error)")
+            }
+        }
+        #expect(count > 1000 && verified >= 1)
+        // A signed timestamp at the edge of Int64 is stale, never an overflow.
+        let edge = StripeSignatureVerifier.header(rawBody: body, secret: "whsec_test", timestamp: Int64.min)
+        #expect(throws: StripeSignatureError.self) { try verifier.verify(rawBody: body, header: edge, now: now) }
+    }
+
+    /// Image sniffing before the worker: any bytes give a format or nil.
+    @Test func imageHeaders() throws {
+        let corpus: [[UInt8]] = [
+            [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13], Array("GIF89a".utf8), Array("RIFF\u{0}\u{0}\u{0}\u{0}WEBPVP8 ".utf8), [],
+        ]
+        var recognised = 0
+        let count = Fuzzer(corpus: corpus).run { input in if ImageFormat.sniff(input) != nil { recognised += 1 } }
+        #expect(count > 1000 && recognised >= 3)
+    }
+
+    /// Apple's signed transactions (JWS with an x5c chain): mutants of a real one verify only unchanged, and every
+    /// other one is refused with a reason, never a trap.
+    @Test func appleSignedTransactions() async throws {
+        let chain = try AppleTestChain()
+        let verifier = AppleSignedDataVerifier(
+            config: AppleConfig(
+                rootCertificates: [chain.root], bundleID: "com.example.app", appAppleID: 1234, environment: .sandbox, acceptSandbox: false))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let jws = try chain.sign(json: [
+            "transactionId": "2000000001", "originalTransactionId": "2000000001", "bundleId": "com.example.app", "productId": "p",
+            "purchaseDate": now, "type": "Consumable", "environment": "Sandbox", "signedDate": now, "quantity": 1,
+        ])
+        let fuzzer = Fuzzer(corpus: [Array(jws.utf8), Array("a.b.c".utf8), Array("..".utf8)], seconds: min(Fuzzer(corpus: []).seconds, 2))
+        var accepted = 0
+        let count = await fuzzer.runAsync { input in
+            do {
+                _ = try await verifier.verifyTransaction(String(decoding: input, as: UTF8.self))
+                accepted += 1
+            } catch let error as AppleVerificationError {
+                #expect(!error.detail.isEmpty)
+            } catch {
+                Issue.record("unexpected \(error)")
+            }
+        }
+        #expect(count > 50 && accepted >= 1)
+    }
+
+    /// Sign in with Apple identity tokens (jwt-kit behind our checks): mutants of a real token are refused with an
+    /// `IdentityError`, never a trap; the unchanged one verifies.
+    @Test func appleIdentityTokens() async throws {
+        let apple = try AppleIdentityFixture()
+        try await apple.run { jwksURL in
+            let now = Date()
+            let verifier = AppleIdentityVerifier(
+                clientIDs: [AppleIdentityFixture.clientID], keySet: AppleKeySet(url: jwksURL, client: HTTPClient.shared, now: { now }), now: { now })
+            let token = try apple.token(apple.claims(sub: "000123.abc", email: "fuzz@privaterelay.appleid.com", now: now))
+            let fuzzer = Fuzzer(corpus: [Array(token.utf8), Array("e30.e30.".utf8)], seconds: min(Fuzzer(corpus: []).seconds, 2))
+            var accepted = 0
+            let count = await fuzzer.runAsync { input in
+                do {
+                    _ = try await verifier.verify(String(decoding: input, as: UTF8.self), nonce: nil)
+                    accepted += 1
+                } catch is IdentityError {
+                } catch {
+                    Issue.record("unexpected \(error)")
+                }
+            }
+            #expect(count > 50 && accepted >= 1)
+        }
+    }
+
+    /// JSON bodies through the real router: mutants of the corpus against every kind of endpoint answer 4xx or 2xx,
+    /// never 5xx.
+    @Test func jsonBodiesThroughTheRouter() async throws {
+        try await TestApp.run(.sqlite) { client, app in
+            let key = try await app.apiKey(["ledger:write", "admin"])
+            let paths = ["/api/auth/sign-in", "/api/auth/sign-up", "/api/verify-otp", "/api/ledger/spend", "/api/ledger/grants", "/api/ledger/holds"]
+            let corpus = try Fuzzer.corpus("json-bodies", root: repositoryRoot)
+            var statuses: [Int: Int] = [:]
+            var index = 0
+            let count = await Fuzzer(corpus: corpus, seconds: min(Fuzzer(corpus: []).seconds, 3)).runAsync { input in
+                index += 1
+                let response = try? await client.execute(
+                    uri: paths[index % paths.count], method: .post,
+                    headers: [.contentType: "application/json", .authorization: "Bearer \(key)", .idempotencyKey: "fuzz-\(index)"],
+                    body: ByteBuffer(bytes: input))
+                let status = response.map { Int($0.status.code) } ?? 0
+                statuses[status, default: 0] += 1
+                #expect((200..<500).contains(status), "\(status) for \(String(decoding: input, as: UTF8.self))")
+            }
+            #expect(count > 50, "\(statuses)")
+        }
+    }
+}
