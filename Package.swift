@@ -50,6 +50,8 @@ let package = Package(
         // The image worker: a separate program the service runs per image (the service never loads libvips).
         .executableTarget(name: "AccountServiceImages", dependencies: ["Media", "MediaImages"], swiftSettings: swiftSettings),
         // A C function for SQLite's variadic configuration call (the query planner stability guarantee).
+        // The one door for JSON from outside: a scan that refuses what traps Foundation's decoder, then JSONDecoder.
+        .target(name: "SafeJSON", swiftSettings: swiftSettings),
         .target(name: "CSQLiteSupport"),
         // Storage: one small SQL interface over PostgreSQL (postgres-nio) and SQLite (sqlite-nio),
         // the transaction helper, migrations runner and the injectable clock.
@@ -89,7 +91,7 @@ let package = Package(
         .target(
             name: "Entitlements",
             dependencies: [
-                "Storage", "Ledger", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
                 // Apple's signed transactions and notifications: the X.509 chain to the configured roots.
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -114,7 +116,7 @@ let package = Package(
             dependencies: [
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "Logging", package: "swift-log"), "SafeJSON",
             ],
             swiftSettings: swiftSettings
         ),
@@ -123,7 +125,7 @@ let package = Package(
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks", "Identity",
+                "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -175,7 +177,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),

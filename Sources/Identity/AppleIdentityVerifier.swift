@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import JWTKit
+import SafeJSON
 
 /// What a verified Sign in with Apple identity token says.
 public struct AppleIdentity: Sendable, Equatable {
@@ -73,8 +74,12 @@ public struct AppleIdentityVerifier: Sendable {
         guard token.utf8.count <= Self.tokenBytesMax else { throw IdentityError.invalid("The token is too long.") }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Self.base64URL(String(parts[0])),
-            let header = try? JSONDecoder().decode(Header.self, from: headerData)
+            let header = try? UntrustedJSON.decode(Header.self, from: headerData)
         else { throw IdentityError.invalid("The token is not a JWT.") }
+        // jwt-kit decodes the payload with Foundation: refuse first what would trap it (SafeJSON).
+        guard let payloadData = Self.base64URL(String(parts[1])), (try? UntrustedJSON.check(payloadData)) != nil else {
+            throw IdentityError.invalid("The token is not a JWT.")
+        }
         guard header.alg == "RS256" else { throw IdentityError.invalid("The token must be signed with RS256 (got \(header.alg ?? "none")).") }
         guard let kid = header.kid, !kid.isEmpty, kid.utf8.count <= 100 else { throw IdentityError.invalid("The token names no key (kid).") }
         guard let keys = try await keySet.keys(for: kid) else { throw IdentityError.invalid("The token's key is not one of Apple's keys.") }

@@ -75,26 +75,33 @@ extension Ledger {
         guard state.total >= amountTokens else { throw LedgerError.insufficientTokens(availableTokens: state.total) }
         var remaining = amountTokens
         var parts: [Part] = []
-        if state.balances.bonusTokens > 0 {
+        var lotsRead = 0
+        while state.balances.bonusTokens > 0, remaining > 0 {
+            // Soonest-expiring lots first, a page at a time: a user may hold any number of bonus lots.
             let lots = try await tx.query(
                 """
                 SELECT id, remaining FROM ledger_lots WHERE user_id = ? AND remaining > 0
-                ORDER BY CASE WHEN expires_at_ms IS NULL THEN 1 ELSE 0 END, expires_at_ms, created_at_ms, id LIMIT 1000
-                """, [userID])
+                ORDER BY CASE WHEN expires_at_ms IS NULL THEN 1 ELSE 0 END, expires_at_ms, created_at_ms, id LIMIT ? OFFSET ?
+                """, [userID, Self.lotPage, lotsRead])
             for lot in lots where remaining > 0 {
                 let take = min(remaining, try lot.int("remaining"))
                 parts.append(Part(bucket: .bonus, lotID: try lot.string("id"), amount: take))
                 remaining -= take
             }
+            lotsRead += lots.count
+            if lots.count < Self.lotPage { break }
         }
         for bucket in [Bucket.subscription, .purchased] where remaining > 0 {
             let take = min(remaining, state.balances[bucket])
             if take > 0 { parts.append(Part(bucket: bucket, lotID: nil, amount: take)) }
             remaining -= take
         }
-        precondition(remaining == 0, "allocation must cover the amount once the total was checked")
+        // Only if the lots disagree with the bonus balance (`ledger verify` reports that): refuse, never trap.
+        guard remaining == 0 else { throw LedgerError.insufficientTokens(availableTokens: amountTokens - remaining) }
         return parts
     }
+
+    public static let lotPage = 1000
 
     /// Records one transfer and applies it to the user's bucket balance.
     func post(

@@ -39,7 +39,12 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 
 extension Date {
     /// Milliseconds since 1970, the storage format of every timestamp column.
-    public var epochMilliseconds: Int64 { Int64((self.timeIntervalSince1970 * 1000).rounded(.down)) }
+    /// Saturates at Int64's ends (a date from a client, e.g. a cursor, can be anything; nothing traps).
+    public var epochMilliseconds: Int64 {
+        let ms = (self.timeIntervalSince1970 * 1000).rounded(.down)
+        if let exact = Int64(exactly: ms) { return exact }
+        return ms.isNaN ? 0 : ms < 0 ? .min : .max
+    }
     public init(epochMilliseconds: Int64) { self.init(timeIntervalSince1970: Double(epochMilliseconds) / 1000) }
 }
 
@@ -69,8 +74,7 @@ public struct SQLRow: Sendable {
     }
 
     public init(_ values: [String: SQLValue]) {
-        let names = Array(values.keys)
-        self.init(columns: SQLColumns(names), cells: names.map { values[$0]! })
+        self.init(columns: SQLColumns(values.map(\.key)), cells: values.map(\.value))
     }
 
     /// Every column by name (for a name that occurs twice, its last column).

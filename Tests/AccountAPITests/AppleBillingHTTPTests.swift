@@ -395,6 +395,15 @@ struct AppleLifecycle {
         let rejected = try await client.appleNotify(forged)
         #expect(try rejected.status == .badRequest && (rejected.problem().code) == "invalid_signed_payload")
         #expect(try await client.appleNotify(#"{"nope":1}"#).status == .badRequest)
+        // A signing time past the year 9999 (or before year 0) once trapped in swift-certificates: refused before it.
+        for signedDate: Int64 in [253_402_300_800_000, -62_167_219_200_001, .max, .min] {
+            let payload: [String: any Sendable] = [
+                "notificationType": "SUBSCRIBED", "notificationUUID": "x", "signedDate": signedDate,
+                "data": ["bundleId": BillingFixture.bundle, "environment": "Sandbox"] as [String: any Sendable],
+            ]
+            let answer = try await client.appleNotify(#"{"signedPayload":"\#(try foreign.sign(json: payload))"}"#)
+            #expect(try answer.status == .badRequest && answer.problem().code == "invalid_signed_payload")
+        }
         // Found by schemathesis: a NUL byte in a rejected body is a 400, not a 500.
         #expect(try await client.appleNotify("\u{0}").status == .badRequest)
         let stored = try await app.rows(

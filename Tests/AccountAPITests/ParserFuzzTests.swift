@@ -6,9 +6,10 @@ import HummingbirdTesting
 import Identity
 import Media
 import NIOCore
+import SafeJSON
 import Storage
-import TestSupport
 import Testing
+import TestSupport
 
 @testable import AccountAPI
 
@@ -123,7 +124,50 @@ struct ParserFuzzTests {
                 statuses[status, default: 0] += 1
                 #expect((200..<500).contains(status), "\(status) for \(String(decoding: input, as: UTF8.self))")
             }
-            #expect(count > 50, "\(statuses)")
+            #expect(count > 20, "\(statuses)")
         }
+    }
+
+    /// Number literals of every shape and length through the one door for outside JSON (`SafeJSON`): longer than 100
+    /// characters is refused; shorter ones decode or throw into integer, narrow integer, `Double` and `Decimal` fields, never
+    /// trap. Foundation's integer slow path trapped on ~170-digit literals whose value fits `Int64` (`1` + 170 zeros +
+    /// `e-154`): this sweep walks the lengths and values around that edge.
+    @Test func numberLiteralsNeverTrapTheDecoder() throws {
+        struct Fields: Decodable {
+            let i: Int64?
+            let n: Int?
+            let u: UInt8?
+            let d: Double?
+            let x: Decimal?
+        }
+        var literals: [String] = ["1e400", "-1e400", "9223372036854775808", "-9223372036854775809", "1.5", "0.0000001e7", "1E+18"]
+        for zeros in stride(from: 0, through: 130, by: 1) {
+            for magnitude in [0, 15, 16, 17, 18, 19, 25] where zeros >= magnitude {
+                literals.append("1" + String(repeating: "0", count: zeros) + "e-\(zeros - magnitude)")
+                literals.append("-9" + String(repeating: "0", count: zeros) + "E-\(zeros - magnitude)")
+                literals.append("1." + String(repeating: "0", count: zeros) + "1e\(magnitude)")
+            }
+        }
+        var refused = 0
+        var decoded = 0
+        for literal in literals {
+            for field in ["i", "n", "u", "d", "x"] {
+                let body = Data(#"{"\#(field)":\#(literal)}"#.utf8)
+                do {
+                    _ = try UntrustedJSON.decode(Fields.self, from: body)
+                    decoded += 1
+                } catch is UntrustedJSON.Refusal {
+                    #expect(literal.utf8.count > UntrustedJSON.numberBytesMax, "\(literal) refused")
+                    refused += 1
+                } catch {}
+            }
+            if literal.utf8.count > UntrustedJSON.numberBytesMax {
+                #expect(throws: UntrustedJSON.Refusal.self) { try UntrustedJSON.check(Data(#"{"i":\#(literal)}"#.utf8)) }
+            }
+        }
+        // Digits inside strings (escaped quotes included) are text, not numbers.
+        let text = Data(#"{"s":"\"\#(String(repeating: "9", count: 500))"}"#.utf8)
+        #expect(throws: Never.self) { try UntrustedJSON.check(text) }
+        #expect(decoded > 1000 && refused > 100, "decoded \(decoded), refused \(refused)")
     }
 }

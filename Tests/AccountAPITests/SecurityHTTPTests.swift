@@ -283,6 +283,37 @@ struct SecurityHTTPTests {
         }
     }
 
+    /// Inputs that once reached a trap (issue 33's audit), each now a clean answer: a billing cursor at Int64's end, a
+    /// sortOrder of Int64.min, a number whose Double and Decimal parses both overflow, metadata at Int64's end.
+    @Test(arguments: TestDatabase.engines)
+    func inputsAtTheEdgesOfTheirTypesAreAnswered(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let key = try await app.apiKey(["admin", "ledger:write"])
+            for cursor in ["9223372036854775807.x", "-9223372036854775808.x"] {
+                #expect(try await client.get("/api/admin/billing/events?cursor=\(cursor)", token: key).status == .ok)
+            }
+            let order = try await client.send(.patch, "/api/admin/stickers/any:thing", token: key, json: #"{"sortOrder":-9223372036854775808}"#)
+            #expect(order.status == .badRequest)
+            let token = try await client.signUpAndVerify(app, email: "edges@example.com")
+            let userID = try await app.userID(token: token)
+            let huge = "1" + String(repeating: "0", count: 316) + "e-300"
+            for amount in [huge, "1e400", "-1e400", "9223372036854775808", "1.5"] {
+                let answer = try await client.ledger(
+                    "/api/ledger/grants", key: key, idempotencyKey: "edge-\(amount.count)-\(amount.prefix(3))",
+                    json: #"{"userId":"\#(userID)","amount":\#(amount),"bucket":"bonus","reason":"edge"}"#)
+                #expect(answer.status == .badRequest, "amount \(amount.prefix(20))")
+                if amount == huge { #expect(try answer.problem().detail.contains("at most 100 characters")) }
+            }
+            let grant = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "edge-meta",
+                json: #"{"userId":"\#(userID)","amount":1,"bucket":"bonus","reason":"edge","metadata":{"n":9223372036854775807.0}}"#)
+            #expect(grant.status == .created)
+            let operation = try #require(try JSONSerialization.jsonObject(with: Data(grant.text.utf8)) as? [String: Any])["operationId"] as? String
+            let stored = try await app.rows("SELECT metadata FROM ledger_transfers WHERE operation_id = ?", [operation ?? ""])
+            #expect(stored.first?.optionalString("metadata") == #"{"n":9223372036854775807}"#, "\(stored)")
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func aRestrictedProfileCannotManageTheAccount(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

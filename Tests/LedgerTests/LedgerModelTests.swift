@@ -270,6 +270,27 @@ struct LedgerModelTests {
         }
     }
 
+    /// More bonus lots than one page of the allocation: a spend of all of them (and more) takes every lot, in order, and
+    /// never traps (it once read only the first 1,000 lots and trapped on the rest).
+    @Test(arguments: TestDatabase.engines)
+    func aSpendReachesPastAThousandLots(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            try await Self.migrated(db)
+            let ledger = Ledger(clock: SystemTimeSource())
+            let lots = Ledger.lotPage + 5
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                for _ in 0..<lots { _ = try await ledger.grant(tx, userID: "many", amountTokens: 1, bucket: .bonus, reason: "grant") }
+                _ = try await ledger.grant(tx, userID: "many", amountTokens: 3, bucket: .purchased, reason: "buy")
+            }
+            let spent = try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.spend(tx, userID: "many", amountTokens: Int64(lots + 2), reason: "spend")
+            }
+            #expect(spent.balances.bonusTokens == 0 && spent.balances.purchasedTokens == 1)
+            let report = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
+            #expect(report.ok, "\(report.differences)")
+        }
+    }
+
     @Test func inputsAreChecked() async throws {
         try await TestDatabase.with(.sqlite) { db, _ in
             try await Self.migrated(db)

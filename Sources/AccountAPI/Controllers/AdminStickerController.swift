@@ -57,7 +57,7 @@ struct AdminStickerController: Sendable {
         if let name = body.name, Sticker.cleanName(name) != name || name.count > 100 {
             throw Problem.validation("name must be 1 to 100 characters (at most 400 bytes), without control characters.")
         }
-        if let order = body.sortOrder, abs(Int64(order)) > Sticker.maxSortOrder {
+        if let order = body.sortOrder, Int64(order).magnitude > Sticker.maxSortOrder.magnitude {
             throw Problem.validation("sortOrder must be from -\(Sticker.maxSortOrder) to \(Sticker.maxSortOrder).")
         }
         if let tags = body.tags, tags.count > 20 || tags.contains(where: { $0.isEmpty || Sticker.cleanTag($0) != $0 }) {

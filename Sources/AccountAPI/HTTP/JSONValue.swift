@@ -35,7 +35,8 @@ indirect enum JSONValue: Codable, Sendable, Equatable {
         var value = n
         var whole = Decimal()
         NSDecimalRound(&whole, &value, 0, .plain)
-        if whole == n, n >= Decimal(Int64.min), n <= Decimal(Int64.max) { return .integer(NSDecimalNumber(decimal: n).int64Value) }
+        // Through the digits, not `int64Value`: that goes through `Double` and turns 9223372036854775807.0 into 0.
+        if whole == n, let integer = Int64(whole.description) { return .integer(integer) }
         return .number(n)
     }
 

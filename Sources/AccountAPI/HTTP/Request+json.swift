@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import Ledger
 import NIOCore
+import SafeJSON
 
 extension Request {
     /// Decodes a JSON body into `T`, answering bad input with clear 4xx problems: a wrong content type
@@ -16,7 +17,9 @@ extension Request {
         }
         guard buffer.readableBytes > 0 else { throw Problem.validation("The request body is empty; a JSON object is expected.") }
         do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+            return try UntrustedJSON.decode(T.self, from: Data(buffer.readableBytesView))
+        } catch let refusal as UntrustedJSON.Refusal {
+            throw Problem.validation(refusal.description)
         } catch let error as DecodingError {
             throw Problem.validation(Self.describe(error, body: Data(buffer.readableBytesView)))
         } catch {
@@ -48,8 +51,8 @@ extension Request {
     static func unfitNumber(in value: Any, path: String) -> (String, String)? {
         switch value {
         case let object as [String: Any]:
-            for key in object.keys.sorted() where !(path.isEmpty && key == "metadata") {
-                if let found = unfitNumber(in: object[key]!, path: path.isEmpty ? key : "\(path).\(key)") { return found }
+            for (key, member) in object.sorted(by: { $0.key < $1.key }) where !(path.isEmpty && key == "metadata") {
+                if let found = unfitNumber(in: member, path: path.isEmpty ? key : "\(path).\(key)") { return found }
             }
         case let array as [Any]:
             for (index, element) in array.enumerated() {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SafeJSON
 import SwiftASN1
 @_spi(FixedExpiryValidationTime) import X509
 
@@ -203,6 +204,8 @@ public struct AppleSignedDataVerifier: Sendable {
 
     struct Header: Decodable { let alg: String?; let x5c: [String]? }
     struct SignedDateOnly: Decodable { let signedDate: Int64? }
+    /// 1970 to 2100, in milliseconds: any real signing time.
+    static let signedDateRange: ClosedRange<Int64> = 0...4_102_444_800_000
     struct NotificationPayload: Decodable {
         let notificationType: String
         let subtype: String?
@@ -228,12 +231,14 @@ public struct AppleSignedDataVerifier: Sendable {
         guard let headerData = Self.base64URLDecode(parts[0]), let payloadData = Self.base64URLDecode(parts[1]),
             let signatureData = Self.base64URLDecode(parts[2])
         else { throw .format("a part is not base64url") }
-        guard let header = try? JSONDecoder().decode(Header.self, from: headerData) else { throw .format("the header is not JSON") }
+        guard let header = try? UntrustedJSON.decode(Header.self, from: headerData) else { throw .format("the header is not JSON") }
         guard header.alg == "ES256" else { throw .format("alg must be ES256") }
         guard let x5c = header.x5c, x5c.count == 3 else { throw .format("x5c must hold exactly three certificates") }
         let payload: Payload
-        do { payload = try JSONDecoder().decode(Payload.self, from: payloadData) } catch { throw .format("the payload is not the expected JSON") }
-        let signedDate = (try? JSONDecoder().decode(SignedDateOnly.self, from: payloadData))?.signedDate
+        do { payload = try UntrustedJSON.decode(Payload.self, from: payloadData) } catch { throw .format("the payload is not the expected JSON") }
+        let signedDate = (try? UntrustedJSON.decode(SignedDateOnly.self, from: payloadData))?.signedDate
+        // Checked before it reaches swift-certificates, whose GeneralizedTime traps outside the years 0–9999.
+        if let signedDate, !Self.signedDateRange.contains(signedDate) { throw .format("signedDate is out of range") }
         let leaf = try Self.certificate(x5c[0])
         let intermediate = try Self.certificate(x5c[1])
         // Validity at the payload's signing time (offline verification, as Apple's library without OCSP).

@@ -1,6 +1,7 @@
 import Foundation
 import Ledger
 import Logging
+import SafeJSON
 import Storage
 
 /// The parts of a Stripe event this service reads. Fields that Stripe may expand into objects (customer,
@@ -91,7 +92,7 @@ extension BillingService {
     /// `POST /api/webhooks/stripe` after the signature check: stored once per event id and applied in the same transaction.
     public func handleStripeEvent(_ tx: any SQLExecutor, raw: String) async throws -> BillingVerdict {
         let event: StripeEvent
-        do { event = try JSONDecoder().decode(StripeEvent.self, from: Data(raw.utf8)) } catch {
+        do { event = try UntrustedJSON.decode(StripeEvent.self, from: Data(raw.utf8)) } catch {
             throw BillingError.malformed("The body is not a Stripe event (id, type, created, data.object).")
         }
         let object = event.data.object

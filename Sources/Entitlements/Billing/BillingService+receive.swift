@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Metrics
+import SafeJSON
 import Storage
 
 /// The billing endpoints' work, each a whole request: verify, apply in one transaction, record what a verified event was
@@ -31,7 +32,7 @@ extension BillingService {
     public func receiveAppleNotification(raw: String, logger: Logger) async throws -> BillingVerdict {
         _ = try requireApple()
         let notification = try await verified(provider: "apple", logger: logger) {
-            guard let body = try? JSONDecoder().decode(AppleNotificationBody.self, from: Data(raw.utf8)) else {
+            guard let body = try? UntrustedJSON.decode(AppleNotificationBody.self, from: Data(raw.utf8)) else {
                 throw BillingError.malformed("The body must be {\"signedPayload\": \"<JWS>\"}.")
             }
             return try await verifyAppleNotification(body.signedPayload)
