@@ -53,6 +53,36 @@ struct EmailChangeAndMFAHTTPTests {
         }
     }
 
+    /// Issue 33: an address somebody merely signed up with (pending) never blocks its mailbox's owner. An email change
+    /// onto it succeeds with the code mailed there and releases the pending account; forgot/reset for a pending address
+    /// does nothing and answers like an unknown one.
+    @Test(arguments: Engine.allCases)
+    func aPendingSignUpNeverBlocksTheMailboxOwner(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "owner@example.com")
+            try await client.post("/api/auth/sign-up", json: #"{"email":"target@example.com","password":"attackers passphrase","name":"M"}"#)
+            let pendingID = try #require(try await app.rows("SELECT id FROM users WHERE email = 'target@example.com'").first?.string("id"))
+            // Reset of a pending address: same answer as an unknown one, no mail, and no code can reset it.
+            let forPending = try await client.post("/api/auth/forgot-password", json: #"{"email":"target@example.com"}"#)
+            let forUnknown = try await client.post("/api/auth/forgot-password", json: #"{"email":"nobody@example.com"}"#)
+            #expect(forPending.status == forUnknown.status && forPending.text == forUnknown.text)
+            #expect(try await app.mails(to: "target@example.com").filter { $0.contains("reset code") }.isEmpty)
+            app.clock.advance(seconds: 61)
+            let asked = try await client.send(
+                .post, "/api/user/email", token: token, json: #"{"newEmail":"target@example.com","currentPassword":"correct horse battery"}"#)
+            #expect(asked.status == .accepted)
+            let code = try await app.lastCode(to: "target@example.com")
+            let done = try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"\#(code)"}"#)
+            #expect(done.status == .ok)
+            #expect(try done.json(Me.self).email == "target@example.com")
+            #expect(try await client.signIn("target@example.com", "correct horse battery").status == .ok)
+            #expect(try await client.signIn("target@example.com", "attackers passphrase").status == .unauthorized)
+            let released = try await app.rows("SELECT email, deleted_at_ms FROM users WHERE id = ?", [pendingID])
+            #expect(released.first?.optionalString("email") == nil && released.first?.optionalInt("deleted_at_ms") != nil)
+            #expect(try await app.rows("SELECT id FROM sign_up_requests WHERE email = 'target@example.com'").isEmpty)
+        }
+    }
+
     static func code(_ secret: String, at date: Date) throws -> String {
         TOTP.code(secret: try #require(TOTP.base32Decode(secret)), step: TOTP.step(at: date))
     }

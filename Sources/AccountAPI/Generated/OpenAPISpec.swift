@@ -144,13 +144,14 @@ paths:
       operationId: signUp
       summary: Create an account and email a 6-digit code.
       description: |
-        The answer is identical for every address: one that already has an account gets a notice instead of a
-        code, so the endpoint cannot be used to learn who has an account. A code activates exactly the password
-        (and name) of the sign-up that started the pending account: repeating a sign-up for an unverified address
-        within 24 hours changes nothing and only re-sends a code for that first password (like resend-otp); after
-        24 hours a new sign-up starts over with its own password. A sign-up that mails nothing (verification mails
-        are 60 s apart and 5 an hour per address) changes nothing. Argon2 runs are limited per client IP
-        (429 `rate_limited`, the same for every address).
+        The answer, and the budgets it takes, are identical for every address: one that already has an account gets
+        a notice instead of a code (within the same verification mail budget), so the endpoint cannot be used to learn
+        who has an account. Each sign-up is a request of its own: its password and name wait beside a code mailed
+        for it alone, and verify-otp with that code activates exactly them (whoever proves the mailbox decides the
+        password; a pending account has none of its own). The mail says when its sign-up started, so the owner can
+        tell theirs from one somebody else started with the address. A sign-up that mails nothing (verification mails
+        are 60 s apart and 5 an hour per address) changes nothing. Requests live a day. Argon2 runs are limited per
+        client IP (429 `rate_limited`, the same for every address). Mail goes out after the answer.
       requestBody:
         required: true
         content:
@@ -178,6 +179,9 @@ paths:
       tags: [auth]
       operationId: verifyOTP
       summary: Verify the address with its code; creates the default profile, grants welcome tokens once and signs in.
+      description: |
+        The account takes the password and name of the sign-up request the code was mailed for; every other pending
+        request for the address dies with the verification.
       requestBody:
         required: true
         content:
@@ -220,7 +224,7 @@ paths:
     post:
       tags: [auth]
       operationId: resendOTP
-      summary: Mail a new sign-up code for the pending sign-up (60 s cooldown, 5 verification mails per hour per address, shared with sign-up).
+      summary: Mail a new code for the newest pending sign-up of the address (60 s cooldown, 5 verification mails per hour per address, shared with sign-up and taken for every address alike).
       requestBody:
         required: true
         content:
@@ -754,7 +758,8 @@ paths:
       summary: Mail a password-reset code to a verified account (same answer for unknown addresses).
       description: |
         Reset mails have their own budget per address (60 s apart, 5 an hour), so sign-up mails never delay them.
-        Every address takes from its budget, so a throttled answer (429) is the same for known and unknown ones.
+        Every address takes from its budget and runs the same statements, and the mail goes out after the answer, so
+        neither a throttled answer (429) nor the answer's timing differs between known and unknown addresses.
       requestBody:
         required: true
         content:
@@ -1948,6 +1953,9 @@ paths:
         `STICKER_UPLOAD_BYTES_PER_USER`, default 50 MB) is reserved before any image work, so parallel uploads never
         exceed it; an upload that stores nothing gives its reservation back. Over it: 429 `upload_quota_exceeded`.
         Own stickers' files are private (signed URLs). A profile without `canUseCustomContentTypes` gets 403.
+        The multipart body is read strictly (RFC 7578): CRLF line ends only, header names of token characters, no
+        folded lines, at most 64 parts, 16 headers and 8 KiB of headers per part; anything else is 400. A PNG is stored
+        as its pixels only (re-encoded: metadata and trailing bytes dropped).
       security: [{ session: [] }]
       requestBody:
         required: true
