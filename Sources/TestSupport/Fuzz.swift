@@ -4,20 +4,22 @@ import Foundation
 /// instrumented build of every dependency; this keeps one build). It starts from a committed corpus
 /// (`Tests/FuzzCorpus/<target>/*`), mutates inputs the way libFuzzer's default mutators do (bit flips, interesting bytes
 /// such as CR, LF, NUL and 0xFF, insertions, deletions, duplicated and spliced ranges, truncations) and hands each to
-/// `body`, for `FUZZ_SECONDS` (default 2) or `iterationsMax`. A trap ends the test process: that is the failure it hunts.
+/// `body`, for `FUZZ_SECONDS` (default 2) or `iterationsMax`, and at least `iterationsMin` however slow the machine. A trap ends the test process: that is the failure it hunts.
 /// The seed is printed so a failure can be replayed (`FUZZ_SEED`).
 public struct Fuzzer {
     public let corpus: [[UInt8]]
     public let seed: UInt64
     public let seconds: Double
     public let iterationsMax: Int
+    public let iterationsMin: Int
 
-    public init(corpus: [[UInt8]], seconds: Double? = nil, iterationsMax: Int = 2_000_000) {
+    public init(corpus: [[UInt8]], seconds: Double? = nil, iterationsMin: Int = 0, iterationsMax: Int = 2_000_000) {
         let environment = ProcessInfo.processInfo.environment
         self.corpus = corpus.isEmpty ? [[]] : corpus
         self.seed = environment["FUZZ_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
         self.seconds = seconds ?? environment["FUZZ_SECONDS"].flatMap(Double.init) ?? 2
         self.iterationsMax = iterationsMax
+        self.iterationsMin = iterationsMin
     }
 
     /// The files of `Tests/FuzzCorpus/<target>` under `root`.
@@ -37,7 +39,7 @@ public struct Fuzzer {
         let deadline = Date().addingTimeInterval(seconds)
         var count = corpus.count
         while count < iterationsMax {
-            if count % 256 == 0, Date() >= deadline { break }
+            if count % 256 == 0, count >= iterationsMin, Date() >= deadline { break }
             var input = corpus[Int(generator.next() % UInt64(corpus.count))]
             for _ in 0...Int(generator.next() % 4) { mutate(&input, &generator) }
             try body(input)
@@ -55,7 +57,7 @@ public struct Fuzzer {
         let deadline = Date().addingTimeInterval(seconds)
         var count = corpus.count
         while count < iterationsMax {
-            if count % 16 == 0, Date() >= deadline { break }
+            if count % 16 == 0, count >= iterationsMin, Date() >= deadline { break }
             var input = corpus[Int(generator.next() % UInt64(corpus.count))]
             for _ in 0...Int(generator.next() % 4) { mutate(&input, &generator) }
             try await body(input)

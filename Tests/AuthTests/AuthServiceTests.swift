@@ -107,6 +107,30 @@ struct AuthServiceTests {
         }
     }
 
+    /// An operator vouching for an address (`account-service admin create`) releases a pending sign-up there: the
+    /// admin account holds the address and none of the pending requests' passwords open it.
+    @Test(arguments: TestDatabase.engines)
+    func adminCreationReleasesAPendingSignUp(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            let auth = try Self.service(db)
+            let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
+            try await auth.signUp(email: "ops@example.com", password: "attackers passphrase", name: "M", client: client, logger: TestDatabase.logger)
+            let admin = try await auth.createAdmin(email: "ops@example.com", password: "long enough password", name: "Ops", logger: TestDatabase.logger)
+            #expect(admin.emailVerified && admin.email == "ops@example.com")
+            let rows = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("SELECT id, email, deleted_at_ms FROM users ORDER BY created_at_ms, id")
+            }
+            #expect(rows.count == 2)
+            #expect(try rows.filter { $0.optionalString("email") == "ops@example.com" }.map { try $0.string("id") } == [admin.id])
+            let requests = try await db.withConnection(logger: TestDatabase.logger) { try await $0.query("SELECT id FROM sign_up_requests") }
+            #expect(requests.isEmpty)
+            await #expect(throws: AuthError.self) {
+                _ = try await auth.signIn(email: "ops@example.com", password: "attackers passphrase", client: client, logger: TestDatabase.logger)
+            }
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func aHashWithOldParametersIsReplacedAtSignIn(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
