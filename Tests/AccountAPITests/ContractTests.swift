@@ -121,3 +121,18 @@ extension ContractTests {
         #expect(OpenAPISpec.yaml == file, "run scripts/embed-resources")
     }
 }
+
+extension ContractTests {
+    /// Path parameters are read only through `AppRequestContext.pathParameter`, which percent-decodes them: a controller
+    /// that read `parameters` directly would answer 404 to a client that escapes `:` (issue 34).
+    @Test func pathParametersAreReadDecoded() throws {
+        var raw: [String] = []
+        let sources = repositoryRoot.appendingPathComponent("Sources/AccountAPI")
+        for file in FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap({ $0 as? URL }) ?? []
+        where file.pathExtension == "swift" && file.lastPathComponent != "AppRequestContext.swift" {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            if text.contains("parameters.require(") || text.contains("parameters.get(") { raw.append(file.lastPathComponent) }
+        }
+        #expect(raw.isEmpty, "read path parameters through context.pathParameter: \(raw)")
+    }
+}

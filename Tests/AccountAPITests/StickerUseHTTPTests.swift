@@ -42,6 +42,16 @@ struct StickerUseHTTPTests {
             }
             #expect(uses == Array(repeating: 200, count: 30))
             #expect(try await client.send(.post, "/api/stickers/fun:cat-wave/use", token: token).status == .ok)
+            // Path parameters are percent-decoded (swift-openapi-runtime escapes ':'); bad escapes are a 400, an unknown
+            // UTF-8 id a 404.
+            for path in ["fun%3Acat-wave", "fun%3acat-wave", "%66un%3Acat-wave"] {
+                #expect(try await client.send(.post, "/api/stickers/\(path)/use", token: token).status == .ok, "\(path)")
+            }
+            for path in ["fun%3", "fun%ZZdog", "fun%00dog", "fun%FFdog", "fun%0Adog"] {
+                let answer = try await client.send(.post, "/api/stickers/\(path)/use", token: token)
+                #expect(answer.status == .badRequest && (try? answer.problem().code) == "validation_failed", "\(path)")
+            }
+            #expect(try await client.send(.post, "/api/stickers/fun%3A%C3%A9t%C3%A9/use", token: token).status == .notFound)
             // One account counts once an hour per sticker, however often and however parallel it sends.
             #expect(try await app.rows("SELECT usage_count FROM stickers WHERE id = 'fun:dog'")[0].int("usage_count") == 1)
             let otherUser = try await client.signUpAndVerify(app, email: "su1b@example.com")
@@ -148,6 +158,8 @@ struct StickerUseHTTPTests {
             #expect(try await client.get(String(key), token: nil).status == .forbidden)
             let other = try await client.signUpAndVerify(app, email: "su5@example.com")
             #expect(try await client.send(.post, "/api/stickers/\(own[0].id)/use", token: other).status == .notFound)
+            let escaped = own[1].id.replacingOccurrences(of: ":", with: "%3A")
+            #expect(try await client.send(.post, "/api/stickers/\(escaped)/use", token: token).status == .ok)
             #expect(try await client.send(.delete, "/api/stickers/\(own[0].id)", token: other).status == .notFound)
             #expect(try await client.get("/api/stickers/pack/custom", token: other).json(StickersBody.self).stickers.isEmpty)
             // A refused image gives its reservation back; deleting one frees a slot.

@@ -48,7 +48,7 @@ struct AdminCatalogController: Sendable {
     /// Changes the fields the body names; omitted ones keep their current values (a rename never makes a paid pack free).
     @Sendable func replacePack(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickerPack> {
         let actor = try await authenticator.requireOperator(request, context)
-        let id = try context.parameters.require("id")
+        let id = try context.pathParameter("id")
         var request = request
         let changes = try await request.decodeJSON([String: JSONValue].self, context: context)
         if let given = changes["id"], given != .string(id) { throw Problem.validation("The body's id must match the path (or be left out).") }
@@ -71,7 +71,7 @@ struct AdminCatalogController: Sendable {
 
     @Sendable func deactivatePack(_ request: Request, context: AppRequestContext) async throws -> Response {
         let actor = try await authenticator.requireOperator(request, context)
-        try await stickers.deactivate(id: try context.parameters.require("id"), actor: actor, ip: context.clientIP, logger: context.logger)
+        try await stickers.deactivate(id: try context.pathParameter("id"), actor: actor, ip: context.clientIP, logger: context.logger)
         return Response(status: .noContent)
     }
 

@@ -56,7 +56,7 @@ struct AdminLedgerController: Sendable {
         var request = request
         let body = try await request.decodeJSON(ReverseRequest.self, context: context)
         let reversal = try await ledger.reverse(
-            transferID: try context.parameters.require("id"), note: body.reason, actor: actor, ip: context.clientIP, logger: context.logger)
+            transferID: try context.pathParameter("id"), note: body.reason, actor: actor, ip: context.clientIP, logger: context.logger)
         let pack = try await stickers.packUnlocked(byOperation: reversal.reversedOperationID, logger: context.logger)
         return JSONResponse(
             ReversalJSON(
@@ -76,7 +76,7 @@ struct AdminLedgerController: Sendable {
     /// What the app shows this user (owner profile), read-only.
     @Sendable func snapshot(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SnapshotJSON> {
         _ = try await authenticator.requireOperator(request, context)
-        let userID = try context.parameters.require("userId")
+        let userID = try context.pathParameter("userId")
         let user = try await auth.findUser(id: userID, logger: context.logger)
         if user.deleted { throw Problem.notFound("User \(userID) was erased; nothing to show.") }
         return JSONResponse(

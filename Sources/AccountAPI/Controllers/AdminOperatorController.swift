@@ -65,7 +65,7 @@ struct AdminOperatorController: Sendable {
 
     @Sendable func revokeKey(_ request: Request, context: AppRequestContext) async throws -> Response {
         let actor = try await authenticator.requireOperator(request, context)
-        let id = try context.parameters.require("id")
+        let id = try context.pathParameter("id")
         guard try await apiKeys.revoke(id: id, actor: actor, ip: context.clientIP, logger: context.logger) else {
             throw Problem.notFound("No live API key with id \(id.prefix(64)).")
         }

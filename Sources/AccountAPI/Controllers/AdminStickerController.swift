@@ -25,7 +25,7 @@ struct AdminStickerController: Sendable {
     /// checked by content, thumbnailed and stored before its row is written.
     @Sendable func upload(_ request: Request, context: AppRequestContext) async throws -> Response {
         let actor = try await authenticator.requireOperator(request, context)
-        let packID = try context.parameters.require("packId")
+        let packID = try context.pathParameter("packId")
         guard try await content.packExists(packID, logger: context.logger) else { throw EntitlementError.packNotFound }
         var request = request
         let parts = try await Multipart.parts(&request, limit: MediaServices.maxUploadBody)
@@ -64,21 +64,21 @@ struct AdminStickerController: Sendable {
             throw Problem.validation("tags: at most 20, each 1 to 40 characters.")
         }
         let sticker = try await content.update(
-            id: try context.parameters.require("stickerId"), name: body.name, tags: body.tags, sortOrder: body.sortOrder, actor: actor,
+            id: try context.pathParameter("stickerId"), name: body.name, tags: body.tags, sortOrder: body.sortOrder, actor: actor,
             ip: context.clientIP, logger: context.logger)
         return JSONResponse(media.json(sticker, signed: false))
     }
 
     @Sendable func delete(_ request: Request, context: AppRequestContext) async throws -> Response {
         let actor = try await authenticator.requireOperator(request, context)
-        try await content.delete(id: try context.parameters.require("stickerId"), actor: actor, ip: context.clientIP, logger: context.logger)
+        try await content.delete(id: try context.pathParameter("stickerId"), actor: actor, ip: context.clientIP, logger: context.logger)
         return Response(status: .noContent)
     }
 
     /// One image (part `file`) becomes the pack's icon: checked like a sticker, stored as its 100 px thumbnail (public).
     @Sendable func icon(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickerPack> {
         let actor = try await authenticator.requireOperator(request, context)
-        let packID = try context.parameters.require("id")
+        let packID = try context.pathParameter("id")
         var request = request
         let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }) else { throw Problem.validation("Send the icon as a part named 'file'.") }

@@ -37,7 +37,7 @@ struct AdminUserController: Sendable {
 
     @Sendable func user(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UserJSON> {
         _ = try await authenticator.requireOperator(request, context)
-        return JSONResponse(UserJSON(try await auth.findUser(id: try context.parameters.require("userId"), logger: context.logger)))
+        return JSONResponse(UserJSON(try await auth.findUser(id: try context.pathParameter("userId"), logger: context.logger)))
     }
 
     @Sendable func userProfiles(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[ProfileJSON]> {
@@ -62,7 +62,7 @@ struct AdminUserController: Sendable {
         var request = request
         let body = try await request.decodeJSON(ProfileRequest.self, context: context)
         let profile = try await profiles.update(
-            userID: userID, profileID: try context.parameters.require("id"), input: body.input, by: .operatorActor(actor, ip: context.clientIP),
+            userID: userID, profileID: try context.pathParameter("id"), input: body.input, by: .operatorActor(actor, ip: context.clientIP),
             logger: context.logger)
         return JSONResponse(ProfileJSON(profile))
     }
@@ -71,7 +71,7 @@ struct AdminUserController: Sendable {
         let actor = try await authenticator.requireOperator(request, context)
         let userID = try await authenticator.existingUser(context)
         try await profiles.delete(
-            userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
+            userID: userID, profileID: try context.pathParameter("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
         return Response(status: .noContent)
     }
 
@@ -79,7 +79,7 @@ struct AdminUserController: Sendable {
         let actor = try await authenticator.requireOperator(request, context)
         let userID = try await authenticator.existingUser(context)
         let profile = try await profiles.resetPIN(
-            userID: userID, profileID: try context.parameters.require("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
+            userID: userID, profileID: try context.pathParameter("id"), by: .operatorActor(actor, ip: context.clientIP), logger: context.logger)
         return JSONResponse(ProfileJSON(profile))
     }
 

@@ -56,7 +56,7 @@ struct AdminWebhookController: Sendable {
 
     @Sendable func get(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookEndpointJSON> {
         _ = try await authenticator.requireOperator(request, context)
-        return JSONResponse(WebhookEndpointJSON(try await webhooks.endpoint(id: try context.parameters.require("id"), logger: context.logger)))
+        return JSONResponse(WebhookEndpointJSON(try await webhooks.endpoint(id: try context.pathParameter("id"), logger: context.logger)))
     }
 
     @Sendable func update(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookEndpointJSON> {
@@ -64,13 +64,13 @@ struct AdminWebhookController: Sendable {
         var request = request
         let body = try await request.decodeJSON(EndpointRequest.self, context: context)
         let endpoint = try await webhooks.update(
-            id: try context.parameters.require("id"), body.input, actor: actor, ip: context.clientIP, logger: context.logger)
+            id: try context.pathParameter("id"), body.input, actor: actor, ip: context.clientIP, logger: context.logger)
         return JSONResponse(WebhookEndpointJSON(endpoint))
     }
 
     @Sendable func delete(_ request: Request, context: AppRequestContext) async throws -> Response {
         let actor = try await authenticator.requireOperator(request, context)
-        guard try await webhooks.delete(id: try context.parameters.require("id"), actor: actor, ip: context.clientIP, logger: context.logger) else {
+        guard try await webhooks.delete(id: try context.pathParameter("id"), actor: actor, ip: context.clientIP, logger: context.logger) else {
             throw WebhookError.notFound
         }
         return Response(status: .noContent)
@@ -79,14 +79,14 @@ struct AdminWebhookController: Sendable {
     @Sendable func rotate(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookEndpointWithSecretJSON> {
         let actor = try await authenticator.requireOperator(request, context)
         let (endpoint, secret) = try await webhooks.rotateSecret(
-            id: try context.parameters.require("id"), actor: actor, ip: context.clientIP, logger: context.logger)
+            id: try context.pathParameter("id"), actor: actor, ip: context.clientIP, logger: context.logger)
         return JSONResponse(WebhookEndpointWithSecretJSON(endpoint: WebhookEndpointJSON(endpoint), secret: secret))
     }
 
     @Sendable func test(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookDeliveryJSON> {
         let actor = try await authenticator.requireOperator(request, context)
         let delivery = try await webhooks.test(
-            endpointID: try context.parameters.require("id"), actor: actor, ip: context.clientIP, logger: context.logger)
+            endpointID: try context.pathParameter("id"), actor: actor, ip: context.clientIP, logger: context.logger)
         return JSONResponse(WebhookDeliveryJSON(delivery), status: .accepted)
     }
 
@@ -100,7 +100,7 @@ struct AdminWebhookController: Sendable {
             return n
         }
         let page = try await webhooks.deliveries(
-            endpointID: try context.parameters.require("id"), status: query["status"].map(String.init), limit: limit ?? 50,
+            endpointID: try context.pathParameter("id"), status: query["status"].map(String.init), limit: limit ?? 50,
             cursor: query["cursor"].map(String.init), logger: context.logger)
         return JSONResponse(WebhookDeliveriesJSON(deliveries: page.deliveries.map { WebhookDeliveryJSON($0) }, nextCursor: page.nextCursor))
     }
@@ -108,14 +108,14 @@ struct AdminWebhookController: Sendable {
     @Sendable func delivery(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookDeliveryJSON> {
         _ = try await authenticator.requireOperator(request, context)
         let (delivery, attempts) = try await webhooks.delivery(
-            endpointID: try context.parameters.require("id"), id: try context.parameters.require("deliveryId"), logger: context.logger)
+            endpointID: try context.pathParameter("id"), id: try context.pathParameter("deliveryId"), logger: context.logger)
         return JSONResponse(WebhookDeliveryJSON(delivery, attempts: attempts))
     }
 
     @Sendable func retry(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookDeliveryJSON> {
         let actor = try await authenticator.requireOperator(request, context)
         let delivery = try await webhooks.retry(
-            endpointID: try context.parameters.require("id"), id: try context.parameters.require("deliveryId"), actor: actor, ip: context.clientIP,
+            endpointID: try context.pathParameter("id"), id: try context.pathParameter("deliveryId"), actor: actor, ip: context.clientIP,
             logger: context.logger)
         return JSONResponse(WebhookDeliveryJSON(delivery), status: .accepted)
     }

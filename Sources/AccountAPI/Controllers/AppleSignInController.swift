@@ -68,7 +68,7 @@ struct AppleSignInController: Sendable {
         var request = request
         let body = try await request.decodeJSON(UnlinkRequest.self, context: context, emptyMeans: "{}")
         try await auth.unlinkSignInMethod(
-            session, provider: try context.parameters.require("provider"), currentPassword: body.currentPassword ?? "",
+            session, provider: try context.pathParameter("provider"), currentPassword: body.currentPassword ?? "",
             client: context.client(request),
             logger: context.logger)
         return Response(status: .noContent)

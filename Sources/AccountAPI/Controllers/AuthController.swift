@@ -120,7 +120,7 @@ struct AuthController: Sendable {
 
     @Sendable func revokeSession(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
-        try await auth.revokeSession(id: try context.parameters.require("id"), of: session, client: context.client(request), logger: context.logger)
+        try await auth.revokeSession(id: try context.pathParameter("id"), of: session, client: context.client(request), logger: context.logger)
         return Response(status: .noContent)
     }
 

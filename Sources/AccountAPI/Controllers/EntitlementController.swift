@@ -65,7 +65,7 @@ struct EntitlementController: Sendable {
 
     @Sendable func userSnapshot(_ request: Request, context: AppRequestContext) async throws -> Response {
         _ = try await authenticator.requireScope("entitlements:read", request, context)
-        let userID = try context.parameters.require("id")
+        let userID = try context.pathParameter("id")
         _ = try await auth.findUser(id: userID, logger: context.logger)
         guard let found = try await entitlements.rendered(subject: .user(userID), logger: context.logger) else {
             throw Problem.notFound("No such user.")

@@ -62,7 +62,7 @@ struct LedgerController: Sendable {
 
     @Sendable func capture(_ request: Request, context: AppRequestContext) async throws -> Response {
         let caller = try await caller(request, context)
-        let id = try context.parameters.require("id")
+        let id = try context.pathParameter("id")
         var request = request
         let body = try await request.decodeJSON(CaptureRequest.self, context: context, emptyMeans: "{}")
         let identity = IdempotentRequest(
@@ -74,7 +74,7 @@ struct LedgerController: Sendable {
 
     @Sendable func void(_ request: Request, context: AppRequestContext) async throws -> Response {
         let caller = try await caller(request, context)
-        let id = try context.parameters.require("id")
+        let id = try context.pathParameter("id")
         let identity = IdempotentRequest(caller: caller, key: try IdempotentResponse.key(request), fields: ["endpoint": "void", "holdId": id])
         return IdempotentResponse.response(try await ledger.void(identity, holdID: id, format: IdempotentResponse.hold, logger: context.logger))
     }

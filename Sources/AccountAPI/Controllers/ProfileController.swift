@@ -44,7 +44,7 @@ struct ProfileController: Sendable {
         var request = request
         let body = try await request.decodeJSON(ProfileRequest.self, context: context)
         let profile = try await profiles.update(
-            userID: session.user.id, profileID: try context.parameters.require("id"), input: body.input,
+            userID: session.user.id, profileID: try context.pathParameter("id"), input: body.input,
             by: .owner(session, currentPassword: body.currentPassword), logger: context.logger)
         return JSONResponse(ProfileJSON(profile))
     }
@@ -52,7 +52,7 @@ struct ProfileController: Sendable {
     @Sendable func delete(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
         try await profiles.delete(
-            userID: session.user.id, profileID: try context.parameters.require("id"), by: .owner(session, currentPassword: nil),
+            userID: session.user.id, profileID: try context.pathParameter("id"), by: .owner(session, currentPassword: nil),
             logger: context.logger)
         return Response(status: .noContent)
     }

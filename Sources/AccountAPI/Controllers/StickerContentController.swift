@@ -49,7 +49,7 @@ struct StickerContentController: Sendable {
     @Sendable func packStickers(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
         let session = try await authenticator.session(request, context)
         do {
-            let list = try await content.stickers(userID: session.user.id, packID: try context.parameters.require("packId"), logger: context.logger)
+            let list = try await content.stickers(userID: session.user.id, packID: try context.pathParameter("packId"), logger: context.logger)
             return JSONResponse(StickersResponse(stickers: media.json(list)))
         } catch EntitlementError.packLocked(let previews) {
             throw EntitlementError.packLocked(previewKeys: previews).problem.with("previewStickers", .strings(previews.map(media.signer.publicURL)))
@@ -94,7 +94,7 @@ struct StickerContentController: Sendable {
         let session = try await authenticator.session(request, context)
         let profile = try await profileID(session, context)
         try await content.use(
-            userID: session.user.id, profileID: profile, stickerID: try context.parameters.require("stickerId"), logger: context.logger)
+            userID: session.user.id, profileID: profile, stickerID: try context.pathParameter("stickerId"), logger: context.logger)
         return JSONResponse(Success(success: true))
     }
 
@@ -184,14 +184,14 @@ struct StickerContentController: Sendable {
             throw Problem.forbidden("This profile cannot change the account's own stickers.")
         }
         let unused = try await content.deleteUpload(
-            userID: session.user.id, stickerID: try context.parameters.require("stickerId"), logger: context.logger)
+            userID: session.user.id, stickerID: try context.pathParameter("stickerId"), logger: context.logger)
         for key in unused { try? await media.blobs.delete(key) }
         return Response(status: .noContent)
     }
 
     /// A stored file: immutable (content-addressed), with an ETag and byte ranges; private files need a valid signature.
     @Sendable func file(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let key = try context.parameters.require("key")
+        let key = try context.pathParameter("key")
         guard FileBlobStore.isValidKey(key) else { throw Problem.notFound("No such file.") }
         let query = request.uri.queryParameters
         switch try await content.access(blobKey: key, logger: context.logger) {

@@ -33,7 +33,7 @@ struct StickerController: Sendable {
     /// Charged once; with an `Idempotency-Key` a retry replays the first answer (a refusal too).
     @Sendable func unlock(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
-        let packID = try context.parameters.require("id")
+        let packID = try context.pathParameter("id")
         let canMakePurchases = try await authenticator.permissions(session, context)?.canMakePurchases ?? true
         let userID = session.user.id
         guard request.headers[.idempotencyKey] != nil else {

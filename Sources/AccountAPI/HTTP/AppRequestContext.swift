@@ -1,4 +1,5 @@
 import Auth
+import Foundation
 import Hummingbird
 import Logging
 import NIOCore
@@ -26,5 +27,17 @@ extension AppRequestContext {
     /// Who is calling and from where, for limits, devices and the audit log.
     func client(_ request: Request) -> ClientInfo {
         ClientInfo(ip: clientIP, userAgent: request.headers[.userAgent])
+    }
+}
+
+extension AppRequestContext {
+    /// A path parameter, percent-decoded: clients that escape reserved characters (swift-openapi-runtime does) send
+    /// `custom%3A<uuid>` for the sticker `custom:<uuid>`. A malformed escape, bytes that are not UTF-8, or a control
+    /// character is a 400. Controllers read path parameters only through here (`ContractTests`).
+    func pathParameter(_ name: String) throws -> String {
+        let raw = try parameters.require(name)
+        guard let decoded = raw.removingPercentEncoding, !decoded.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+        else { throw Problem.validation("The path segment '\(name)' is not a valid percent-encoded UTF-8 value.") }
+        return decoded
     }
 }

@@ -74,7 +74,7 @@ struct Authenticator: Sendable {
 
     /// The `userId` path parameter of an operator route, when such a user exists (else 404).
     func existingUser(_ context: AppRequestContext) async throws -> String {
-        let id = try context.parameters.require("userId")
+        let id = try context.pathParameter("userId")
         _ = try await auth.findUser(id: id, logger: context.logger)
         return id
     }
