@@ -6,7 +6,10 @@ import Foundation
 /// The trap: swift-foundation's integer slow path ends in a `precondition` when neither its `Double` nor its `Decimal`
 /// parse of a number literal succeeds, which happens for literals of about 170 digits whose value fits the integer
 /// (`1` then 170 zeros then `e-154`, for an `Int64` field): one such request stopped the process. No real client sends a
-/// number of more than ``numberBytesMax`` characters, so every longer one is refused, whatever field it is in.
+/// number of more than ``numberBytesMax`` characters, so every longer one is refused, whatever field it is in. The scan
+/// reads UTF-8; Foundation also accepts UTF-16 and UTF-32, where a digit run is interleaved with zero bytes and would
+/// pass unseen, so a zero byte (which valid UTF-8 JSON never holds: control characters in strings must be escaped) is
+/// refused too.
 public enum UntrustedJSON {
     /// The longest number literal accepted (characters, sign and exponent included).
     public static let numberBytesMax = 100
@@ -15,12 +18,14 @@ public enum UntrustedJSON {
         public let description: String
     }
 
-    /// Throws ``Refusal`` when `bytes` hold a number literal (outside strings) longer than ``numberBytesMax``.
+    /// Throws ``Refusal`` when `bytes` hold a zero byte (UTF-16 or UTF-32 text) or a number literal (outside strings)
+    /// longer than ``numberBytesMax``.
     public static func check(_ bytes: some Collection<UInt8>) throws(Refusal) {
         var inString = false
         var escaped = false
         var run = 0
         for byte in bytes {
+            if byte == 0 { throw Refusal(description: "JSON must be UTF-8 text (a zero byte was found).") }
             if inString {
                 if escaped {
                     escaped = false

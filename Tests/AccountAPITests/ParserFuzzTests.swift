@@ -165,6 +165,14 @@ struct ParserFuzzTests {
                 #expect(throws: UntrustedJSON.Refusal.self) { try UntrustedJSON.check(Data(#"{"i":\#(literal)}"#.utf8)) }
             }
         }
+        // The same document in UTF-16 or UTF-32 (which Foundation decodes, and where a digit run hides between zero bytes)
+        // is refused whatever its numbers.
+        let long = #"{"i":1"# + String(repeating: "0", count: 170) + "e-154}"
+        for encoding: String.Encoding in [.utf16, .utf16LittleEndian, .utf16BigEndian, .utf32, .utf32LittleEndian, .utf32BigEndian] {
+            let data = try #require(long.data(using: encoding))
+            #expect(throws: UntrustedJSON.Refusal.self) { try UntrustedJSON.decode(Fields.self, from: data) }
+            #expect(throws: UntrustedJSON.Refusal.self) { try UntrustedJSON.check(try #require(#"{"i":1}"#.data(using: encoding))) }
+        }
         // Digits inside strings (escaped quotes included) are text, not numbers.
         let text = Data(#"{"s":"\"\#(String(repeating: "9", count: 500))"}"#.utf8)
         #expect(throws: Never.self) { try UntrustedJSON.check(text) }

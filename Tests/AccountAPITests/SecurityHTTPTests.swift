@@ -304,6 +304,13 @@ struct SecurityHTTPTests {
                 #expect(answer.status == .badRequest, "amount \(amount.prefix(20))")
                 if amount == huge { #expect(try answer.problem().detail.contains("at most 100 characters")) }
             }
+            // The same number in a UTF-16 body (Foundation decodes UTF-16; the scan refuses its zero bytes), on an endpoint
+            // every signed-in user reaches.
+            let utf16 = try #require((#"{"feature":"x","tokens":"# + huge + "}").data(using: .utf16LittleEndian))
+            let check = try await client.execute(
+                uri: "/api/entitlements/check", method: .post, headers: [.contentType: "application/json", .authorization: "Bearer \(token)"],
+                body: ByteBuffer(bytes: utf16))
+            #expect(check.status == .badRequest && (try? check.problem().detail.contains("UTF-8")) == true)
             let grant = try await client.ledger(
                 "/api/ledger/grants", key: key, idempotencyKey: "edge-meta",
                 json: #"{"userId":"\#(userID)","amount":1,"bucket":"bonus","reason":"edge","metadata":{"n":9223372036854775807.0}}"#)
