@@ -74,13 +74,50 @@ public struct ImageWorker: Sendable {
             stdin.fileHandleForWriting.write(input); try? stdin.fileHandleForWriting.close()
         }
         writer.start()
+        // Its error output is drained at the same time (a hostile PNG makes libvips warn megabytes; a full pipe would
+        // block the worker until the timeout), keeping the first 300 bytes for the log.
+        let errors = ErrorTail()
+        let drainer = Thread {
+            let handle = stderr.fileHandleForReading
+            while case let chunk = handle.availableData, !chunk.isEmpty { errors.append(chunk) }
+            errors.finish()
+        }
+        drainer.start()
         let output = stdout.fileHandleForReading.readDataToEndOfFile()
-        let errors = stderr.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
+        let errorText = errors.waitForEnd()
         guard process.terminationReason == .exit, process.terminationStatus == 0 else {
-            throw Failure.failed("exit \(process.terminationStatus): \(String(decoding: errors.prefix(300), as: UTF8.self))")
+            throw Failure.failed("exit \(process.terminationStatus): \(errorText)")
         }
         return output
+    }
+
+    /// The first bytes of the worker's error output, collected on the drainer's thread.
+    final class ErrorTail: @unchecked Sendable {
+        private let lock = NSCondition()
+        private var kept = Data()
+        private var ended = false
+        static let keptBytesMax = 300
+
+        func append(_ chunk: Data) {
+            lock.lock()
+            defer { lock.unlock() }
+            if kept.count < Self.keptBytesMax { kept.append(chunk.prefix(Self.keptBytesMax - kept.count)) }
+        }
+
+        func finish() {
+            lock.lock()
+            ended = true
+            lock.broadcast()
+            lock.unlock()
+        }
+
+        func waitForEnd() -> String {
+            lock.lock()
+            defer { lock.unlock() }
+            while !ended { lock.wait() }
+            return String(decoding: kept, as: UTF8.self)
+        }
     }
 
     /// The worker's answer: one JSON line (the info or the problem, and the byte counts), then the image, then the

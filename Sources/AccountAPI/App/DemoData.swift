@@ -60,7 +60,9 @@ public enum DemoData {
             ("Blink", try worker.sample(width: 240, height: 240, pages: 3, format: .gif)),
         ]
         var items: [StickerContentService.NewSticker] = []
-        for (name, data) in images { items.append(.init(name: name, tags: ["demo"], image: try await dependencies.media.store(data))) }
+        for (name, data) in images {
+            items.append(.init(name: name, tags: ["demo"], image: try await dependencies.media.store(data, logger: logger)))
+        }
         _ = try await dependencies.stickerContent.add(packID: packID, items: items, actor: "cli:demo", ip: nil, logger: logger)
     }
 

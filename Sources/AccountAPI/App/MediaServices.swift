@@ -1,6 +1,7 @@
 import Entitlements
 import Foundation
 import HTTPTypes
+import Logging
 import Media
 import NIOPosix
 
@@ -15,13 +16,18 @@ struct MediaServices: Sendable {
 
     /// Checks, thumbnails and stores an image: the image worker (a separate process) does the image work, off the
     /// event loops; the blob store keeps both files by content.
-    func store(_ data: Data) async throws -> StoredImage {
+    func store(_ data: Data, logger: Logger) async throws -> StoredImage {
         let images = images
         let answer: ImageWorker.Answer
         do {
             answer = try await NIOThreadPool.singleton.runIfActive { try images.process(data) }
+        } catch ImageWorker.Failure.missing(let path) {
+            logger.error("image worker missing", metadata: ["path": "\(path)"])
+            throw Problem(.serviceUnavailable, code: "unavailable", detail: "Images cannot be processed right now.")
         } catch let failure as ImageWorker.Failure {
-            throw Problem(.serviceUnavailable, code: "unavailable", detail: "Images cannot be processed right now (\(failure)).")
+            // The worker crashed or ran out of time on this image: the image's fault, said without the worker's output.
+            logger.warning("image worker failed", metadata: ["error": "\(failure)"])
+            throw Problem.validation("The image could not be processed.")
         }
         guard case .processed(let info, let optimised, let thumbnail) = answer else {
             if case .refused(let problem) = answer { throw Problem.validation(problem.description) }
