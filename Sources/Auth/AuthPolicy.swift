@@ -10,8 +10,11 @@ public struct AuthPolicy: Sendable {
     public var mailCooldownSeconds: Double = 60
     /// Mails of one purpose to one address per hour (`MAIL_SENDS_PER_HOUR`).
     public var mailSendsPerHourMax = 5
-    /// A sign-up request (its password, name and code) lives this long; resend-otp renews the newest one's code meanwhile.
+    /// A sign-up request (its password, name and code) lives this long; resend-otp renews its code meanwhile when it is
+    /// the address's only one.
     public var pendingSignUpSeconds: Double = 24 * 3600
+    /// Live sign-up requests kept per address (the oldest make room).
+    public var pendingSignUpRequestsMax = 10
     public var sessionAbsoluteSeconds: Double = 30 * 24 * 3600
     public var sessionIdleSeconds: Double = 7 * 24 * 3600
     /// `last_used_at` is written at most this often per session (not on every request).

@@ -8,7 +8,10 @@ extension AuthService {
     ///
     /// Every answer is the same, whatever the address, and every address takes the same budgets (one Argon2 run for the
     /// IP, one verification mail for the address): a verified owner gets a notice instead of a code; a pending address
-    /// gets another request beside the earlier ones; a sign-up that mails nothing (cooldown, hourly budget) changes nothing.
+    /// gets another request beside the earlier ones. A sign-up whose mail the budget holds back (cooldown, hourly budget)
+    /// is still stored, without a code: so resend-otp sees that the address has more than one sign-up and mints a code
+    /// for none of them (it cannot tell whose it would be), rather than for the only one it knew, which an attacker may
+    /// have started.
     public func signUp(email rawEmail: String, password: String, name rawName: String, client: ClientInfo, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         if let problem = InputRules.passwordProblem(password) { throw AuthError.validation(problem) }
@@ -37,8 +40,10 @@ extension AuthService {
         let now = clock.now()
         let existing = try await tx.first(
             "SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
-        guard case .allowed = try await takeMailBudget(tx, .verification, email: email, now: now) else { return [] }
+        let mailed: Bool
+        if case .allowed = try await takeMailBudget(tx, .verification, email: email, now: now) { mailed = true } else { mailed = false }
         if let existing, try existing.bool("email_verified") {
+            guard mailed else { return [] }
             try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_existing", subject: try existing.string("id"), ip: client.ip)
             return [Mails.existingAccount(to: email)]
         }
@@ -58,6 +63,12 @@ extension AuthService {
         }
         try await tx.query(
             "DELETE FROM sign_up_requests WHERE email = ? AND created_at_ms < ?", [email, now.addingTimeInterval(-policy.pendingSignUpSeconds)])
+        // At most `pendingSignUpRequestsMax` live requests per address: the oldest make room.
+        try await tx.query(
+            """
+            DELETE FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL AND id NOT IN (
+                SELECT id FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL ORDER BY created_at_ms DESC, id DESC LIMIT ?)
+            """, [email, email, policy.pendingSignUpRequestsMax - 1])
         let code = SecretHasher.newCode()
         try await tx.query(
             """
@@ -66,11 +77,12 @@ extension AuthService {
             """,
             [
                 UUID().uuidString.lowercased(), email, name, passwordHash,
-                secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue),
+                mailed ? secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue) : nil,
                 now, now.addingTimeInterval(policy.codeLifetimeSeconds),
             ])
-        try await resetCodeAttempts(tx, .verify, email: email)
         try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_requested", subject: userID, ip: client.ip)
+        guard mailed else { return [] }
+        try await resetCodeAttempts(tx, .verify, email: email)
         return [Mails.verificationCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60), requestedAt: now)]
     }
 
@@ -133,8 +145,9 @@ extension AuthService {
         return (.ok, row)
     }
 
-    /// Mails a fresh code for the newest pending sign-up request of the address (the mail says when it was started, so the
-    /// owner can tell it from one somebody else started), within the verification mail budget. The budget is taken and the same
+    /// Mails a fresh code for the pending sign-up request of the address when it has exactly one (the mail says when it
+    /// was started); with several, nobody can say whose the caller is, so none gets a code and the owner signs up again.
+    /// Within the verification mail budget. The budget is taken and the same
     /// statements run for every address asked about, so neither the answer nor its work reveals which ones exist.
     public func resendCode(email rawEmail: String, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
@@ -147,12 +160,14 @@ extension AuthService {
                 UPDATE sign_up_requests SET code_hmac = ?, expires_at_ms = ?
                 WHERE id = (SELECT r.id FROM sign_up_requests r JOIN users u ON u.email = r.email AND u.deleted_at_ms IS NULL AND u.email_verified = ?
                             WHERE r.email = ? AND r.consumed_at_ms IS NULL AND r.created_at_ms > ? ORDER BY r.created_at_ms DESC LIMIT 1)
+                  AND (SELECT COUNT(*) FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL AND created_at_ms > ?) = 1
                 RETURNING created_at_ms
                 """,
                 [
                     secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue),
                     now.addingTimeInterval(policy.codeLifetimeSeconds),
                     false, email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
+                    email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
                 ])
             guard let request = renewed.first else { return [] }
             return [

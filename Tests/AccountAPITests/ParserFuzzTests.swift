@@ -8,8 +8,8 @@ import Media
 import NIOCore
 import SafeJSON
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 @testable import AccountAPI
 
@@ -66,7 +66,8 @@ struct ParserFuzzTests {
             "transactionId": "2000000001", "originalTransactionId": "2000000001", "bundleId": "com.example.app", "productId": "p",
             "purchaseDate": now, "type": "Consumable", "environment": "Sandbox", "signedDate": now, "quantity": 1,
         ])
-        let fuzzer = Fuzzer(corpus: [Array(jws.utf8), Array("a.b.c".utf8), Array("..".utf8)], seconds: min(Fuzzer(corpus: []).seconds, 2), iterationsMin: 51)
+        let fuzzer = Fuzzer(
+            corpus: [Array(jws.utf8), Array("a.b.c".utf8), Array("..".utf8)], seconds: min(Fuzzer(corpus: []).seconds, 2), iterationsMin: 51)
         var accepted = 0
         let count = await fuzzer.runAsync { input in
             do {

@@ -116,7 +116,8 @@ struct AuthServiceTests {
             let auth = try Self.service(db)
             let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
             try await auth.signUp(email: "ops@example.com", password: "attackers passphrase", name: "M", client: client, logger: TestDatabase.logger)
-            let admin = try await auth.createAdmin(email: "ops@example.com", password: "long enough password", name: "Ops", logger: TestDatabase.logger)
+            let admin = try await auth.createAdmin(
+                email: "ops@example.com", password: "long enough password", name: "Ops", logger: TestDatabase.logger)
             #expect(admin.emailVerified && admin.email == "ops@example.com")
             let rows = try await db.withConnection(logger: TestDatabase.logger) { tx in
                 try await tx.query("SELECT id, email, deleted_at_ms FROM users ORDER BY created_at_ms, id")

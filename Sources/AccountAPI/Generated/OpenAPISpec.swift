@@ -224,7 +224,7 @@ paths:
     post:
       tags: [auth]
       operationId: resendOTP
-      summary: Mail a new code for the newest pending sign-up of the address (60 s cooldown, 5 verification mails per hour per address, shared with sign-up and taken for every address alike).
+      summary: Mail a new code for the pending sign-up of the address when it has exactly one (with several, nobody can say whose the caller is, so none gets a code; sign up again). 60 s cooldown, 5 verification mails per hour per address, shared with sign-up and taken for every address alike.
       requestBody:
         required: true
         content:

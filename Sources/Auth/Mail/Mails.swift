@@ -6,7 +6,7 @@ enum Mails {
     /// The code of one sign-up request; it says when that sign-up started, so the owner of the mailbox can tell their own
     /// sign-up from one somebody else started with this address (whose password the code would activate).
     static func verificationCode(to email: String, code: String, minutes: Int, requestedAt: Date) -> MailMessage {
-        let started = ISOTime.string(requestedAt).prefix(16).replacingOccurrences(of: "T", with: " ")
+        let started = ISOTime.string(requestedAt).prefix(19).replacingOccurrences(of: "T", with: " ")
         return MailMessage(
             to: email, subject: "Your verification code",
             body:
