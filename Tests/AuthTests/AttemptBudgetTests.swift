@@ -1,9 +1,10 @@
-import Auth
 import Foundation
 import Logging
 import Storage
 import TestSupport
 import Testing
+
+@testable import Auth
 
 @Suite("Attempt budgets on both engines")
 struct AttemptBudgetTests {
@@ -21,6 +22,17 @@ struct AttemptBudgetTests {
     }
 
     /// Many tasks, one budget: exactly `limit` attempts are reserved, however the transactions interleave.
+    /// Per-client budgets key an IPv6 client by its /64 (all of it is one subscriber's), an IPv4 client by its address;
+    /// an IPv4-mapped IPv6 address is its IPv4 address.
+    @Test func clientNetworksKeyIPv6ByItsSlash64() {
+        let one = BudgetKeys.clientNetwork("2001:db8:1:2:aaaa::1")
+        #expect(one == BudgetKeys.clientNetwork("2001:0db8:0001:0002:ffff:ffff:ffff:fffe") && one == "2001:db8:1:2::/64")
+        #expect(one != BudgetKeys.clientNetwork("2001:db8:1:3::1"))
+        #expect(BudgetKeys.clientNetwork("203.0.113.7") == "203.0.113.7" && BudgetKeys.clientNetwork("203.0.113.8") != "203.0.113.7")
+        #expect(BudgetKeys.clientNetwork("::ffff:203.0.113.7") == "203.0.113.7")
+        #expect(BudgetKeys.clientNetwork("unknown") == "unknown")
+    }
+
     @Test(arguments: TestDatabase.engines)
     func parallelReservationsNeverExceedTheLimit(engine: Engine) async throws {
         try await Self.migrated(engine) { (db: any Database) async throws in

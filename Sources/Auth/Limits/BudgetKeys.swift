@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 
 /// The keys of the auth flows' attempt budgets. Addresses appear only as keyed hashes (``SecretHasher/addressKey(_:)``).
 struct BudgetKeys: Sendable {
@@ -9,10 +10,19 @@ struct BudgetKeys: Sendable {
     /// Second-factor tries for an account (TOTP and recovery codes): cleared only by a right second factor, never by a
     /// right password, so password sign-ins cannot refill it.
     func secondFactor(userID: String) -> String { "mfa:" + userID }
-    /// Failed sign-ins from one client IP.
-    func network(ip: String) -> String { "signin-ip:" + ip }
-    /// Unauthenticated Argon2 runs from one client IP.
-    func hashing(ip: String) -> String { "hash-ip:" + ip }
+    /// Failed sign-ins from one client network (``clientNetwork(_:)``).
+    func network(ip: String) -> String { "signin-ip:" + Self.clientNetwork(ip) }
+    /// Unauthenticated Argon2 runs from one client network.
+    func hashing(ip: String) -> String { "hash-ip:" + Self.clientNetwork(ip) }
+
+    /// What one client controls: an IPv4 address, or an IPv6 /64 (one subscriber line or host gets a whole /64, and
+    /// every address in it is theirs to send from, so keying the exact address would give them 2^64 budgets).
+    static func clientNetwork(_ ip: String) -> String {
+        guard let bytes = IPNetwork.bytes(of: ip) else { return ip }
+        guard bytes.count == 16 else { return bytes.map(String.init).joined(separator: ".") }
+        let prefix = stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+        return prefix.joined(separator: ":") + "::/64"
+    }
     /// PIN checks for one profile.
     static func pin(profileID: String) -> String { "pin:" + profileID }
     /// Code checks for one address and purpose.
