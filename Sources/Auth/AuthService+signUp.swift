@@ -9,9 +9,9 @@ extension AuthService {
     /// Every answer is the same, whatever the address, and every address takes the same budgets (one Argon2 run for the
     /// IP, one verification mail for the address): a verified owner gets a notice instead of a code; a pending address
     /// gets another request beside the earlier ones. A sign-up whose mail the budget holds back (cooldown, hourly budget)
-    /// is still stored, without a code: so resend-otp sees that the address has more than one sign-up and mints a code
-    /// for none of them (it cannot tell whose it would be), rather than for the only one it knew, which an attacker may
-    /// have started.
+    /// answers 429 with `Retry-After`, for every address alike, so nobody waits for a code that is not coming (and takes
+    /// one that somebody else's sign-up caused for theirs); it is still stored, without a code, so resend-otp sees that
+    /// the address has more than one sign-up and mints a code for none of them.
     public func signUp(email rawEmail: String, password: String, name rawName: String, client: ClientInfo, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         if let problem = InputRules.passwordProblem(password) { throw AuthError.validation(problem) }
@@ -23,8 +23,12 @@ extension AuthService {
         while true {
             attempt += 1
             do {
-                let mails = try await database.transaction(logger: logger) { tx in
+                let (mails, heldSeconds) = try await database.transaction(logger: logger) { tx in
                     try await self.signUpTransaction(tx, email: email, name: name, passwordHash: passwordHash, client: client)
+                }
+                if let heldSeconds {
+                    throw AuthError.rateLimited(
+                        retryAfterSeconds: heldSeconds, detail: "Too many codes requested for this address; wait before asking again.")
                 }
                 await send(mails, logger: logger)
                 return
@@ -34,18 +38,20 @@ extension AuthService {
         }
     }
 
+    /// The mails to send, or how long the address's mail budget holds them back (the request is stored either way).
     private func signUpTransaction(
         _ tx: any SQLExecutor, email: String, name: String, passwordHash: String, client: ClientInfo
-    ) async throws -> [MailMessage] {
+    ) async throws -> (mails: [MailMessage], heldSeconds: Int?) {
         let now = clock.now()
         let existing = try await tx.first(
             "SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
-        let mailed: Bool
-        if case .allowed = try await takeMailBudget(tx, .verification, email: email, now: now) { mailed = true } else { mailed = false }
+        var heldSeconds: Int?
+        if case .throttled(let seconds) = try await takeMailBudget(tx, .verification, email: email, now: now) { heldSeconds = seconds }
+        let mailed = heldSeconds == nil
         if let existing, try existing.bool("email_verified") {
-            guard mailed else { return [] }
+            guard mailed else { return ([], heldSeconds) }
             try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_existing", subject: try existing.string("id"), ip: client.ip)
-            return [Mails.existingAccount(to: email)]
+            return ([Mails.existingAccount(to: email)], nil)
         }
         let userID: String
         if let existing {
@@ -81,9 +87,9 @@ extension AuthService {
                 now, now.addingTimeInterval(policy.codeLifetimeSeconds),
             ])
         try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_requested", subject: userID, ip: client.ip)
-        guard mailed else { return [] }
+        guard mailed else { return ([], heldSeconds) }
         try await resetCodeAttempts(tx, .verify, email: email)
-        return [Mails.verificationCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60), requestedAt: now)]
+        return ([Mails.verificationCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60), requestedAt: now)], nil)
     }
 
     /// The result of a successful verification.

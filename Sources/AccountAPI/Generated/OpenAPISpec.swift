@@ -149,9 +149,11 @@ paths:
         who has an account. Each sign-up is a request of its own: its password and name wait beside a code mailed
         for it alone, and verify-otp with that code activates exactly them (whoever proves the mailbox decides the
         password; a pending account has none of its own). The mail says when its sign-up started, so the owner can
-        tell theirs from one somebody else started with the address. A sign-up that mails nothing (verification mails
-        are 60 s apart and 5 an hour per address) changes nothing. Requests live a day. Argon2 runs are limited per
-        client IP (429 `rate_limited`, the same for every address). Mail goes out after the answer.
+        tell theirs from one somebody else started with the address. A sign-up whose mail the address's budget holds
+        back (verification mails are 60 s apart and 5 an hour per address, for every address alike) answers 429
+        `rate_limited` with `Retry-After`: no code is coming for it (it is kept without one, so resend-otp then mints
+        none either; sign up again after the wait). Requests live a day, at most 10 per address. Argon2 runs are limited
+        per client IP (429 `rate_limited`, the same for every address). Mail goes out after the answer.
       requestBody:
         required: true
         content:
