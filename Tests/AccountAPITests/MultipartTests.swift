@@ -111,6 +111,24 @@ struct MultipartTests {
         }
     }
 
+    /// One image per uploader in the worker at a time: another uploader is never queued behind it; an uploader's next
+    /// image waits its turn; past `waitingPerOwnerMax` waiting, refused at once.
+    @Test func imageJobsTakeTurnsPerUploader() async throws {
+        let jobs = ImageJobs(waitingPerOwnerMax: 2)
+        #expect(await jobs.begin("alice"))
+        #expect(await jobs.begin("bob"))  // not behind alice
+        let second = Task { await jobs.begin("alice") }
+        let third = Task { await jobs.begin("alice") }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(await jobs.begin("alice") == false)  // two already waiting
+        await jobs.end("alice")
+        await jobs.end("alice")
+        let (took2, took3) = (await second.value, await third.value)
+        #expect(took2 && took3)
+        await jobs.end("alice")
+        #expect(await jobs.begin("alice"))  // free again
+    }
+
     /// One PNG chunk: length, type, data, CRC-32.
     static func pngChunk(_ type: String, _ data: [UInt8]) -> [UInt8] {
         let payload = Array(type.utf8) + data

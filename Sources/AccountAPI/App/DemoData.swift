@@ -61,7 +61,7 @@ public enum DemoData {
         ]
         var items: [StickerContentService.NewSticker] = []
         for (name, data) in images {
-            items.append(.init(name: name, tags: ["demo"], image: try await dependencies.media.store(data, logger: logger)))
+            items.append(.init(name: name, tags: ["demo"], image: try await dependencies.media.store(data, owner: "cli:demo", logger: logger)))
         }
         _ = try await dependencies.stickerContent.add(packID: packID, items: items, actor: "cli:demo", ip: nil, logger: logger)
     }

@@ -12,15 +12,26 @@ struct MediaServices: Sendable {
 
     let images: ImageWorker
     let blobs: any BlobStore
+    /// Images in work per uploader (a user id, or the operator's actor id): one at a time each.
+    let jobs = ImageJobs()
     let signer: URLSigner
 
     /// Checks, thumbnails and stores an image: the image worker (a separate process) does the image work, off the
     /// event loops; the blob store keeps both files by content.
-    func store(_ data: Data, logger: Logger) async throws -> StoredImage {
+    func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage {
+        guard await jobs.begin(owner) else {
+            throw Problem(
+                .tooManyRequests, code: "rate_limited", detail: "Images of yours are still being processed; send the next when one is done."
+            )
+            .retryAfter(seconds: 1)
+        }
         let images = images
+        let outcome: Result<ImageWorker.Answer, any Error>
+        do { outcome = .success(try await NIOThreadPool.singleton.runIfActive { try images.process(data) }) } catch { outcome = .failure(error) }
+        await jobs.end(owner)
         let answer: ImageWorker.Answer
         do {
-            answer = try await NIOThreadPool.singleton.runIfActive { try images.process(data) }
+            answer = try outcome.get()
         } catch ImageWorker.Failure.missing(let path) {
             logger.error("image worker missing", metadata: ["path": "\(path)"])
             throw Problem(.serviceUnavailable, code: "unavailable", detail: "Images cannot be processed right now.")

@@ -37,7 +37,7 @@ struct AdminStickerController: Sendable {
         for file in files {
             let given = files.count == 1 ? Multipart.text(parts, "name") : nil
             let name = given.flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
-            items.append(.init(name: name, tags: tags, image: try await media.store(Data(file.body), logger: context.logger)))
+            items.append(.init(name: name, tags: tags, image: try await media.store(Data(file.body), owner: actor, logger: context.logger)))
         }
         let added = try await content.add(packID: packID, items: items, actor: actor, ip: context.clientIP, logger: context.logger)
         return try JSONResponse(StickersResponse(stickers: added.map { media.json($0, signed: false) }), status: .created)
@@ -82,7 +82,7 @@ struct AdminStickerController: Sendable {
         var request = request
         let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }) else { throw Problem.validation("Send the icon as a part named 'file'.") }
-        let stored = try await media.store(Data(file.body), logger: context.logger)
+        let stored = try await media.store(Data(file.body), owner: actor, logger: context.logger)
         let pack = try await stickers.setIcon(
             packID: packID, url: media.signer.publicURL(stored.thumbnailKey), actor: actor, ip: context.clientIP, logger: context.logger)
         return JSONResponse(pack)

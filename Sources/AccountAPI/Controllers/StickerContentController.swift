@@ -166,7 +166,7 @@ struct StickerContentController: Sendable {
         let userID = session.user.id
         try await content.reserveUpload(userID: userID, bytes: data.count, logger: context.logger)
         do {
-            let stored = try await media.store(data, logger: context.logger)
+            let stored = try await media.store(data, owner: userID, logger: context.logger)
             let name = Multipart.text(parts, "name").flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
             let sticker = try await content.addUpload(userID: userID, name: name, image: stored, reservedBytes: data.count, logger: context.logger)
             return try JSONResponse(UploadResponse(sticker: media.json(sticker, signed: true)), status: .created).response(
