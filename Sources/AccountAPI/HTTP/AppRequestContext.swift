@@ -33,11 +33,12 @@ extension AppRequestContext {
 extension AppRequestContext {
     /// A path parameter, percent-decoded: clients that escape reserved characters (swift-openapi-runtime does) send
     /// `custom%3A<uuid>` for the sticker `custom:<uuid>`. A malformed escape, bytes that are not UTF-8, or a control
-    /// character is a 400. Controllers read path parameters only through here (`ContractTests`).
+    /// character names nothing that can exist: 404 (and never reaches a query). Controllers read path parameters only
+    /// through here (`ContractTests`).
     func pathParameter(_ name: String) throws -> String {
         let raw = try parameters.require(name)
         guard let decoded = raw.removingPercentEncoding, !decoded.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
-        else { throw Problem.validation("The path segment '\(name)' is not a valid percent-encoded UTF-8 value.") }
+        else { throw Problem.notFound("Nothing has this \(name): it is not valid percent-encoded UTF-8 text.") }
         return decoded
     }
 }
