@@ -44,7 +44,7 @@ public struct LedgerService: Sendable {
     public let idempotency: IdempotencyStore
     let users: any LedgerUserDirectory
     let audit: any AuditTrail
-    let clock: any TimeSource
+    public let clock: any TimeSource
 
     public init(
         database: any Database, ledger: Ledger, idempotency: IdempotencyStore, users: any LedgerUserDirectory, audit: any AuditTrail,

@@ -71,7 +71,7 @@ public struct Outbox: EventSink {
 
     /// `evt_` and 32 hex digits, the first 12 the creation time in milliseconds (so new rows append to the primary key's
     /// index instead of landing at random places): the `webhook-id` receivers deduplicate on.
-    static func newEventID(at date: Date = Date()) -> String {
+    static func newEventID(at date: Date) -> String {
         let time = String(UInt64(max(0, date.epochMilliseconds)), radix: 16)
         let random = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         return "evt_" + String(repeating: "0", count: max(0, 12 - time.count)) + time + random.prefix(20)

@@ -76,7 +76,7 @@ extension WebhookService {
             guard endpoint.disabledAt == nil else {
                 throw WebhookError.invalid("The endpoint is disabled (\(endpoint.disabledReason ?? "")); enable it with PATCH first.")
             }
-            let eventID = Outbox.newEventID()
+            let eventID = Outbox.newEventID(at: now)
             let body = WebhookBody.render(
                 type: WebhookEventType.webhookTest.rawValue, at: now, data: ["endpointId": .string(endpoint.id), "message": .string("It works.")])
             try await WebhookWorker.insertDeliveries(

@@ -136,3 +136,44 @@ extension ContractTests {
         #expect(raw.isEmpty, "read path parameters through context.pathParameter: \(raw)")
     }
 }
+
+extension ContractTests {
+    /// Controllers never name each other (docs/architecture.md): what two of them share (session and sign-in bodies,
+    /// an operator's view of a user, a grant's fields) lives in `HTTP/JSON`.
+    @Test func controllersNeverNameEachOther() throws {
+        let folder = repositoryRoot.appendingPathComponent("Sources/AccountAPI/Controllers")
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix("Controller.swift") }
+        let names = Set(files.map { String($0.dropLast(".swift".count)) })
+        var crossings: [String] = []
+        for file in files {
+            let own = String(file.dropLast(".swift".count))
+            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+            for match in text.matches(of: /\b([A-Z][A-Za-z]*Controller)\b/) where names.contains(String(match.output.1)) && match.output.1 != own {
+                crossings.append("\(own) names \(match.output.1)")
+            }
+        }
+        #expect(crossings.isEmpty, "\(Set(crossings).sorted())")
+    }
+}
+
+extension ContractTests {
+    /// Timestamps come from the injected clock (`TimeSource`), so tests can move time and every node agrees with its
+    /// database. The wall clock is read only where no business time is meant, each named here with why.
+    static let wallClockReaders: [String: String] = [
+        "Storage/TimeSource.swift": "the system clock itself",
+        "Storage/Migration.swift": "when a migration was applied (operations, before any clock is wired)",
+        "Auth/Mail/Mailer.swift": "a mail's Date header and file name (transport time)",
+        "AccountAPI/Logging/JSONLogHandler.swift": "log line timestamps",
+    ]
+
+    @Test func onlyTheClockReadsTheTime() throws {
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        var readers: [String] = []
+        for file in FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap({ $0 as? URL }) ?? []
+        where file.pathExtension == "swift" && !file.path.contains("/Generated/") && !file.path.contains("/TestSupport/") {
+            let relative = String(file.path.dropFirst(sources.path.count + 1))
+            if try String(contentsOf: file, encoding: .utf8).contains("Date()"), Self.wallClockReaders[relative] == nil { readers.append(relative) }
+        }
+        #expect(readers.isEmpty, "read the time from the injected clock (TimeSource) instead: \(readers.sorted())")
+    }
+}

@@ -51,14 +51,14 @@ public struct Dependencies: Sendable {
             throw StartupError(message: "\(error)")
         }
         // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
-        let apple = try appleVerifier(config)
+        let apple = try appleVerifier(config, clock: clock)
         let (database, postgresClient) = try await open(config, logger: logger)
         let mailQueue = MailQueue(transport: mailer ?? config.mailTransport.makeMailer(from: config.mailFrom), logger: logger)
         let mailer = QueuedMailer(queue: mailQueue)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
         let secret = try serverSecret(config)
         let secrets = SecretHasher(serverSecret: secret)
-        let media = try mediaServices(config, secret: secret)
+        let media = try mediaServices(config, secret: secret, clock: clock)
         let outbox = Outbox()
         let box = SecretBox(serverSecret: secret)
         let ledger = Ledger(clock: clock, events: outbox)
@@ -104,19 +104,19 @@ public struct Dependencies: Sendable {
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).
-    static func mediaServices(_ config: AppConfig, secret: [UInt8]) throws -> MediaServices {
+    static func mediaServices(_ config: AppConfig, secret: [UInt8], clock: any TimeSource) throws -> MediaServices {
         do {
             return MediaServices(
                 images: ImageWorker(),
                 blobs: try FileBlobStore(directory: URL(fileURLWithPath: config.dataDirectory).appendingPathComponent("media", isDirectory: true)),
-                signer: URLSigner(secret: Data(secret), baseURL: config.mediaBaseURL))
+                signer: URLSigner(secret: Data(secret), baseURL: config.mediaBaseURL), clock: clock)
         } catch {
             throw StartupError(message: "media: \(error)")
         }
     }
 
     /// The Apple verifier when Apple billing is configured (its roots read now: a bad file stops start-up).
-    static func appleVerifier(_ config: AppConfig) throws -> AppleSignedDataVerifier? {
+    static func appleVerifier(_ config: AppConfig, clock: any TimeSource) throws -> AppleSignedDataVerifier? {
         guard let settings = config.apple else { return nil }
         let roots: [Certificate]
         do { roots = try AppleConfig.loadCertificates(paths: settings.rootCertificatePaths) } catch {
@@ -125,7 +125,7 @@ public struct Dependencies: Sendable {
         return AppleSignedDataVerifier(
             config: AppleConfig(
                 rootCertificates: roots, bundleID: settings.bundleID, appAppleID: settings.appAppleID, environment: settings.environment,
-                acceptSandbox: settings.acceptSandbox))
+                acceptSandbox: settings.acceptSandbox), clock: clock)
     }
 
     /// The configured engine (the PostgreSQL pool runs as a service of the application).

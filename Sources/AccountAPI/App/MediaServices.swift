@@ -4,6 +4,7 @@ import HTTPTypes
 import Logging
 import Media
 import NIOPosix
+import Storage
 
 /// The media side: image checks and thumbnails (libvips), the blob store (`DATA_DIR/media`), signed URLs.
 struct MediaServices: Sendable {
@@ -15,6 +16,8 @@ struct MediaServices: Sendable {
     /// Images in work per uploader (a user id, or the operator's actor id): one at a time each.
     let jobs = ImageJobs()
     let signer: URLSigner
+    /// Signed URLs and their windows are on the service's clock.
+    let clock: any TimeSource
 
     /// Checks, thumbnails and stores an image: the image worker (a separate process) does the image work, off the
     /// event loops; the blob store keeps both files by content.

@@ -49,7 +49,7 @@ struct AdminAccountController: Sendable {
         var request = request
         let body = try await request.decodeJSON(GrantRequest.self, context: context)
         let expiresAt = try ISODate.parse(body.expiresAt, field: "expiresAt")
-        let fields = LedgerController.GrantRequest(
+        let fields = LedgerGrantRequest(
             userId: userID, amount: body.amount, bucket: body.bucket, reason: body.reason ?? "admin_grant", expiresAt: body.expiresAt,
             metadata: body.metadata)
         let identity = IdempotentRequest(

@@ -24,7 +24,7 @@ struct AdminLedgerController: Sendable {
     }
     struct HoldsJSON: Encodable, Sendable { let holds: [HoldJSON] }
     struct SnapshotJSON: Encodable, Sendable {
-        let user: AdminUserController.UserJSON; let entitlements: EntitlementSnapshot; let profiles: [ProfileJSON]; let balance: TokenBalanceJSON
+        let user: AdminUserJSON; let entitlements: EntitlementSnapshot; let profiles: [ProfileJSON]; let balance: TokenBalanceJSON
         let subscription: SubscriptionJSON
     }
 
@@ -81,7 +81,7 @@ struct AdminLedgerController: Sendable {
         if user.deleted { throw Problem.notFound("User \(userID) was erased; nothing to show.") }
         return JSONResponse(
             SnapshotJSON(
-                user: AdminUserController.UserJSON(user),
+                user: AdminUserJSON(user),
                 entitlements: try await entitlements.snapshot(userID: userID, withProfile: true, selectedProfileID: nil, logger: context.logger),
                 profiles: try await profiles.available(userID: userID, logger: context.logger).map(ProfileJSON.init),
                 balance: TokenBalanceJSON(try await entitlements.tokenBalance(userID: userID, logger: context.logger)),

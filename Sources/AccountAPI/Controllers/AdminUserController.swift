@@ -8,14 +8,7 @@ struct AdminUserController: Sendable {
     let profiles: ProfileService
     let authenticator: Authenticator
 
-    struct UserJSON: Encodable, Sendable {
-        let id: String; let email: String?; let name: String; let role: String; let emailVerified: Bool; let createdAt: String; let deleted: Bool
-        init(_ s: UserSummary) {
-            (id, email, name, role) = (s.user.id, s.user.email.isEmpty ? nil : s.user.email, s.user.name, s.user.role)
-            (emailVerified, createdAt, deleted) = (s.user.emailVerified, ISODate.string(s.createdAt), s.deleted)
-        }
-    }
-    struct UsersResponse: Encodable, Sendable { let users: [UserJSON] }
+    struct UsersResponse: Encodable, Sendable { let users: [AdminUserJSON] }
 
     func addRoutes(to router: Router<AppRequestContext>) {
         router.get("/api/admin/users", use: users)
@@ -32,12 +25,13 @@ struct AdminUserController: Sendable {
         _ = try await authenticator.requireOperator(request, context)
         let email = request.uri.queryParameters["email"].map(String.init)
         let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) } ?? 50
-        return JSONResponse(UsersResponse(users: try await auth.findUsers(email: email, limit: limit, logger: context.logger).map(UserJSON.init)))
+        return JSONResponse(
+            UsersResponse(users: try await auth.findUsers(email: email, limit: limit, logger: context.logger).map(AdminUserJSON.init)))
     }
 
-    @Sendable func user(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UserJSON> {
+    @Sendable func user(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<AdminUserJSON> {
         _ = try await authenticator.requireOperator(request, context)
-        return JSONResponse(UserJSON(try await auth.findUser(id: try context.pathParameter("userId"), logger: context.logger)))
+        return JSONResponse(AdminUserJSON(try await auth.findUser(id: try context.pathParameter("userId"), logger: context.logger)))
     }
 
     @Sendable func userProfiles(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[ProfileJSON]> {

@@ -14,7 +14,7 @@ struct AppleSignInController: Sendable {
     struct AppleRequest: Decodable { let identityToken: String; let nonce: String?; let name: String? }
     struct NotificationRequest: Decodable { let payload: String }
     struct UnlinkRequest: Decodable { let currentPassword: String? }
-    struct AppleResponse: Encodable, Sendable { let user: User; let session: AuthController.SessionJSON; let created: Bool }
+    struct AppleResponse: Encodable, Sendable { let user: User; let session: SessionJSON; let created: Bool }
     struct MethodJSON: Encodable, Sendable {
         let provider: String; let email: String?; let linkedAt: String?
         init(_ m: SignInMethod) { (provider, email, linkedAt) = (m.provider, m.email, m.linkedAt.map(ISODate.string)) }
@@ -47,11 +47,11 @@ struct AppleSignInController: Sendable {
         switch result.outcome {
         case .session(let user, let session):
             return try JSONResponse(
-                AppleResponse(user: user, session: AuthController.SessionJSON(session), created: result.created),
+                AppleResponse(user: user, session: SessionJSON(session), created: result.created),
                 status: result.created ? .created : .ok
             ).response(from: request, context: context)
         case .mfaRequired(let token, let expiresAt):
-            return try JSONResponse(MFAController.Challenge(mfaToken: token, expiresAt: ISODate.string(expiresAt))).response(
+            return try JSONResponse(MFAChallengeJSON(mfaToken: token, expiresAt: ISODate.string(expiresAt))).response(
                 from: request, context: context)
         }
     }

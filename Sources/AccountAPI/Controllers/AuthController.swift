@@ -19,14 +19,9 @@ struct AuthController: Sendable {
     // Responses.
     struct Message: Encodable, Sendable { var success = true; let message: String }
     struct SignUpResponse: Encodable, Sendable { let success: Bool; let message: String; let requiresVerification: Bool }
-    struct SessionJSON: Encodable, Sendable {
-        let id: String; let token: String; let expiresAt: String
-        init(_ session: IssuedSession) { (id, token, expiresAt) = (session.id, session.token, ISODate.string(session.expiresAt)) }
-    }
     struct VerifyOTPResponse: Encodable, Sendable {
         let success: Bool; let message: String; let user: User; let welcomeTokens: Int; let session: SessionJSON
     }
-    struct SignInResponse: Encodable, Sendable { let user: User; let session: SessionJSON }
     struct CurrentSessionJSON: Encodable, Sendable { let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String }
     /// `selectedProfile`: the profile the session selected, while it is usable; `profileSelectionRequired`: the selection was
     /// deleted or locked by a downgrade, and the app must let the user select again.
@@ -91,7 +86,7 @@ struct AuthController: Sendable {
         case .session(let user, let session):
             return try JSONResponse(SignInResponse(user: user, session: SessionJSON(session))).response(from: request, context: context)
         case .mfaRequired(let token, let expiresAt):
-            return try JSONResponse(MFAController.Challenge(mfaToken: token, expiresAt: ISODate.string(expiresAt))).response(
+            return try JSONResponse(MFAChallengeJSON(mfaToken: token, expiresAt: ISODate.string(expiresAt))).response(
                 from: request, context: context)
         }
     }

@@ -12,9 +12,6 @@ struct LedgerController: Sendable {
     /// Spends through PostgreSQL's `ledger_spend_once` when possible (`LEDGER_ONE_STATEMENT_SPEND=false` turns it off).
     var oneStatementSpends = true
 
-    struct GrantRequest: Codable {
-        let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue?
-    }
     struct SpendRequest: Codable { let userId: String; let amount: Int64; let reason: String; let metadata: JSONValue? }
     struct HoldRequest: Codable { let userId: String; let amount: Int64; let ttlSeconds: Int?; let reason: String; let metadata: JSONValue? }
     struct CaptureRequest: Codable { let amount: Int64? }
@@ -30,7 +27,7 @@ struct LedgerController: Sendable {
     @Sendable func grant(_ request: Request, context: AppRequestContext) async throws -> Response {
         let caller = try await caller(request, context)
         var request = request
-        let body = try await request.decodeJSON(GrantRequest.self, context: context)
+        let body = try await request.decodeJSON(LedgerGrantRequest.self, context: context)
         let answer = try await ledger.grant(
             try idempotent(request, caller, body, endpoint: "grants"), userID: body.userId, amountTokens: body.amount, bucket: body.bucket,
             reason: body.reason ?? "grant", expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), metadata: body.metadata?.canonicalText,
@@ -85,7 +82,7 @@ struct LedgerController: Sendable {
     /// declines without writing (too few tokens, holds or lots to settle, accounts not created yet).
     func oneStatementSpend(_ request: inout Request, _ context: AppRequestContext) async throws -> Response? {
         guard oneStatementSpends, ledger.database.engine == .postgres, let secret = Authenticator.bearerToken(request),
-            let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:", now: Date()),
+            let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:", now: ledger.clock.now()),
             let key = try? IdempotentResponse.key(request)
         else { return nil }
         do {

@@ -10,7 +10,6 @@ struct MFAController: Sendable {
 
     struct Setup: Encodable, Sendable { let secret: String; let otpauthUrl: String }
     struct Enabled: Encodable, Sendable { let recoveryCodes: [String] }
-    struct Challenge: Encodable, Sendable { var mfaRequired = true; let mfaToken: String; let expiresAt: String }
     struct CodeRequest: Decodable { let code: String }
     struct PasswordRequest: Decodable { let currentPassword: String? }
     struct FactorRequest: Decodable {
@@ -59,12 +58,12 @@ struct MFAController: Sendable {
     }
 
     /// Completes a sign-in that answered `mfaRequired`: the normal sign-in body.
-    @Sendable func verify(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<AuthController.SignInResponse> {
+    @Sendable func verify(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SignInResponse> {
         var request = request
         let body = try await request.decodeJSON(FactorRequest.self, context: context)
         guard let token = body.mfaToken else { throw Problem.validation("Field 'mfaToken' is required.") }
         let (user, session) = try await auth.verifySecondFactor(
             token: token, factor: try body.factor(), client: context.client(request), logger: context.logger)
-        return JSONResponse(AuthController.SignInResponse(user: user, session: AuthController.SessionJSON(session)))
+        return JSONResponse(SignInResponse(user: user, session: SessionJSON(session)))
     }
 }

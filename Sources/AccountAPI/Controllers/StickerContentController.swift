@@ -146,7 +146,7 @@ struct StickerContentController: Sendable {
     }
 
     func catalogETag(_ version: String) -> String {
-        let window = Int(Date().timeIntervalSince1970) / media.signer.windowSeconds
+        let window = Int(media.clock.now().timeIntervalSince1970) / media.signer.windowSeconds
         let digest = SHA256.hash(data: Data("\(version)|\(window)|\(media.signer.baseURL)".utf8))
         return "\"" + digest.prefix(16).map { String(format: "%02x", $0) }.joined() + "\""
     }
@@ -197,7 +197,7 @@ struct StickerContentController: Sendable {
         switch try await content.access(blobKey: key, logger: context.logger) {
         case .unknown: throw Problem.notFound("No such file.")
         case .signedOnly:
-            guard media.signer.verify(key, exp: query["exp"].map(String.init), sig: query["sig"].map(String.init), now: Date()) else {
+            guard media.signer.verify(key, exp: query["exp"].map(String.init), sig: query["sig"].map(String.init), now: media.clock.now()) else {
                 throw Problem(.forbidden, code: "forbidden", detail: "This file needs a valid, unexpired signed URL (from the sticker list).")
             }
         case .publicFile: break

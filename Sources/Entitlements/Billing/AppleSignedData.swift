@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SafeJSON
+import Storage
 import SwiftASN1
 @_spi(FixedExpiryValidationTime) import X509
 
@@ -154,12 +155,17 @@ public struct AppleNotification: Sendable, Equatable {
 /// the signature checked with the leaf's P-256 key, then the app identity and environment.
 public struct AppleSignedDataVerifier: Sendable {
     public let config: AppleConfig
+    /// Validity is checked at the payload's signing time, or at this clock's now when it names none.
+    public let clock: any TimeSource
 
     public static let leafMarkerOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 11, 1]
     public static let intermediateMarkerOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 2, 1]
     static let maxSegmentBytes = 64 * 1024
 
-    public init(config: AppleConfig) { self.config = config }
+    public init(config: AppleConfig, clock: any TimeSource = SystemTimeSource()) {
+        self.config = config
+        self.clock = clock
+    }
 
     /// A signed transaction (`signedTransaction` from the device, or `signedTransactionInfo`).
     public func verifyTransaction(_ jws: String) async throws(AppleVerificationError) -> (AppleTransaction, AppleEnvironment) {
@@ -242,7 +248,7 @@ public struct AppleSignedDataVerifier: Sendable {
         let leaf = try Self.certificate(x5c[0])
         let intermediate = try Self.certificate(x5c[1])
         // Validity at the payload's signing time (offline verification, as Apple's library without OCSP).
-        let validationTime = signedDate.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date()
+        let validationTime = signedDate.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? clock.now()
         var verifier = Verifier(rootCertificates: CertificateStore(config.rootCertificates)) {
             RFC5280Policy(fixedExpiryValidationTime: validationTime)
             AppleMarkerOIDPolicy()

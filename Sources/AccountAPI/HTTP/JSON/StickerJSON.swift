@@ -1,10 +1,12 @@
 import Entitlements
 import Foundation
 import Media
+import Storage
 
 extension MediaServices {
     /// The `StickerJSON` of a sticker: its files' URLs signed when `signed`, public otherwise.
-    func json(_ sticker: Sticker, signed: Bool, now: Date = Date()) -> StickerJSON {
+    func json(_ sticker: Sticker, signed: Bool, now: Date? = nil) -> StickerJSON {
+        let now = now ?? clock.now()
         let url = { (key: String) in signed ? signer.signedURL(key, now: now) : signer.publicURL(key) }
         return StickerJSON(
             id: sticker.id, packId: sticker.packID, name: sticker.name, imageUrl: url(sticker.file.imageKey),
@@ -14,7 +16,7 @@ extension MediaServices {
     }
 
     func json(_ list: StickerList) -> [StickerJSON] {
-        let now = Date()
+        let now = clock.now()
         return list.stickers.map { json($0, signed: list.signed.contains($0.id), now: now) }
     }
 }

@@ -111,3 +111,8 @@ struct HistoryJSON: Encodable, Sendable {
         return (limit, cursor)
     }
 }
+
+/// `POST /api/ledger/grants`; operators' grants are compared as one for idempotency.
+struct LedgerGrantRequest: Codable {
+    let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue?
+}
