@@ -151,8 +151,9 @@ paths:
         password; a pending account has none of its own). The mail says when its sign-up started, so the owner can
         tell theirs from one somebody else started with the address. A sign-up whose mail the address's budget holds
         back (verification mails are 60 s apart and 5 an hour per address, for every address alike) answers 429
-        `rate_limited` with `Retry-After`: no code is coming for it (it is kept without one, so resend-otp then mints
-        none either; sign up again after the wait). Requests live a day, at most 10 per address. Argon2 runs are limited
+        `rate_limited` with `Retry-After`: no code is coming for it. It is kept without one: while another sign-up for
+        the address is live, resend-otp mints a code for neither (sign up again after the wait); if it is the address's
+        only one, resend-otp after the wait mails its code. Requests live a day, at most 10 per address. Argon2 runs are limited
         per client IP (429 `rate_limited`, the same for every address). Mail goes out after the answer.
       requestBody:
         required: true
@@ -251,7 +252,7 @@ paths:
         Wrong passwords and unknown addresses get the same 401 after the same Argon2 work. From the fifth
         consecutive failure for an address each attempt must wait 1, 2, 4, 8, 16 s (429 `rate_limited`); the tenth
         locks sign-in for 15 minutes (429 `account_locked`, even with the right password) until it expires or the
-        password is reset. 50 failures from one IP lock that IP for 15 minutes. Each attempt is counted before the
+        password is reset. 50 failures from one IP (an IPv6 /64) lock it for 15 minutes. Each attempt is counted before the
         password is checked, so parallel guesses get no more checks than sequential ones; the client IP is the socket
         peer, or behind `TRUSTED_PROXIES` the rightmost untrusted `X-Forwarded-For` hop.
       parameters:
@@ -1829,6 +1830,8 @@ paths:
         "409": { $ref: "#/components/responses/Conflict" }
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /media/{key}:
     get:
       tags: [stickers]
@@ -1985,10 +1988,11 @@ paths:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
         "429":
-          description: "`upload_quota_exceeded`."
+          description: "`upload_quota_exceeded`; or `rate_limited` (with `Retry-After`) when 8 of your images already wait for the image worker."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/stickers/{stickerId}/use:
     post:
       tags: [stickers]
@@ -2094,6 +2098,8 @@ paths:
         "404": { $ref: "#/components/responses/NotFound" }
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/stickers/packs/{id}/unlock:
     post:
       tags: [stickers]
