@@ -34,6 +34,8 @@ public enum ImageProblem: Error, Equatable, Sendable, CustomStringConvertible, C
     case unsupportedFormat
     case tooLarge(bytes: Int, limit: Int)
     case dimensions(width: Int, height: Int, min: Int, max: Int)
+    /// An animation with more frames, or more pixels over all its frames, than a device should decode for a sticker.
+    case frames(pages: Int, width: Int, height: Int, maxPages: Int, maxPixels: Int)
     case undecodable(String)
 
     public var description: String {
@@ -41,16 +43,23 @@ public enum ImageProblem: Error, Equatable, Sendable, CustomStringConvertible, C
         case .unsupportedFormat: "The file is not a PNG, GIF or WebP image (SVG is not accepted)."
         case .tooLarge(let bytes, let limit): "The image is \(bytes) bytes; at most \(limit) are accepted."
         case .dimensions(let w, let h, let min, let max): "The image is \(w)×\(h) px; each side must be \(min) to \(max) px."
+        case .frames(let pages, let w, let h, let maxPages, let maxPixels):
+            "The animation has \(pages) frames of \(w)×\(h) px; at most \(maxPages) frames and \(maxPixels / 1_000_000) million pixels over all frames are accepted."
         case .undecodable(let why): "The image could not be read (\(why.prefix(120)))."
         }
     }
 }
 
-/// What a sticker image must be: at most `maxBytes`, each side `minSide` to `maxSide`; thumbnails fit `thumbnailSide`.
+/// What a sticker image must be: at most `maxBytes`, each side `minSide` to `maxSide`, at most `maxPages` frames and
+/// `maxPixels` over all frames (a 500 KB GIF can hold thousands of frames that a phone would decode into gigabytes);
+/// thumbnails fit `thumbnailSide`.
 public struct ImageRules: Sendable, Codable, Equatable {
     public var maxBytes = 500 * 1024
     public var minSide = 200
     public var maxSide = 1024
+    public var maxPages = 250
+    /// 64 million pixels: 256 MiB decoded as RGBA (e.g. 64 frames of 1024×1024, or 250 of 512×512).
+    public var maxPixels = 64_000_000
     public var thumbnailSide = 100
     public init() {}
 }

@@ -35,6 +35,10 @@ public struct ImageProcessor: Sendable {
         guard (rules.minSide...rules.maxSide).contains(w), (rules.minSide...rules.maxSide).contains(h) else {
             throw ImageProblem.dimensions(width: w, height: h, min: rules.minSide, max: rules.maxSide)
         }
+        // w and h are at most maxSide here, so the product cannot overflow.
+        guard pages >= 1, Int(pages) <= rules.maxPages, w * h * Int(pages) <= rules.maxPixels else {
+            throw ImageProblem.frames(pages: Int(pages), width: w, height: h, maxPages: rules.maxPages, maxPixels: rules.maxPixels)
+        }
         return ImageInfo(format: format, width: w, height: h, pages: Int(pages), hasAlpha: bands == 2 || bands == 4)
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import Media
 import MediaImages
 import NIOCore
 import Storage
@@ -108,6 +109,11 @@ struct MultipartTests {
             #expect(hostile.count > 300_000)
             let answer = try await client.uploadOwn(token, hostile)
             #expect(answer.status == .created, "\(answer.status) \(answer.text.prefix(300))")
+            // An animation of more pixels over all frames than a phone should decode (64 × 1024², 354 KB as a GIF) is
+            // refused, in the worker, with a reason.
+            let long = try ImageProcessor.testImage(width: 1024, height: 1024, pages: 64, format: .gif)
+            let refused = try await client.uploadOwn(token, long)
+            #expect(refused.status == .badRequest && refused.text.contains("64 frames"), "\(long.count) bytes: \(refused.text.prefix(300))")
         }
     }
 

@@ -85,6 +85,22 @@ struct MediaTests {
         }
     }
 
+    /// Animations are bounded by frames and by pixels over all frames, whatever their byte size.
+    @Test func animationsAreBoundedByFramesAndPixels() throws {
+        var rules = ImageProcessor.Rules()
+        rules.maxPages = 4
+        rules.maxPixels = 240 * 220 * 3
+        let bounded = try ImageProcessor(rules: rules)
+        #expect(try bounded.inspect(try ImageProcessor.testImage(width: 240, height: 220, pages: 3, format: .gif)).pages == 3)
+        #expect(throws: ImageProblem.frames(pages: 5, width: 200, height: 200, maxPages: 4, maxPixels: 240 * 220 * 3)) {
+            try bounded.inspect(try ImageProcessor.testImage(width: 200, height: 200, pages: 5, format: .gif))
+        }
+        #expect(throws: ImageProblem.frames(pages: 4, width: 240, height: 220, maxPages: 4, maxPixels: 240 * 220 * 3)) {
+            try bounded.inspect(try ImageProcessor.testImage(width: 240, height: 220, pages: 4, format: .gif))
+        }
+        #expect(ImageRules().maxPages == 250 && ImageRules().maxPixels == 64_000_000)
+    }
+
     @Test func blobsAreContentAddressed() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blobs-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -1796,7 +1796,7 @@ paths:
       description: |
         One or more parts named `file` (at most 20, 12 MiB in all; all are added or none); optional `name` (one file only; else the file
         name without its extension) and `tags` (comma-separated). Each image is checked by its content, never its
-        declared type: PNG, GIF or WebP (SVG is refused), at most 500 KB, each side 200 to 1024 px. libvips makes a
+        declared type: PNG, GIF or WebP (SVG is refused), at most 500 KB, each side 200 to 1024 px, an animation at most 250 frames and 64 million pixels over all frames. libvips makes a
         100 px thumbnail (aspect and transparency kept) and re-encodes PNGs losslessly; files are stored by content
         address. The sticker id is `packId:slug(name)`; an existing id is 409 `sticker_exists`.
       security: [{ session: [] }, { apiKey: [] }]
@@ -1954,7 +1954,7 @@ paths:
       summary: Add one image to the user's own pack (custom), within their allowance.
       description: |
         One part named `file` (optional `name`). Checked like an operator's upload (PNG, GIF or WebP by content, at most
-        500 KB, 200 to 1024 px). The allowance (`STICKER_UPLOADS_PER_USER`, default 200 stickers, and
+        500 KB, 200 to 1024 px, animations at most 250 frames and 64 million pixels). The allowance (`STICKER_UPLOADS_PER_USER`, default 200 stickers, and
         `STICKER_UPLOAD_BYTES_PER_USER`, default 50 MB) is reserved before any image work, so parallel uploads never
         exceed it; an upload that stores nothing gives its reservation back. Over it: 429 `upload_quota_exceeded`.
         Own stickers' files are private (signed URLs). A profile without `canUseCustomContentTypes` gets 403.
