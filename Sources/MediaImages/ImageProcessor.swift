@@ -63,6 +63,19 @@ public struct ImageProcessor: Sendable {
     /// A test image: a `width`×`height` RGBA PNG (a gradient, transparent on its right half).
     public static func testPNG(width: Int, height: Int) throws -> Data { try testImage(width: width, height: height, format: .png) }
 
+    /// One PNG chunk for tests that build hostile files: length, type, data, CRC-32.
+    public static func pngChunk(_ type: String, _ data: [UInt8]) -> [UInt8] {
+        let payload = Array(type.utf8) + data
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in payload {
+            crc ^= UInt32(byte)
+            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+        }
+        crc ^= 0xFFFF_FFFF
+        func bigEndian(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) } }
+        return bigEndian(UInt32(data.count)) + payload + bigEndian(crc)
+    }
+
     /// The same gradient in `format`, with `pages` frames (an animation when more than one).
     public static func testImage(width: Int, height: Int, pages: Int = 1, format: ImageFormat) throws -> Data {
         try start()

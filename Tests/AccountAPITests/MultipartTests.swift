@@ -104,7 +104,7 @@ struct MultipartTests {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "chatter@example.com")
             let png = [UInt8](try ImageProcessor.testPNG(width: 300, height: 300))
-            let gamma = Self.pngChunk("gAMA", [0, 0, 0, 0])
+            let gamma = ImageProcessor.pngChunk("gAMA", [0, 0, 0, 0])
             let hostile = Data(png[..<33] + Array(repeating: gamma, count: 20_000).joined() + png[33...])
             #expect(hostile.count > 300_000)
             let answer = try await client.uploadOwn(token, hostile)
@@ -133,18 +133,5 @@ struct MultipartTests {
         #expect(took2 && took3)
         await jobs.end("alice")
         #expect(await jobs.begin("alice"))  // free again
-    }
-
-    /// One PNG chunk: length, type, data, CRC-32.
-    static func pngChunk(_ type: String, _ data: [UInt8]) -> [UInt8] {
-        let payload = Array(type.utf8) + data
-        var crc: UInt32 = 0xFFFF_FFFF
-        for byte in payload {
-            crc ^= UInt32(byte)
-            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
-        }
-        crc ^= 0xFFFF_FFFF
-        func bigEndian(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) } }
-        return bigEndian(UInt32(data.count)) + payload + bigEndian(crc)
     }
 }

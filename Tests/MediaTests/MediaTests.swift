@@ -55,15 +55,7 @@ struct MediaTests {
         let original = [UInt8](try ImageProcessor.testPNG(width: 256, height: 256))
         // A tEXt chunk (with its CRC) before IEND, and an HTML page after it.
         let iend = original.count - 12
-        let payload = Array("tEXt".utf8) + Array("GPS\u{0}47.3769 N, 8.5417 E".utf8)
-        var crc: UInt32 = 0xFFFF_FFFF
-        for byte in payload {
-            crc ^= UInt32(byte)
-            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
-        }
-        crc ^= 0xFFFF_FFFF
-        func bigEndian(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) } }
-        let chunk = bigEndian(UInt32(payload.count - 4)) + payload + bigEndian(crc)
+        let chunk = ImageProcessor.pngChunk("tEXt", Array("GPS\u{0}47.3769 N, 8.5417 E".utf8))
         let hostile = Data(original[..<iend] + chunk + original[iend...] + Array("<html><script>alert(1)</script>".utf8))
         #expect(hostile.count > original.count + 40)
         let stored = try images.strippedPNG(hostile)
