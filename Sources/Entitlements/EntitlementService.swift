@@ -153,7 +153,7 @@ public struct EntitlementService: Sendable {
 
     /// The statement ``rendered(subject:logger:)`` runs: one row per row of the subject's query, each with the snapshot's
     /// columns read at `now` (several subjects at once work too; see `PostgresBatchedStatement`).
-    public func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
+    func statement(_ subject: SnapshotSubject, now: Date, engine: Engine) -> (sql: String, binds: [SQLValue]) {
         (
             SnapshotStatement.sql(subject: subject.sql, engine: engine, profile: accounts.snapshotProfileFragment(engine: engine)),
             binds(subject, now: now)
@@ -161,13 +161,13 @@ public struct EntitlementService: Sendable {
     }
 
     /// The binds of ``statement(_:now:engine:)`` alone (for callers that prepared its SQL once).
-    public func binds(_ subject: SnapshotSubject, now: Date) -> [SQLValue] {
+    func binds(_ subject: SnapshotSubject, now: Date) -> [SQLValue] {
         [now.sqlValue, SQLValue.bool(subject.withProfile)] + subject.binds
     }
 
     /// The snapshot in one row of ``statement(_:now:engine:)`` read at `now`; the rendering of an equal earlier answer is
     /// reused (see ``rendered(subject:logger:)``).
-    public func render(_ row: SQLRow, now: Date, withProfile: Bool, logger: Logger) async throws -> RenderedSnapshot {
+    func render(_ row: SQLRow, now: Date, withProfile: Bool, logger: Logger) async throws -> RenderedSnapshot {
         let userID = try row.string("id")
         // Everything the answer depends on: the columns read for it, and which side of the period end "now" is.
         var read = SnapshotStatement.columns.map { row[$0] }

@@ -45,10 +45,14 @@ public struct LedgerService: Sendable {
     let users: any LedgerUserDirectory
     let audit: any AuditTrail
     public let clock: any TimeSource
+    /// The owner of API keys, for spends checked in one statement (``spend(_:key:fields:userID:amountTokens:reason:metadata:format:logger:)``).
+    let callerKeys: (any LedgerCallerKeys)?
+    /// PostgreSQL spends in one statement when a key is presented (`LEDGER_ONE_STATEMENT_SPEND=false` turns it off).
+    let oneStatementSpends: Bool
 
     public init(
         database: any Database, ledger: Ledger, idempotency: IdempotencyStore, users: any LedgerUserDirectory, audit: any AuditTrail,
-        clock: any TimeSource
+        clock: any TimeSource, callerKeys: (any LedgerCallerKeys)? = nil, oneStatementSpends: Bool = true
     ) {
         self.database = database
         self.ledger = ledger
@@ -56,6 +60,8 @@ public struct LedgerService: Sendable {
         self.users = users
         self.audit = audit
         self.clock = clock
+        self.callerKeys = callerKeys
+        self.oneStatementSpends = oneStatementSpends
     }
 
     /// Who grants: a service (its API key) or an operator. Every grant is audited with its actor.
@@ -81,18 +87,6 @@ public struct LedgerService: Sendable {
             try await audit.record(
                 tx, at: clock.now(), actor: actor, action: action, subject: userID, ip: ip, detail: "\(amountTokens) \(bucket.rawValue)")
             return result
-        }
-    }
-
-    public func spend(
-        _ request: IdempotentRequest, userID: String, amountTokens: Int64, reason: String, metadata: String?, format: AnswerFormat<LedgerResult>,
-        logger: Logger
-    ) async throws -> IdempotentAnswer {
-        try await run(request, successStatus: 200, format: format, logger: logger) { tx in
-            try await knownUser(userID, tx) {
-                try await ledger.spend(
-                    tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata, idempotencyKey: request.key)
-            }
         }
     }
 
@@ -123,28 +117,6 @@ public struct LedgerService: Sendable {
         try await run(request, successStatus: 200, format: format, logger: logger) {
             try await ledger.void($0, holdID: holdID, idempotencyKey: request.key)
         }
-    }
-
-    /// PostgreSQL: a spend in one statement (``Ledger/spendInOneStatement``), the caller found by `caller`'s query in the
-    /// same statement. nil answer → run ``spend`` (every case the statement declines, and an unknown caller).
-    public func spendInOneStatement(
-        caller: SpendCaller, request: IdempotentRequest, userID: String, amountTokens: Int64, reason: String, metadata: String?,
-        encode: @escaping @Sendable (LedgerResult) throws -> String, logger: Logger
-    ) async throws -> (answer: IdempotentAnswer?, statement: OneStatementAnswer) {
-        let requestJSON = try IdempotencyStore.requestJSON(request.fields)
-        let statement: OneStatementAnswer
-        do {
-            statement = try await database.withConnection(logger: logger) { connection in
-                try await ledger.spendInOneStatement(
-                    connection, caller: caller, key: request.key, requestJSON: requestJSON, status: 200, userID: userID, amountTokens: amountTokens,
-                    reason: reason, metadata: metadata, encode: encode)
-            }
-        } catch StorageError.uniqueViolation {
-            // The same key raced in from another request: the ordinary path replays it.
-            return (nil, OneStatementAnswer(outcome: .fallback, callerFound: true, callerID: nil, callerSeenAt: nil))
-        }
-        guard statement.callerFound else { return (nil, statement) }
-        return (try IdempotencyStore.answer(statement.outcome, successStatus: 200, request: request.fields), statement)
     }
 
     /// An operator's debit: idempotent per key, audited in its transaction, never below zero.

@@ -27,6 +27,43 @@ public enum DatabaseLocation: Sendable, Equatable {
         case .postgres: .postgres
         }
     }
+
+    /// Opens the engine. On PostgreSQL the pool comes back too: the application runs it as a service.
+    public func open(leaseTimeoutSeconds: Double, logger: Logger) async throws -> (any Database, PostgresClient?) {
+        switch self {
+        case .sqlite(let path):
+            return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
+        case .postgres(let url):
+            let configurations = try PostgresDatabase.configurations(url: url)
+            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
+            return (PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: leaseTimeoutSeconds), client)
+        }
+    }
+}
+
+extension Database {
+    /// The engine's name when the database answers a ping within `timeoutSeconds`; throws otherwise (readiness checks).
+    public func readiness(timeoutSeconds: Double, logger: Logger) async throws -> String {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await ping(timeoutSeconds: timeoutSeconds, logger: logger) }
+            group.addTask {
+                try await Task.sleep(for: .seconds(timeoutSeconds))
+                throw StorageError.unavailable("ping timed out")
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+        return engine.rawValue
+    }
+
+    /// Reads that share statements (``PostgresBatchedStatement``): on PostgreSQL concurrent lookups of one statement run
+    /// together, up to `maxBatch` keys in one, on dedicated connections. nil on SQLite, whose reads cost microseconds each:
+    /// the caller reads one by one there.
+    public func sharedReads<Key: Hashable & Sendable, Value: Sendable>(
+        sql: String, maxBatch: Int, logger: Logger, prepare: @escaping PostgresBatchedStatement<Key, Value>.Prepare
+    ) -> PostgresBatchedStatement<Key, Value>? {
+        (self as? PostgresDatabase)?.batchedStatement(sql: sql, maxBatch: maxBatch, logger: logger, prepare: prepare)
+    }
 }
 
 extension Engine {

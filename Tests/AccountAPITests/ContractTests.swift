@@ -177,3 +177,30 @@ extension ContractTests {
         #expect(readers.isEmpty, "read the time from the injected clock (TimeSource) instead: \(readers.sorted())")
     }
 }
+
+extension ContractTests {
+    /// The engines stay behind the domain modules (docs/architecture.md): the HTTP layer never names an engine, a row,
+    /// an executor or SQL; each operation's fastest path is chosen inside the module that owns it. Only the wiring
+    /// (`App/`) hands modules the database and each other. And only Storage names PostgreSQL's types.
+    @Test func enginesStayBehindTheDomainModules() throws {
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        let httpWords =
+            /(PostgresDatabase|SQLiteDatabase|PostgresBatchedStatement|SQLRow|SQLExecutor|SQLValue|SQLFragment|SQLJoinFragment|\.engine[^A-Za-z]|quickQuery|"SELECT |"INSERT |"UPDATE |"DELETE FROM)/
+        var found: [String] = []
+        var httpFiles = 0
+        for file in FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap({ $0 as? URL }) ?? []
+        where file.pathExtension == "swift" && !file.path.contains("/Generated/") && !file.path.contains("/TestSupport/") {
+            let relative = String(file.path.dropFirst(sources.path.count + 1))
+            let text = try String(contentsOf: file, encoding: .utf8)
+            if relative.hasPrefix("AccountAPI/Controllers/") || relative.hasPrefix("AccountAPI/HTTP/") {
+                httpFiles += 1
+                for match in text.matches(of: httpWords) { found.append("\(relative): \(match.output.1)") }
+            }
+            if !relative.hasPrefix("Storage/"), text.contains("PostgresDatabase") || text.contains("PostgresClient(") {
+                found.append("\(relative): names PostgreSQL's types")
+            }
+        }
+        #expect(httpFiles > 30, "the scan found the HTTP layer's files")
+        #expect(found.isEmpty, "\(Set(found).sorted())")
+    }
+}

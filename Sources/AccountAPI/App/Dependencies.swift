@@ -70,16 +70,18 @@ public struct Dependencies: Sendable {
         let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared, events: outbox)
         let idempotency = IdempotencyStore(clock: clock)
         let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
+        let apiKeys = APIKeyService(database: database, clock: clock)
         return Dependencies(
             config: config, database: database, catalog: catalog, mailer: mailer, mailQueue: mailQueue, clock: clock, postgresClient: postgresClient,
             hasher: hasher,
             auth: auth,
-            apiKeys: APIKeyService(database: database, clock: clock),
+            apiKeys: apiKeys,
             profiles: ProfileService(
                 database: database, hasher: hasher, clock: clock, policy: config.authPolicy, passwords: auth.passwords,
                 limits: CatalogProfileLimits(subscriptions: store)),
             ledger: LedgerService(
-                database: database, ledger: ledger, idempotency: idempotency, users: AuthDirectory(), audit: AuditLog.shared, clock: clock),
+                database: database, ledger: ledger, idempotency: idempotency, users: AuthDirectory(), audit: AuditLog.shared, clock: clock,
+                callerKeys: LedgerCallerKeysOfAuth(apiKeys: apiKeys), oneStatementSpends: config.oneStatementSpends),
             entitlements: EntitlementService(
                 database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock),
             subscriptions: SubscriptionService(database: database, machine: machine),
@@ -130,17 +132,7 @@ public struct Dependencies: Sendable {
 
     /// The configured engine (the PostgreSQL pool runs as a service of the application).
     static func open(_ config: AppConfig, logger: Logger) async throws -> (any Database, PostgresClient?) {
-        switch config.database {
-        case .sqlite(let path):
-            return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
-        case .postgres(let url):
-            let configurations = try PostgresDatabase.configurations(url: url)
-            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
-            return (
-                PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds),
-                client
-            )
-        }
+        try await config.database.open(leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds, logger: logger)
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).

@@ -2,6 +2,7 @@ import Auth
 import Entitlements
 import Foundation
 import Ledger
+import Logging
 import Storage
 
 /// The protocols through which modules ask each other, filled at wiring: each answer comes from the module that owns the
@@ -31,6 +32,28 @@ struct AuthDirectory: LedgerUserDirectory, AccountDirectory {
     func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await AuthService.isActiveUser(userID, tx) }
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
+}
+
+/// Auth's API keys as the ledger's callers: a key holding ``scope``, its idempotency key space ``name(keyID:)``.
+struct LedgerCallerKeysOfAuth: LedgerCallerKeys {
+    static let scope = "ledger:write"
+    static func name(keyID: String) -> String { "key:" + keyID }
+
+    let apiKeys: APIKeyService
+    func callerQuery(secret: String, now: Date) -> (sql: String, binds: [String])? {
+        APIKeyService.scopedKeyQuery(secret: secret, scope: Self.scope, callerPrefix: Self.name(keyID: ""), now: now)
+    }
+    func keyUsed(id: String, lastUsedAt: Date?, logger: Logger) async throws {
+        try await apiKeys.touch(id: id, lastUsedAt: lastUsedAt, logger: logger)
+    }
+}
+
+/// Auth's sessions, for the reads that check the session in their own statement.
+struct AuthSessionRows: SessionRows {
+    let auth: AuthService
+    var sessionQuery: String { AuthService.checkedSessionQuery }
+    var sessionsQuery: String { AuthService.checkedSessionsQuery }
+    func check(_ row: SQLRow?, logger: Logger) async throws -> SQLRow { try await auth.checkSession(row: row, logger: logger).row }
 }
 
 /// The current plan of every user, for profile limits.

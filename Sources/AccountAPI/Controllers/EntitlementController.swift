@@ -12,14 +12,14 @@ import Storage
 struct EntitlementController: Sendable {
     let entitlements: EntitlementService
     let auth: AuthService
+    let reads: SessionReads
     let authenticator: Authenticator
 
     struct CheckRequest: Decodable { let feature: String?; let packId: String?; let tokens: Int64? }
 
     func addRoutes(to router: Router<AppRequestContext>) {
-        let batcher = sessionSnapshots()
         router.get("/api/user/feature-access", use: featureAccess)
-        router.get("/api/entitlements") { request, context in try await snapshot(request, context: context, batcher: batcher) }
+        router.get("/api/entitlements", use: snapshot)
         router.post("/api/entitlements/check", use: check)
         router.get("/api/users/:id/entitlements", use: userSnapshot)
     }
@@ -29,28 +29,10 @@ struct EntitlementController: Sendable {
         return JSONResponse(try await entitlements.featureAccess(userID: session.user.id, logger: context.logger))
     }
 
-    /// One statement finds the session and reads the snapshot; the session is then checked like any other.
-    func snapshot(
-        _ request: Request, context: AppRequestContext, batcher: PostgresBatchedStatement<String, SessionSnapshotRow>?
-    ) async throws -> Response {
+    /// One statement finds the session and reads the snapshot (``SessionReads``); the session is checked like any other.
+    @Sendable func snapshot(_ request: Request, context: AppRequestContext) async throws -> Response {
         let hash = try await authenticator.sessionTokenHash(request, context)
-        let row: SQLRow?
-        let snapshot: RenderedSnapshot?
-        if let batcher {
-            if let found = try await batcher.load(hash) {
-                row = found.row
-                snapshot = try await entitlements.render(found.row, now: found.now, withProfile: true, logger: context.logger)
-            } else {
-                (row, snapshot) = (nil, nil)
-            }
-        } else {
-            let subject = SnapshotSubject(sql: AuthService.checkedSessionQuery, binds: [.text(hash)], withProfile: true)
-            let found = try await entitlements.rendered(subject: subject, logger: context.logger)
-            (row, snapshot) = (found?.subject, found?.snapshot)
-        }
-        try await auth.checkSession(row: row, logger: context.logger)
-        guard let snapshot else { throw AuthError.unauthorized }
-        return Self.conditional(snapshot, request: request)
+        return Self.conditional(try await reads.snapshot(sessionTokenHash: hash, logger: context.logger), request: request)
     }
 
     @Sendable func check(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<CheckResult> {
@@ -71,41 +53,6 @@ struct EntitlementController: Sendable {
             throw Problem.notFound("No such user.")
         }
         return Self.conditional(found.snapshot, request: request)
-    }
-
-    /// A session's row of the snapshot statement and the time it was read at.
-    struct SessionSnapshotRow: Sendable { let row: SQLRow; let now: Date }
-
-    /// PostgreSQL: concurrent snapshot requests share statements, up to 64 sessions in one (each row carries its token
-    /// hash), on one dedicated connection per event loop (``PostgresBatchedStatement``). A statement costs PostgreSQL
-    /// about 250 µs plus 20 µs per session, and on two cores that cost was the ceiling (docs/performance.md). A lone
-    /// request starts at once. nil on SQLite, whose reads cost microseconds each.
-    func sessionSnapshots() -> PostgresBatchedStatement<String, SessionSnapshotRow>? {
-        let logger = Logger(label: "account-service.entitlements")
-        // Made once, after `AppMetrics.bootstrap` (routes are registered after it).
-        let statementsCounter = Counter(label: "entitlement_snapshot_statements")
-        let sessionsCounter = Counter(label: "entitlement_snapshot_sessions")
-        let sql = entitlements.statement(Self.sessions([]), now: Date(timeIntervalSince1970: 0), engine: .postgres).sql
-        let clock = entitlements.clock
-        return (entitlements.database as? Storage.PostgresDatabase)?.batchedStatement(sql: sql, maxBatch: 64, logger: logger) {
-            [entitlements] hashes in
-            let now = clock.now()
-            statementsCounter.increment()
-            sessionsCounter.increment(by: hashes.count)
-            return (
-                entitlements.binds(Self.sessions(hashes), now: now),
-                { rows in
-                    var found: [String: SessionSnapshotRow] = [:]
-                    for row in rows { found[try row.string("token_hash")] = SessionSnapshotRow(row: row, now: now) }
-                    return found
-                }
-            )
-        }
-    }
-
-    /// The snapshot subject for several sessions at once (PostgreSQL).
-    static func sessions(_ hashes: [String]) -> SnapshotSubject {
-        SnapshotSubject(sql: AuthService.checkedSessionsQuery, binds: [.text(hashes.joined(separator: ","))], withProfile: true)
     }
 
     /// 200 with an ETag, or 304 when `If-None-Match` names the current one. Not stored by caches (`no-store`, personal data):

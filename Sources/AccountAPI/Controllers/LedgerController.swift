@@ -9,8 +9,6 @@ import Storage
 struct LedgerController: Sendable {
     let ledger: LedgerService
     let authenticator: Authenticator
-    /// Spends through PostgreSQL's `ledger_spend_once` when possible (`LEDGER_ONE_STATEMENT_SPEND=false` turns it off).
-    var oneStatementSpends = true
 
     struct SpendRequest: Codable { let userId: String; let amount: Int64; let reason: String; let metadata: JSONValue? }
     struct HoldRequest: Codable { let userId: String; let amount: Int64; let ttlSeconds: Int?; let reason: String; let metadata: JSONValue? }
@@ -35,14 +33,24 @@ struct LedgerController: Sendable {
         return IdempotentResponse.response(answer)
     }
 
+    /// The ledger chooses the engine's path (``LedgerService/spend(_:key:fields:userID:amountTokens:reason:metadata:format:logger:)``);
+    /// the caller's 401 / 403 comes before any input error, as on every route here.
     @Sendable func spend(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let headers = request
+        let caller = LedgerCaller(presentedKey: Authenticator.bearerToken(request)) { try await self.caller(headers, context) }
         var request = request
-        if let response = try await oneStatementSpend(&request, context) { return response }
-        let caller = try await caller(request, context)
-        let body = try await request.decodeJSON(SpendRequest.self, context: context)
+        let body: SpendRequest
+        let key: String
+        do {
+            body = try await request.decodeJSON(SpendRequest.self, context: context)
+            key = try IdempotentResponse.key(request)
+        } catch {
+            _ = try await caller.authenticate()
+            throw error
+        }
         let answer = try await ledger.spend(
-            try idempotent(request, caller, body, endpoint: "spend"), userID: body.userId, amountTokens: body.amount, reason: body.reason,
-            metadata: body.metadata?.canonicalText, format: IdempotentResponse.ledgerResult, logger: context.logger)
+            caller, key: key, fields: canonicalFields(body, extra: ["endpoint": "spend"]), userID: body.userId, amountTokens: body.amount,
+            reason: body.reason, metadata: body.metadata?.canonicalText, format: IdempotentResponse.ledgerResult, logger: context.logger)
         return IdempotentResponse.response(answer)
     }
 
@@ -76,33 +84,8 @@ struct LedgerController: Sendable {
         return IdempotentResponse.response(try await ledger.void(identity, holdID: id, format: IdempotentResponse.hold, logger: context.logger))
     }
 
-    /// PostgreSQL: a well-formed spend with a live `ledger:write` key is answered by one statement (the key check, the
-    /// idempotency lookup, the spend and its stored response). Nil → the ordinary path answers, which it does for
-    /// everything else: any input error, an unknown key (401 / 403 first, as always), and every case the statement
-    /// declines without writing (too few tokens, holds or lots to settle, accounts not created yet).
-    func oneStatementSpend(_ request: inout Request, _ context: AppRequestContext) async throws -> Response? {
-        guard oneStatementSpends, ledger.database.engine == .postgres, let secret = Authenticator.bearerToken(request),
-            let keyQuery = APIKeyService.scopedKeyQuery(secret: secret, scope: "ledger:write", callerPrefix: "key:", now: ledger.clock.now()),
-            let key = try? IdempotentResponse.key(request)
-        else { return nil }
-        do {
-            _ = try await request.rawBody(context: context)  // collected once; the ordinary path reads it again
-        } catch {
-            _ = try await caller(request, context)  // 401 / 403 before 413, as on the ordinary path
-            throw error
-        }
-        guard let body = try? await request.decodeJSON(SpendRequest.self, context: context) else { return nil }
-        let identity = IdempotentRequest(caller: "", key: key, fields: canonicalFields(body, extra: ["endpoint": "spend"]))
-        let (answer, statement) = try await ledger.spendInOneStatement(
-            caller: .query(sql: keyQuery.sql, binds: keyQuery.binds), request: identity, userID: body.userId, amountTokens: body.amount,
-            reason: body.reason, metadata: body.metadata?.canonicalText, encode: { try IdempotentResponse.encode(LedgerResultJSON($0)) },
-            logger: context.logger)
-        if let id = statement.callerID { try await authenticator.apiKeys.touch(id: id, lastUsedAt: statement.callerSeenAt, logger: context.logger) }
-        return answer.map(IdempotentResponse.response)
-    }
-
     func caller(_ request: Request, _ context: AppRequestContext) async throws -> String {
-        "key:" + (try await authenticator.requireScope("ledger:write", request, context)).id
+        LedgerCallerKeysOfAuth.name(keyID: try await authenticator.requireScope(LedgerCallerKeysOfAuth.scope, request, context).id)
     }
 
     func idempotent<Body: Encodable>(_ request: Request, _ caller: String, _ body: Body, endpoint: String) throws -> IdempotentRequest {

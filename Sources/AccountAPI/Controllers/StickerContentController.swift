@@ -14,6 +14,7 @@ import Storage
 /// signature.
 struct StickerContentController: Sendable {
     let content: StickerContentService
+    let reads: SessionReads
     let media: MediaServices
     let authenticator: Authenticator
 
@@ -38,8 +39,7 @@ struct StickerContentController: Sendable {
         router.get("/api/stickers/pack/:packId", use: packStickers)
         router.get("/api/stickers/recent", use: recent)
         router.get("/api/stickers/search", use: search)
-        let versions = catalogVersions()
-        router.get("/api/stickers/catalog") { request, context in try await catalog(request, context: context, versions: versions) }
+        router.get("/api/stickers/catalog", use: catalog)
         router.post("/api/stickers/upload", use: upload)
         router.post("/api/stickers/:stickerId/use", use: use)
         router.delete("/api/stickers/:stickerId", use: deleteUpload)
@@ -101,18 +101,10 @@ struct StickerContentController: Sendable {
     /// The packs this user can use as an editor SDK's categories. The ETag is the catalog's version (what it depends on)
     /// and the URL-signing window, so a revalidation answers 304 after one statement, without rendering; on PostgreSQL
     /// that statement also checks the session and is shared by concurrent revalidations (as the entitlement snapshot's).
-    func catalog(_ request: Request, context: AppRequestContext, versions: PostgresBatchedStatement<String, SQLRow>?) async throws -> Response {
+    @Sendable func catalog(_ request: Request, context: AppRequestContext) async throws -> Response {
         if let match = request.headers[.ifNoneMatch] {
-            let userID: String
-            let version: String
-            if let versions {
-                let row = try await versions.load(try await authenticator.sessionTokenHash(request, context))
-                let checked = try await authenticator.auth.checkSession(row: row, logger: context.logger).row
-                (userID, version) = (try checked.string("id"), try content.catalogVersion(row: checked))
-            } else {
-                userID = try await authenticator.session(request, context).user.id
-                version = try await content.catalogVersion(userID: userID, logger: context.logger)
-            }
+            let hash = try await authenticator.sessionTokenHash(request, context)
+            let (userID, version) = try await reads.catalogVersion(sessionTokenHash: hash, logger: context.logger)
             let etag = catalogETag(version)
             if match == etag { return Response(status: .notModified, headers: [.eTag: etag]) }
             return try await renderCatalog(userID: userID, context: context)
@@ -126,23 +118,6 @@ struct StickerContentController: Sendable {
         return Response(
             status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: catalogETag(usable.version)],
             body: .init(byteBuffer: ByteBuffer(bytes: body)))
-    }
-
-    /// PostgreSQL: concurrent revalidations share statements (up to 64 sessions in one) on dedicated connections; nil
-    /// on SQLite, where one statement costs microseconds.
-    func catalogVersions() -> PostgresBatchedStatement<String, SQLRow>? {
-        guard let postgres = content.database as? Storage.PostgresDatabase else { return nil }
-        let sql = StickerContentService.versionsQuery(sessions: AuthService.checkedSessionsQuery)
-        return postgres.batchedStatement(sql: sql, maxBatch: 64, logger: Logger(label: "account-service.stickers")) { hashes in
-            (
-                [.text(hashes.joined(separator: ","))],
-                { rows in
-                    var found: [String: SQLRow] = [:]
-                    for row in rows { found[try row.string("token_hash")] = row }
-                    return found
-                }
-            )
-        }
     }
 
     func catalogETag(_ version: String) -> String {

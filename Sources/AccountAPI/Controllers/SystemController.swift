@@ -24,20 +24,11 @@ struct SystemController: Sendable {
     /// 200 when the database answers within 2 s, else a 503 problem.
     @Sendable func ready(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[String: String]> {
         do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await database.ping(timeoutSeconds: 2, logger: context.logger) }
-                group.addTask {
-                    try await Task.sleep(for: .seconds(2))
-                    throw StorageError.unavailable("ping timed out")
-                }
-                try await group.next()
-                group.cancelAll()
-            }
+            return JSONResponse(["status": "ready", "database": try await database.readiness(timeoutSeconds: 2, logger: context.logger)])
         } catch {
             context.logger.warning("readiness check failed", metadata: ["error": "\(error)"])
             throw Problem.unavailable("The database is not reachable.")
         }
-        return JSONResponse(["status": "ready", "database": database.engine.rawValue])
     }
 
     @Sendable func openAPI(_ request: Request, context: AppRequestContext) async throws -> Response {

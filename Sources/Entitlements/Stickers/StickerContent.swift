@@ -193,11 +193,8 @@ public struct StickerContentService: Sendable {
         return try catalogVersion(row: row)
     }
 
-    /// The statement that reads many sessions' catalog versions at once (PostgreSQL), around the session owner's query.
-    public static func versionsQuery(sessions: String) -> String { StickerStore.versionsQuery(sessions: sessions) }
-
     /// The version from a row of ``StickerStore/versionQuery(_:)`` or ``StickerStore/versionsQuery(sessions:)``.
-    public func catalogVersion(row: SQLRow) throws -> String {
+    func catalogVersion(row: SQLRow) throws -> String {
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
         let entitled = subscription.flatMap { $0.isEntitled(at: clock.now()) ? $0.planID : nil } ?? subscriptions.catalog.freePlan.id
         let parts =
