@@ -28,9 +28,10 @@ for engine in ("sqlite", "postgres"):
     ep = re.search(engine + r": low_load\([^)]*\) entitlements_rps=(\S+) p99=(\S+)", ent)
     ent_rps = num(ent, engine + r": health_rps=\S+ health_p99=\S+ entitlements_rps=([0-9.]+)")
     health_rps = num(ent, engine + r": health_rps=([0-9.]+)")
-    row(f"entitlements vs /health ({engine})", er, "≥ 0.5", er is not None and er >= 0.5, f"{er} ({ent_rps} vs {health_rps} req/s)")
+    goal = {"sqlite": 0.8, "postgres": 0.6}[engine]
+    row(f"entitlements vs /health ({engine})", er, f"≥ {goal}", er is not None and er >= goal, f"{er} ({ent_rps} vs {health_rps} req/s)")
     ready = re.search(engine + r": ready_rps=([0-9.]+).*entitlements server=(\d+) database=(\d+)", ent)
-    rr = num(ent, engine + r": ratio_entitlements_vs_health=\S+ \(goal >= 0.5\) ratio_ready_vs_health=([0-9.]+)")
+    rr = num(ent, engine + r": ratio_entitlements_vs_health=\S+ \(goal >= [0-9.]+\) ratio_ready_vs_health=([0-9.]+)")
     if ready and rr is not None:
         row(f"/ready (one SELECT 1) vs /health ({engine})", rr, "—", None,
             f"{rr} ({ready.group(1)} req/s); entitlements CPU per request: server {ready.group(2)} µs, database {ready.group(3)} µs")
@@ -40,9 +41,9 @@ for engine in ("sqlite", "postgres"):
 lr = num(ledger, r"ratio_postgres_many_users_vs_pgbench=([0-9.]+)")
 many = num(ledger, r"ledger_postgres_many\S*_spends_per_s=([0-9.]+)")
 pgb = num(ledger, r"pgbench_tpcb_like_tps=([0-9.]+)")
-row("ledger spends vs pgbench (PostgreSQL, many users)", lr, "≥ 0.5", lr is not None and lr >= 0.5, f"{lr} ({many}/s vs {pgb} tps)")
+row("ledger spends vs pgbench (PostgreSQL, many users)", lr, "≥ 0.75", lr is not None and lr >= 0.75, f"{lr} ({many}/s vs {pgb} tps)")
 hot = num(ledger, r"postgres_hot_user_spends_per_s=([0-9.]+)")
-row("ledger spends, one hot user (PostgreSQL)", hot, "≥ 1,000/s", hot is not None and hot >= 1000, f"{hot}/s")
+row("ledger spends, one hot user (PostgreSQL)", hot, "≥ 2,000/s", hot is not None and hot >= 2000, f"{hot}/s")
 s1, s2 = num(ledger, r"sqlite_many_users_spends_per_s=([0-9.]+)"), num(ledger, r"sqlite_hot_user_spends_per_s=([0-9.]+)")
 row("ledger spends (SQLite, many users / hot user)", s1, "≥ 2,000/s", s1 is not None and s1 >= 2000 and (s2 or 0) >= 2000, f"{s1}/s / {s2}/s")
 for engine in ("sqlite", "postgres"):
