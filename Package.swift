@@ -92,9 +92,18 @@ let package = Package(
             name: "Entitlements",
             dependencies: [
                 "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
-                // Apple's signed transactions and notifications: the X.509 chain to the configured roots.
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Payments from outside: Apple's signed transactions and notifications (the X.509 chain to the configured roots)
+        // and Stripe's signed events, each taking effect once through Entitlements' subscription machine and the ledger.
+        .target(
+            name: "Billing",
+            dependencies: [
+                "Entitlements", "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -125,7 +134,7 @@ let package = Package(
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Auth", "Ledger", "Entitlements", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
+                "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -169,7 +178,7 @@ let package = Package(
         .testTarget(
             name: "EntitlementsTests",
             dependencies: [
-                "Entitlements", "Ledger", "Storage", "TestSupport", "Auth",
+                "Entitlements", "Billing", "Ledger", "Storage", "TestSupport", "Auth",
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -177,7 +186,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
+                "AccountAPI", "Storage", "Auth", "Entitlements", "Billing", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),

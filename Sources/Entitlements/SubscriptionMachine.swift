@@ -81,8 +81,8 @@ public struct ProviderBinding: Sendable, Equatable {
 /// drip of yearly plans. Each event applies once per (provider, event id), in one transaction with its token effects
 /// (periods through the ledger's exactly-once rollover path, keyed by ``periodKey(_:month:)``).
 public struct SubscriptionMachine: Sendable {
-    let store: SubscriptionStore
-    let ledger: Ledger
+    public let store: SubscriptionStore
+    public let ledger: Ledger
     let clock: any TimeSource
     let audit: any AuditTrail
     /// Where `subscription.updated` is recorded (in the change's transaction).
@@ -301,7 +301,7 @@ public struct SubscriptionMachine: Sendable {
         month == 0 ? "period:\(start.epochMilliseconds)" : "period:\(start.epochMilliseconds):month:\(month)"
     }
 
-    static func defaultEnd(start: Date, plan: SubscriptionPlan, trial: Bool) -> Date {
+    public static func defaultEnd(start: Date, plan: SubscriptionPlan, trial: Bool) -> Date {
         let calendar = Calendar(identifier: .gregorian)
         if trial && plan.trialDays > 0 { return calendar.date(byAdding: .day, value: plan.trialDays, to: start)! }
         return calendar.date(byAdding: plan.interval.calendarComponent, value: 1, to: start)!

@@ -78,10 +78,9 @@ extension ContractTests {
             "job_leases", "ledger_reversals",
         ],
         "Entitlements": [
-            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas", "billing_events",
-            "billing_accounts",
-            "billing_grants",
+            "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas",
         ],
+        "Billing": ["billing_events", "billing_accounts", "billing_grants"],
         "Storage": ["schema_migrations"],
         "Webhooks": ["outbox_events", "webhook_endpoints", "webhook_deliveries", "webhook_attempts"],
     ]

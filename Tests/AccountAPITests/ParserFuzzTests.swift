@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Billing
 import Entitlements
 import Foundation
 import HTTPTypes

@@ -1,10 +1,11 @@
 import Crypto
+import Entitlements
 import Foundation
 import SwiftASN1
 import Testing
 @_spi(FixedExpiryValidationTime) import X509
 
-@testable import Entitlements
+@testable import Billing
 @testable import TestSupport
 
 @Suite("Apple signed data and Stripe signatures")

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Auth
+import Billing
 import Entitlements
 import Foundation
 import Identity

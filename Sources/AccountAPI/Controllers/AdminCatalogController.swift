@@ -1,3 +1,4 @@
+import Billing
 import Entitlements
 import Foundation
 import Hummingbird

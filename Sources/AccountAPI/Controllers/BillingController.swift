@@ -1,4 +1,5 @@
 import Auth
+import Billing
 import Entitlements
 import Foundation
 import HTTPTypes

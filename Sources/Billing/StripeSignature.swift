@@ -1,4 +1,5 @@
 import Crypto
+import Entitlements
 import Foundation
 import Storage
 
