@@ -296,6 +296,28 @@ final class LeaseWatch<T: Sendable>: Sendable {
     }
 }
 
+/// A bind in PostgreSQL's text format, with its own type. A prepared statement's parameter types are fixed on each
+/// connection by its first call there, and a NULL leaves its parameter's type to the server's inference (`?::JSONB` →
+/// jsonb): a later value sent in binary as another type would then be misread ("unsupported jsonb version number 123",
+/// a spend with metadata after one without). In text format the server reads every value with the input function of
+/// the parameter's type, whatever the first call bound.
+struct TextFormatBind: PostgresDynamicTypeEncodable {
+    let text: String
+    let psqlType: PostgresDataType
+    var psqlFormat: PostgresFormat { .text }
+    /// `bytea`'s text form: `\x` and two hex digits per byte.
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = [UInt8(ascii: "\\"), UInt8(ascii: "x")]
+        text.reserveCapacity(2 + bytes.count * 2)
+        for byte in bytes { text += [digits[Int(byte >> 4)], digits[Int(byte & 0x0f)]] }
+        return String(decoding: text, as: UTF8.self)
+    }
+    func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
+        byteBuffer.writeString(text)
+    }
+}
+
 struct PostgresExecutor: SQLExecutor {
     let connection: PostgresConnection
     let logger: Logger
@@ -307,13 +329,13 @@ struct PostgresExecutor: SQLExecutor {
         for bind in binds {
             switch bind.sqlValue {
             case .null: bindings.appendNull()
-            case .int(let v): bindings.append(v)
-            case .double(let v): bindings.append(v)
+            case .int(let v): bindings.append(TextFormatBind(text: String(v), psqlType: .int8))
+            case .double(let v): bindings.append(TextFormatBind(text: "\(v)", psqlType: .float8))
             case .text(let v):
                 guard !v.utf8.contains(0) else { throw StorageError.nulCharacter }
-                bindings.append(v)
-            case .bool(let v): bindings.append(v)
-            case .bytes(let v): bindings.append(ByteBuffer(bytes: v))
+                bindings.append(TextFormatBind(text: v, psqlType: .text))
+            case .bool(let v): bindings.append(TextFormatBind(text: v ? "t" : "f", psqlType: .bool))
+            case .bytes(let v): bindings.append(TextFormatBind(text: TextFormatBind.hex(v), psqlType: .bytea))
             }
         }
         // A closed connection fails at once (postgres-nio 1.33 may never answer a query written to it; see `lease`).

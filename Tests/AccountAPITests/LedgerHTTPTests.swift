@@ -104,6 +104,11 @@ struct LedgerHTTPTests {
                 try await send("/api/ledger/spend", "s5", spend(1000))  // too few tokens: 402, remembered
                 try await send("/api/ledger/spend", "s5", spend(1000))
                 try await send("/api/ledger/spend", "s6", spend(2))
+                for round in 0..<6 {  // without metadata first, then alternating: the same statement binds NULL, then text
+                    let plain = #"{"userId":"\#(user)","amount":1,"reason":"generation"}"#
+                    try await send("/api/ledger/spend", "m\(round)", round % 2 == 0 ? plain : spend(1))
+                    #expect(answers.last?.hasPrefix("200 ") == true, "\(answers.last ?? "")")
+                }
                 let report = try await app.dependencies.ledger.verify(logger: TestDatabase.logger)
                 #expect(report.ok, "\(report.differences)")
                 if engine == .postgres && oneStatement {
@@ -122,9 +127,9 @@ struct LedgerHTTPTests {
             }
         }
         let (with, without) = runs.withLock { ($0[true] ?? [], $0[false] ?? []) }
-        #expect(with.count == 14 && with == without, "\(with)\n\(without)")
-        // 3 welcome + 10 + 20 + 7 + 5 granted; 4 + 12 + 1 + 1 + 2 spent, 2 held, 5 lapsed.
-        let last = #"{"bonusTokens":0,"heldTokens":2,"purchasedTokens":18,"subscriptionTokens":0,"totalTokens":18}"#
+        #expect(with.count == 20 && with == without, "\(with)\n\(without)")
+        // 3 welcome + 10 + 20 + 7 + 5 granted; 4 + 12 + 1 + 1 + 2 + 6 × 1 spent, 2 held, 5 lapsed.
+        let last = #"{"bonusTokens":0,"heldTokens":2,"purchasedTokens":12,"subscriptionTokens":0,"totalTokens":12}"#
         #expect(with.last?.contains(last) == true, "\(with.last ?? "")")
         #expect(with.filter { $0.hasPrefix("402 ") }.count == 2 && with.filter { $0.hasPrefix("409 ") }.count == 1)
     }
@@ -273,6 +278,29 @@ struct LedgerHTTPTests {
             let report = try await client.get("/api/admin/ledger/verify", token: admin).json(Report.self)
             #expect(report.ok && report.differences.isEmpty && report.transfersChecked >= 3)
             #expect(try await client.get("/api/admin/ledger/verify", token: token).status == .forbidden)
+        }
+    }
+}
+
+extension LedgerHTTPTests {
+    /// A spend's body is read before its key is checked only when the bearer looks like an API key (the key is checked in
+    /// the spend's own statement), and then at most 64 KiB of it. Anyone else is answered 401 / 403 before the body is read.
+    @Test(arguments: TestDatabase.engines)
+    func spendBodiesAreBoundedAndStrangersAreAnsweredFirst(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "bounded@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write"])
+            let padding = String(repeating: " ", count: 70 << 10)
+            let big = #"{"userId":"\#(user)","amount":1,"reason":"r",\#(padding)"metadata":{}}"#
+            let tooLarge = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "big", json: big)
+            #expect(tooLarge.status == .contentTooLarge && tooLarge.text.contains("64 KiB"), "\(tooLarge.text)")
+            let spaced = #"{"userId":"\#(user)","amount":1,"reason":"r",\#(String(repeating: " ", count: 60 << 10))"metadata":{}}"#
+            #expect(try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "spaced", json: spaced).status == .ok)
+            for stranger in [nil, "ask_not-a-key", token, "Basic"] as [String?] {
+                let answer = try await client.ledger("/api/ledger/spend", key: stranger, idempotencyKey: "big", json: big)
+                #expect(answer.status == (stranger == token ? .forbidden : .unauthorized), "\(stranger ?? "none"): \(answer.status)")
+            }
         }
     }
 }

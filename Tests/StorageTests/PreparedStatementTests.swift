@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Storage
@@ -32,5 +33,36 @@ struct PreparedStatementTests {
         }
         #expect(registry.slot(for: "SELECT \(PreparedSlots.all.count - 1)") == PreparedSlots.all.count - 1)
         for _ in 0..<5 { #expect(registry.slot(for: "SELECT 'one more'") == nil) }
+    }
+}
+
+@Suite("PostgreSQL binds")
+struct PostgresBindTests {
+    /// A prepared statement's parameter types are fixed on each connection by its first call there. When that call binds
+    /// NULL, the server infers the type from the SQL (here jsonb, bigint, text, boolean, bytea); every later value, of
+    /// whatever Swift type, must still be read as that type (a spend with metadata after one without answered 500).
+    @Test func valuesAfterAFirstNullAreReadAsTheInferredType() async throws {
+        try await TestDatabase.with(.postgres) { db, _ in
+            let sql = "SELECT (?::JSONB)::TEXT AS j, ?::BIGINT AS n, ?::TEXT AS t, ?::BOOLEAN AS b, ?::BYTEA AS y -- \(UUID())"
+            try await db.withConnection(logger: TestDatabase.logger) { connection in
+                for _ in 0..<PreparedStatements.threshold + 1 {  // prepared on this connection with NULLs
+                    let row = try #require(try await connection.first(sql, [SQLValue](repeating: .null, count: 5)))
+                    #expect(row["j"] == .null && row["n"] == .null)
+                }
+                let row = try #require(
+                    try await connection.first(sql, [#"{"a":1}"#, "42", 7, true, SQLValue.bytes([0, 1, 0xfe])] as [any SQLBindable]))
+                #expect(try row.string("j") == #"{"a": 1}"#)
+                #expect(try row.int("n") == 42)
+                #expect(try row.string("t") == "7")
+                #expect(try row.bool("b"))
+                #expect(row["y"] == .bytes([0, 1, 0xfe]))
+                let extremes = try #require(
+                    try await connection.first(
+                        sql, ["[1e400, \"é😀\"]", String(Int64.min), Int64.max, false, SQLValue.bytes([])] as [any SQLBindable]))
+                #expect(try extremes.int("n") == Int64.min)
+                #expect(try extremes.string("t") == String(Int64.max))
+                #expect(try !extremes.bool("b"))
+            }
+        }
     }
 }

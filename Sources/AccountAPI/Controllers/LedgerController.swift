@@ -33,16 +33,20 @@ struct LedgerController: Sendable {
         return IdempotentResponse.response(answer)
     }
 
-    /// The ledger chooses the engine's path (``LedgerService/spend(_:key:fields:userID:amountTokens:reason:metadata:format:logger:)``);
-    /// the caller's 401 / 403 comes before any input error, as on every route here.
+    /// The ledger chooses the engine's path (``LedgerService/spend(_:key:fields:userID:amountTokens:reason:metadata:format:logger:)``).
+    /// The caller's 401 / 403 comes before any input error, as on every route here. Only a bearer that looks like an API
+    /// key is checked in the spend's own statement, so its body is read first, and bounded (``spendBodyBytesMax``);
+    /// anything else is authenticated before the body is read.
     @Sendable func spend(_ request: Request, context: AppRequestContext) async throws -> Response {
         let headers = request
-        let caller = LedgerCaller(presentedKey: Authenticator.bearerToken(request)) { try await self.caller(headers, context) }
+        let presented = Authenticator.bearerToken(request).flatMap { $0.hasPrefix(APIKeyService.prefix) ? $0 : nil }
+        let caller = LedgerCaller(presentedKey: presented) { try await self.caller(headers, context) }
+        if presented == nil { _ = try await caller.authenticate() }
         var request = request
         let body: SpendRequest
         let key: String
         do {
-            body = try await request.decodeJSON(SpendRequest.self, context: context)
+            body = try await request.decodeJSON(SpendRequest.self, context: context, limitBytes: Self.spendBodyBytesMax)
             key = try IdempotentResponse.key(request)
         } catch {
             _ = try await caller.authenticate()
@@ -53,6 +57,9 @@ struct LedgerController: Sendable {
             reason: body.reason, metadata: body.metadata?.canonicalText, format: IdempotentResponse.ledgerResult, logger: context.logger)
         return IdempotentResponse.response(answer)
     }
+
+    /// A spend's body: its metadata is at most 4 KiB as canonical JSON; 64 KiB leaves room for any spacing.
+    static let spendBodyBytesMax = 64 << 10
 
     @Sendable func hold(_ request: Request, context: AppRequestContext) async throws -> Response {
         let caller = try await caller(request, context)

@@ -1296,6 +1296,7 @@ paths:
       tags: [ledger]
       operationId: ledgerSpend
       summary: Spend tokens at once, soonest-expiring first (bonus, subscription, purchased).
+      description: The body is at most 64 KiB (413 beyond; metadata is at most 4 KiB as canonical JSON). As on every ledger route, a missing, unknown or revoked key is 401 and a key without ledger:write 403, before any input error.
       security: [{ apiKey: [] }]
       parameters:
         - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }

@@ -7,8 +7,10 @@ import SafeJSON
 extension Request {
     /// Decodes a JSON body into `T`, answering bad input with clear 4xx problems: a wrong content type
     /// (415), a body over 1 MiB (413), malformed JSON, missing fields or wrong types (400).
-    mutating func decodeJSON<T: Decodable>(_ type: T.Type, context: some RequestContext, emptyMeans: String? = nil) async throws -> T {
-        let buffer = try await rawBody(context: context)
+    mutating func decodeJSON<T: Decodable>(
+        _ type: T.Type, context: some RequestContext, emptyMeans: String? = nil, limitBytes: Int? = nil
+    ) async throws -> T {
+        let buffer = try await rawBody(context: context, limitBytes: limitBytes)
         // Endpoints whose body is optional treat an empty one as `emptyMeans` (e.g. "{}").
         if buffer.readableBytes == 0, let emptyMeans { return try JSONDecoder().decode(T.self, from: Data(emptyMeans.utf8)) }
         let contentType = headers[.contentType]?.lowercased() ?? ""
@@ -27,12 +29,15 @@ extension Request {
         }
     }
 
-    /// The body's exact bytes (signatures are computed over them), at most 1 MiB (413 beyond).
-    mutating func rawBody(context: some RequestContext) async throws -> ByteBuffer {
+    /// The body's exact bytes (signatures are computed over them), at most 1 MiB or the route's smaller `limitBytes` (413
+    /// beyond).
+    mutating func rawBody(context: some RequestContext, limitBytes: Int? = nil) async throws -> ByteBuffer {
+        let limit = min(limitBytes ?? context.maxUploadSize, context.maxUploadSize)
         do {
-            return try await collectBody(upTo: context.maxUploadSize)
+            return try await collectBody(upTo: limit)
         } catch is NIOTooManyBytesError {
-            throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than 1 MiB.")
+            let size = limit >= 1 << 20 ? "\(limit >> 20) MiB" : "\(limit >> 10) KiB"
+            throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than \(size).")
         }
     }
 
