@@ -10,7 +10,7 @@ public struct PackView: Sendable, Equatable {
 }
 
 /// What an unlock did: the tokens it spent and the balances after them (nil when the pack was free to unlock).
-public struct UnlockResult: Sendable, Equatable {
+public struct UnlockResult: Sendable, Equatable, Codable {
     public let packID: String
     public let spent: LedgerResult?
 }
@@ -57,12 +57,11 @@ public struct StickerService: Sendable {
 
     /// The same with an `Idempotency-Key`: a retry replays the first answer, a refusal included.
     public func unlock(
-        _ request: IdempotentRequest, userID: String, packID: String, canMakePurchases: Bool, format: AnswerFormat<UnlockResult>, logger: Logger
-    ) async throws -> IdempotentAnswer {
-        try await idempotency.run(
-            database, caller: request.caller, key: request.key, request: request.fields, successStatus: 200, logger: logger, encode: format.encode,
-            failure: format.failure
-        ) { tx in try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases) }
+        _ request: IdempotentRequest, userID: String, packID: String, canMakePurchases: Bool, logger: Logger
+    ) async throws -> IdempotentResult<UnlockResult> {
+        try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) { tx in
+            try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases)
+        }
     }
 
     func unlock(_ tx: any SQLExecutor, userID: String, packID: String, canMakePurchases: Bool) async throws -> UnlockResult {

@@ -9,7 +9,7 @@ import Storage
 /// to the buckets (and bonus lots) they came from at the next access to the user's accounts (``settleExpiredHolds``), or
 /// by the sweeper (``expireHolds(_:limit:logger:)``). Until then every read treats it as already returned: ``peekBalances``
 /// and the entitlement snapshot (``Ledger/snapshotFragment(engine:)``) use ``HoldRules/expired`` / ``HoldRules/live``,
-/// and PostgreSQL's `ledger_spend_once` (migration 0008) declines to spend while one exists. `LedgerFragmentTests`
+/// and PostgreSQL's `ledger_spend_once` (migrations 0008, 0017) declines to spend while one exists. `LedgerFragmentTests`
 /// keeps the SQL forms equal to these.
 public enum HoldRules {
     /// Whether a pending hold with this expiry is expired at `now`.

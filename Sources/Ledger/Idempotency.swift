@@ -2,26 +2,39 @@ import Foundation
 import Logging
 import Storage
 
-/// What an idempotency record says about a request.
-public enum IdempotencyOutcome: Sendable, Equatable {
-    /// The same request ran before: replay its stored status and body.
-    case replay(status: Int, body: String)
-    /// The key was used with a different request; these fields differ.
-    case conflict(fields: [String])
+/// What an idempotent write ended with, in the ledger's terms; the HTTP layer renders it, first time and on replay.
+public enum IdempotentOutcome<Value: Sendable>: Sendable {
+    case succeeded(Value)
+    /// A ledger failure remembered as the answer (``LedgerError/isRemembered``).
+    case failed(LedgerError)
+    /// A record written before migration 0017 holds the HTTP answer that was sent; it is replayed as it was until it
+    /// ages out (``IdempotencyStore/retentionDays``).
+    case sentBefore(status: Int, body: String)
 }
 
-/// The answer to an idempotent write: its status and JSON body, and whether it was replayed from the record.
-public struct IdempotentAnswer: Sendable, Equatable {
-    public let status: Int
-    public let body: String
+extension IdempotentOutcome: Equatable where Value: Equatable {}
+
+/// An idempotent write's answer: what it ended with, and whether it was replayed from the record.
+public struct IdempotentResult<Value: Sendable>: Sendable {
+    public let outcome: IdempotentOutcome<Value>
     public let replayed: Bool
 }
 
-/// Idempotent writes, in one place: per (caller, `Idempotency-Key`), the first request runs and its answer is stored in
-/// the same transaction, failures included (a retried `insufficient_tokens` never succeeds later); the same key with the
-/// same request replays the stored answer; with another request it is `idempotencyConflict` naming the differing fields.
-/// Records are kept ``retentionDays`` days. PostgreSQL's `ledger_spend_once` (migration 0008) reads and writes the same
-/// records for one-statement spends (``answer(_:successStatus:request:)``).
+/// An idempotency record as stored: the request's fields (canonical JSON) and the outcome (`outcome_json`), or, for
+/// records written before migration 0017, the HTTP status and body that were sent.
+public struct IdempotencyRecord: Sendable, Equatable {
+    public let requestJSON: String
+    public let outcomeJSON: String?
+    public let status: Int?
+    public let responseJSON: String?
+}
+
+/// Idempotent writes, in one place: per (caller, `Idempotency-Key`), the first request runs and its outcome is stored in
+/// the same transaction, remembered failures included (a retried `insufficient_tokens` never succeeds later); the same key
+/// with the same request replays the stored outcome; with another request it is `idempotencyConflict` naming the
+/// differing fields. Outcomes are stored in the ledger's terms (`StoredOutcome`), so what a replay sends is rendered by
+/// today's HTTP layer. Records are kept ``retentionDays`` days. PostgreSQL's `ledger_spend_once` (migration 0017) reads
+/// and writes the same records for one-statement spends (``answer(_:request:)``).
 public struct IdempotencyStore: Sendable {
     public static let retentionDays = 35
     /// The longest key accepted, in bytes.
@@ -31,26 +44,23 @@ public struct IdempotencyStore: Sendable {
     public init(clock: any TimeSource) { self.clock = clock }
 
     /// Runs `operation` at most once per (`caller`, `key`), in one transaction with its record. `request` maps each request
-    /// field to its canonical JSON text. The operation runs inside a savepoint: a ``LedgerError`` it throws (other than
-    /// `userNotFound`, which is not remembered) rolls its writes back and is stored as the answer `failure` renders.
-    public func run<T: Sendable>(
-        _ database: any Database, caller: String, key: String, request: [String: String], successStatus: Int, logger: Logger,
-        encode: @escaping @Sendable (T) throws -> String, failure: @escaping @Sendable (LedgerError) -> (status: Int, body: String),
+    /// field to its canonical JSON text. The operation runs inside a savepoint: a ``LedgerError`` it throws that is
+    /// remembered (``LedgerError/isRemembered``) rolls its writes back and is stored as the outcome.
+    public func run<T: Codable & Sendable>(
+        _ database: any Database, caller: String, key: String, request: [String: String], logger: Logger,
         _ operation: @escaping @Sendable (any SQLExecutor) async throws -> T
-    ) async throws -> IdempotentAnswer {
+    ) async throws -> IdempotentResult<T> {
         var attempt = 0
         while true {
             attempt += 1
             do {
                 return try await database.transaction(logger: logger) { tx in
-                    switch try await lookup(tx, caller: caller, key: key, request: request) {
-                    case .replay(let status, let body): return IdempotentAnswer(status: status, body: body, replayed: true)
-                    case .conflict(let differing): throw LedgerError.idempotencyConflict(fields: differing)
-                    case nil: break
+                    if let stored: IdempotentOutcome<T> = try await lookup(tx, caller: caller, key: key, request: request) {
+                        return IdempotentResult(outcome: stored, replayed: true)
                     }
-                    let (status, body) = try await savepoint(tx, successStatus: successStatus, encode: encode, failure: failure, operation)
-                    try await save(tx, caller: caller, key: key, request: request, status: status, body: body)
-                    return IdempotentAnswer(status: status, body: body, replayed: false)
+                    let outcome = try await savepoint(tx, operation)
+                    try await save(tx, caller: caller, key: key, request: request, outcome: outcome)
+                    return IdempotentResult(outcome: outcome, replayed: false)
                 }
             } catch StorageError.uniqueViolation where attempt < 3 {
                 continue  // the same key raced in from another request: the next attempt replays it
@@ -58,52 +68,53 @@ public struct IdempotencyStore: Sendable {
         }
     }
 
-    /// The operation in a savepoint; a remembered ledger failure becomes the answer. No RELEASE on success: COMMIT ends
+    /// The operation in a savepoint; a remembered ledger failure becomes the outcome. No RELEASE on success: COMMIT ends
     /// the savepoint too, and one round trip fewer is held under the ledger's row locks.
-    func savepoint<T: Sendable>(
-        _ tx: any SQLExecutor, successStatus: Int, encode: (T) throws -> String, failure: (LedgerError) -> (status: Int, body: String),
-        _ operation: (any SQLExecutor) async throws -> T
-    ) async throws -> (Int, String) {
+    func savepoint<T: Sendable>(_ tx: any SQLExecutor, _ operation: (any SQLExecutor) async throws -> T) async throws -> IdempotentOutcome<T> {
         try await tx.query("SAVEPOINT idempotent_operation")
         do {
-            return (successStatus, try encode(try await operation(tx)))
+            return .succeeded(try await operation(tx))
         } catch let error as LedgerError where error.isRemembered {
             try await tx.query("ROLLBACK TO SAVEPOINT idempotent_operation")
-            return failure(error)
+            return .failed(error)
         }
     }
 
     /// The answer to a spend made in one statement (``Ledger/spendInOneStatement``); nil → run it the ordinary way.
-    public static func answer(_ outcome: OneStatementSpend, successStatus: Int, request: [String: String]) throws -> IdempotentAnswer? {
+    public static func answer(_ outcome: OneStatementSpend, request: [String: String]) throws -> IdempotentResult<LedgerResult>? {
         switch outcome {
-        case .spent(let body, _): return IdempotentAnswer(status: successStatus, body: body, replayed: false)
-        case .stored(let status, let body, let storedRequest):
-            if case .conflict(let differing) = Self.outcome(storedRequestJSON: storedRequest, status: status, body: body, request: request) {
-                throw LedgerError.idempotencyConflict(fields: differing)
-            }
-            return IdempotentAnswer(status: status, body: body, replayed: true)
+        case .spent(let result): return IdempotentResult(outcome: .succeeded(result), replayed: false)
+        case .stored(let record): return IdempotentResult(outcome: try replay(record, request: request), replayed: true)
         case .fallback: return nil
         }
     }
 
-    /// Looks the key up (locking the record on PostgreSQL). `request` maps each field to its canonical JSON text.
-    public func lookup(_ tx: any SQLExecutor, caller: String, key: String, request: [String: String]) async throws -> IdempotencyOutcome? {
+    /// Looks the key up (locking the record on PostgreSQL): nil when it is new, else its stored outcome; the key used with
+    /// another request is `idempotencyConflict` naming the fields that differ.
+    public func lookup<T: Codable & Sendable>(
+        _ tx: any SQLExecutor, caller: String, key: String, request: [String: String]
+    ) async throws
+        -> IdempotentOutcome<T>?
+    {
         guard
             let row = try await tx.first(
-                "SELECT request_json, status, response_json FROM idempotency_records WHERE caller = ? AND idempotency_key = ?" + tx.dialect.forUpdate,
-                [caller, key])
+                "SELECT request_json, outcome_json, status, response_json FROM idempotency_records WHERE caller = ? AND idempotency_key = ?"
+                    + tx.dialect.forUpdate, [caller, key])
         else { return nil }
-        return Self.outcome(
-            storedRequestJSON: try row.string("request_json"), status: Int(try row.int("status")),
-            body: try row.string("response_json"), request: request)
+        let record = IdempotencyRecord(
+            requestJSON: try row.string("request_json"), outcomeJSON: row.optionalString("outcome_json"),
+            status: row.optionalInt("status").map { Int($0) }, responseJSON: row.optionalString("response_json"))
+        return try Self.replay(record, request: request)
     }
 
-    /// A stored record met again: the same request → replay; another one → a conflict naming the fields.
-    public static func outcome(storedRequestJSON: String, status: Int, body: String, request: [String: String]) -> IdempotencyOutcome {
-        let stored = (try? JSONDecoder().decode([String: String].self, from: Data(storedRequestJSON.utf8))) ?? [:]
+    /// A stored record met again: the same request → its outcome; another one → `idempotencyConflict` naming the fields.
+    public static func replay<T: Codable & Sendable>(_ record: IdempotencyRecord, request: [String: String]) throws -> IdempotentOutcome<T> {
+        let stored = (try? JSONDecoder().decode([String: String].self, from: Data(record.requestJSON.utf8))) ?? [:]
         let differing = Set(stored.keys).union(request.keys).filter { stored[$0] != request[$0] }.sorted()
-        if !differing.isEmpty { return .conflict(fields: differing) }
-        return .replay(status: status, body: body)
+        guard differing.isEmpty else { throw LedgerError.idempotencyConflict(fields: differing) }
+        if let outcome = record.outcomeJSON { return try StoredOutcome<T>.decode(outcome) }
+        guard let status = record.status, let body = record.responseJSON else { throw StorageError.decoding(column: "outcome_json") }
+        return .sentBefore(status: status, body: body)
     }
 
     /// The request's fields as stored (sorted keys).
@@ -113,10 +124,12 @@ public struct IdempotencyStore: Sendable {
         return String(decoding: try encoder.encode(request), as: UTF8.self)
     }
 
-    public func save(_ tx: any SQLExecutor, caller: String, key: String, request: [String: String], status: Int, body: String) async throws {
+    public func save<T: Codable & Sendable>(
+        _ tx: any SQLExecutor, caller: String, key: String, request: [String: String], outcome: IdempotentOutcome<T>
+    ) async throws {
         try await tx.query(
-            "INSERT INTO idempotency_records (caller, idempotency_key, request_json, status, response_json, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
-            [caller, key, try Self.requestJSON(request), status, body, clock.now()])
+            "INSERT INTO idempotency_records (caller, idempotency_key, request_json, outcome_json, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+            [caller, key, try Self.requestJSON(request), try StoredOutcome<T>.encode(outcome), clock.now()])
     }
 
     /// Deletes records older than the retention period; returns how many.

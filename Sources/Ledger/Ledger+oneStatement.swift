@@ -3,10 +3,10 @@ import Storage
 
 /// What `Ledger.spendInOneStatement` did.
 public enum OneStatementSpend: Sendable, Equatable {
-    /// Spent and stored under the key; `body` is the response (already stored for replays).
-    case spent(body: String, balances: BucketBalances)
-    /// The key was used before by this caller: its stored response and request (replay or conflict).
-    case stored(status: Int, body: String, requestJSON: String)
+    /// Spent, and the result stored under the key.
+    case spent(LedgerResult)
+    /// The key was used before by this caller: its record (replay or conflict).
+    case stored(IdempotencyRecord)
     /// Nothing written: a case the one-statement path leaves to the transactional one (accounts not created
     /// yet, an expired hold or lapsed lot to settle, too few tokens, invalid input, not PostgreSQL).
     case fallback
@@ -32,25 +32,18 @@ public struct OneStatementAnswer: Sendable, Equatable {
 }
 
 extension Ledger {
-    /// The zero balances as the response encoder writes them; the database fills in the real ones.
-    static let zeroBalancesJSON = #"{"bonusTokens":0,"heldTokens":0,"purchasedTokens":0,"subscriptionTokens":0,"totalTokens":0}"#
-
-    /// A one-shot idempotent spend in a single statement (PostgreSQL's `ledger_spend_once`, migration 0008):
+    /// A one-shot idempotent spend in a single statement (PostgreSQL's `ledger_spend_once`, migration 0017):
     /// the idempotency lookup, the account locks, the allocation (soonest-expiring first), the transfers and the
-    /// stored response in one round trip and one implicit transaction. Must run outside a transaction.
-    /// `encode` renders a result as the response body; its balances are filled in by the database, so it must
-    /// write zero balances exactly as `zeroBalancesJSON` (otherwise this falls back).
+    /// stored outcome in one round trip and one implicit transaction. Must run outside a transaction.
     public func spendInOneStatement(
-        _ connection: any SQLExecutor, caller: SpendCaller, key: String, requestJSON: String, status: Int, userID: String, amountTokens: Int64,
-        reason: String, metadata: String?, encode: (LedgerResult) throws -> String
+        _ connection: any SQLExecutor, caller: SpendCaller, key: String, requestJSON: String, userID: String, amountTokens: Int64,
+        reason: String, metadata: String?
     ) async throws -> OneStatementAnswer {
         let declined = OneStatementAnswer(outcome: .fallback, callerFound: false, callerID: nil, callerSeenAt: nil)
         guard connection.engine == .postgres, (try? Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)) != nil else {
             return declined
         }
         let operation = Self.newID()
-        let template = try encode(LedgerResult(operationId: operation, userId: userID, amount: amountTokens, balances: .zero))
-        guard let zero = template.range(of: Self.zeroBalancesJSON) else { return declined }
         let callerSQL: String
         let callerBinds: [any SQLBindable]
         switch caller {
@@ -78,23 +71,23 @@ extension Ledger {
         let row = try await connection.first(
             """
             WITH spent AS (
-                SELECT c.caller_id, c.caller_seen_at_ms, s.outcome, s.status, s.body, s.request_json, s.bonus, s.subscription, s.purchased, s.held,
-                    s.transfers
+                SELECT c.caller_id, c.caller_seen_at_ms, s.outcome, s.request_json, s.outcome_json, s.status, s.response_json, s.bonus,
+                    s.subscription, s.purchased, s.held, s.transfers
                 FROM (\(callerSQL)) c CROSS JOIN LATERAL ledger_spend_once(
-                    c.caller, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::TEXT) s)\(outbox ?? "")
+                    c.caller, ?::TEXT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT, ?::TEXT, ?::BIGINT, ?::TEXT) s)\(outbox ?? "")
             SELECT * FROM spent
             """,
             callerBinds + [
-                key, requestJSON, status, userID, amountTokens, reason, metadata, now, operation,
-                String(template[..<zero.lowerBound]), String(template[zero.upperBound...]),
+                key, requestJSON, userID, amountTokens, reason, metadata, now, operation,
             ] + eventBinds)
         guard let row else { return declined }
         return OneStatementAnswer(
-            outcome: try Self.outcome(row, reason: reason), callerFound: true, callerID: row.optionalString("caller_id"),
+            outcome: try Self.outcome(row, operationID: operation, userID: userID, amountTokens: amountTokens, reason: reason), callerFound: true,
+            callerID: row.optionalString("caller_id"),
             callerSeenAt: row.optionalDate("caller_seen_at_ms"))
     }
 
-    static func outcome(_ row: SQLRow, reason: String) throws -> OneStatementSpend {
+    static func outcome(_ row: SQLRow, operationID: String, userID: String, amountTokens: Int64, reason: String) throws -> OneStatementSpend {
         switch try row.string("outcome") {
         case "spent":
             let transfers = try row.int("transfers")
@@ -103,9 +96,12 @@ extension Ledger {
             let balances = BucketBalances(
                 bonusTokens: try row.int("bonus"), subscriptionTokens: try row.int("subscription"), purchasedTokens: try row.int("purchased"),
                 heldTokens: try row.int("held"))
-            return .spent(body: try row.string("body"), balances: balances)
+            return .spent(LedgerResult(operationId: operationID, userId: userID, amount: amountTokens, balances: balances))
         case "stored":
-            return .stored(status: Int(try row.int("status")), body: try row.string("body"), requestJSON: try row.string("request_json"))
+            return .stored(
+                IdempotencyRecord(
+                    requestJSON: try row.string("request_json"), outcomeJSON: row.optionalString("outcome_json"),
+                    status: row.optionalInt("status").map { Int($0) }, responseJSON: row.optionalString("response_json")))
         default:
             return .fallback
         }

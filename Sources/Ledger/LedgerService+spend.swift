@@ -33,16 +33,15 @@ extension LedgerService {
     /// new account) and every other engine takes the transactional path, after `caller.authenticate`.
     public func spend(
         _ caller: LedgerCaller, key: String, fields: [String: String], userID: String, amountTokens: Int64, reason: String, metadata: String?,
-        format: AnswerFormat<LedgerResult>, logger: Logger
-    ) async throws -> IdempotentAnswer {
+        logger: Logger
+    ) async throws -> IdempotentResult<LedgerResult> {
         if let answer = try await spendInOneStatement(
-            caller, key: key, fields: fields, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata, format: format,
-            logger: logger)
+            caller, key: key, fields: fields, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata, logger: logger)
         {
             return answer
         }
         let request = IdempotentRequest(caller: try await caller.authenticate(), key: key, fields: fields)
-        return try await run(request, successStatus: 200, format: format, logger: logger) { tx in
+        return try await run(request, logger: logger) { tx in
             try await knownUser(userID, tx) {
                 try await ledger.spend(tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata, idempotencyKey: key)
             }
@@ -52,8 +51,8 @@ extension LedgerService {
     /// The one-statement spend (PostgreSQL, a presented key the caller keys can query); nil → the transactional path.
     func spendInOneStatement(
         _ caller: LedgerCaller, key: String, fields: [String: String], userID: String, amountTokens: Int64, reason: String, metadata: String?,
-        format: AnswerFormat<LedgerResult>, logger: Logger
-    ) async throws -> IdempotentAnswer? {
+        logger: Logger
+    ) async throws -> IdempotentResult<LedgerResult>? {
         guard oneStatementSpends, database.engine == .postgres, let callerKeys, let secret = caller.presentedKey,
             let query = callerKeys.callerQuery(secret: secret, now: clock.now())
         else { return nil }
@@ -62,14 +61,14 @@ extension LedgerService {
         do {
             statement = try await database.withConnection(logger: logger) { connection in
                 try await ledger.spendInOneStatement(
-                    connection, caller: .query(sql: query.sql, binds: query.binds), key: key, requestJSON: requestJSON, status: 200, userID: userID,
-                    amountTokens: amountTokens, reason: reason, metadata: metadata, encode: format.encode)
+                    connection, caller: .query(sql: query.sql, binds: query.binds), key: key, requestJSON: requestJSON, userID: userID,
+                    amountTokens: amountTokens, reason: reason, metadata: metadata)
             }
         } catch StorageError.uniqueViolation {
             return nil  // the same key raced in from another request: the transactional path replays it
         }
         guard statement.callerFound else { return nil }
         if let id = statement.callerID { try await callerKeys.keyUsed(id: id, lastUsedAt: statement.callerSeenAt, logger: logger) }
-        return try IdempotencyStore.answer(statement.outcome, successStatus: 200, request: fields)
+        return try IdempotencyStore.answer(statement.outcome, request: fields)
     }
 }

@@ -9,18 +9,6 @@ public protocol LedgerUserDirectory: Sendable {
     func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool
 }
 
-/// How an idempotent write's answer is stored and sent: the success value as JSON text, a remembered failure as a status
-/// and JSON text. The HTTP layer supplies it; the stored records hold exactly what was sent.
-public struct AnswerFormat<Value>: Sendable {
-    public let encode: @Sendable (Value) throws -> String
-    public let failure: @Sendable (LedgerError) -> (status: Int, body: String)
-
-    public init(encode: @escaping @Sendable (Value) throws -> String, failure: @escaping @Sendable (LedgerError) -> (status: Int, body: String)) {
-        self.encode = encode
-        self.failure = failure
-    }
-}
-
 /// An idempotent write's identity: the caller's key space, its `Idempotency-Key`, and the request's fields (canonical
 /// JSON text each) that a replay must match.
 public struct IdempotentRequest: Sendable {
@@ -45,7 +33,7 @@ public struct LedgerService: Sendable {
     let users: any LedgerUserDirectory
     let audit: any AuditTrail
     public let clock: any TimeSource
-    /// The owner of API keys, for spends checked in one statement (``spend(_:key:fields:userID:amountTokens:reason:metadata:format:logger:)``).
+    /// The owner of API keys, for spends checked in one statement (``spend(_:key:fields:userID:amountTokens:reason:metadata:logger:)``).
     let callerKeys: (any LedgerCallerKeys)?
     /// PostgreSQL spends in one statement when a key is presented (`LEDGER_ONE_STATEMENT_SPEND=false` turns it off).
     let oneStatementSpends: Bool
@@ -72,9 +60,9 @@ public struct LedgerService: Sendable {
 
     public func grant(
         _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket, reason: String, expiresAt: Date?, metadata: String?,
-        by granter: Granter, format: AnswerFormat<LedgerResult>, logger: Logger
-    ) async throws -> IdempotentAnswer {
-        try await run(request, successStatus: 201, format: format, logger: logger) { tx in
+        by granter: Granter, logger: Logger
+    ) async throws -> IdempotentResult<LedgerResult> {
+        try await run(request, logger: logger) { tx in
             guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             let result = try await ledger.grant(
                 tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata,
@@ -91,10 +79,9 @@ public struct LedgerService: Sendable {
     }
 
     public func hold(
-        _ request: IdempotentRequest, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String?,
-        format: AnswerFormat<HoldState>, logger: Logger
-    ) async throws -> IdempotentAnswer {
-        try await run(request, successStatus: 201, format: format, logger: logger) { tx in
+        _ request: IdempotentRequest, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String?, logger: Logger
+    ) async throws -> IdempotentResult<HoldState> {
+        try await run(request, logger: logger) { tx in
             try await knownUser(userID, tx) {
                 try await ledger.hold(
                     tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata,
@@ -104,28 +91,27 @@ public struct LedgerService: Sendable {
     }
 
     public func capture(
-        _ request: IdempotentRequest, holdID: String, amountTokens: Int64?, format: AnswerFormat<HoldState>, logger: Logger
+        _ request: IdempotentRequest, holdID: String, amountTokens: Int64?, logger: Logger
     ) async throws
-        -> IdempotentAnswer
+        -> IdempotentResult<HoldState>
     {
-        try await run(request, successStatus: 200, format: format, logger: logger) {
+        try await run(request, logger: logger) {
             try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens, idempotencyKey: request.key)
         }
     }
 
-    public func void(_ request: IdempotentRequest, holdID: String, format: AnswerFormat<HoldState>, logger: Logger) async throws -> IdempotentAnswer {
-        try await run(request, successStatus: 200, format: format, logger: logger) {
+    public func void(_ request: IdempotentRequest, holdID: String, logger: Logger) async throws -> IdempotentResult<HoldState> {
+        try await run(request, logger: logger) {
             try await ledger.void($0, holdID: holdID, idempotencyKey: request.key)
         }
     }
 
     /// An operator's debit: idempotent per key, audited in its transaction, never below zero.
     public func debit(
-        _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket?, note: String, actor: String, ip: String?,
-        format: AnswerFormat<LedgerResult>, logger: Logger
-    ) async throws -> IdempotentAnswer {
+        _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket?, note: String, actor: String, ip: String?, logger: Logger
+    ) async throws -> IdempotentResult<LedgerResult> {
         try Self.check(note: note)
-        return try await run(request, successStatus: 201, format: format, logger: logger) { tx in
+        return try await run(request, logger: logger) { tx in
             guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             let result = try await ledger.debit(
                 tx, userID: userID, amountTokens: amountTokens, bucket: bucket, note: note, idempotencyKey: request.key)
@@ -189,12 +175,10 @@ public struct LedgerService: Sendable {
         }
     }
 
-    func run<T: Sendable>(
-        _ request: IdempotentRequest, successStatus: Int, format: AnswerFormat<T>, logger: Logger,
+    func run<T: Codable & Sendable>(
+        _ request: IdempotentRequest, logger: Logger,
         _ operation: @escaping @Sendable (any SQLExecutor) async throws -> T
-    ) async throws -> IdempotentAnswer {
-        try await idempotency.run(
-            database, caller: request.caller, key: request.key, request: request.fields, successStatus: successStatus, logger: logger,
-            encode: format.encode, failure: format.failure, operation)
+    ) async throws -> IdempotentResult<T> {
+        try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger, operation)
     }
 }

@@ -42,10 +42,10 @@ struct LedgerFragmentTests {
         }
     }
 
-    /// `ledger_spend_once` (migration 0008) repeats the expiry rule in PL/pgSQL; its conditions are these.
+    /// `ledger_spend_once` (migration 0017, its latest definition) repeats the expiry rule in PL/pgSQL; its conditions are these.
     @Test func theOneStatementSpendUsesTheHoldRules() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let function = try String(contentsOf: root.appendingPathComponent("migrations/postgres/0008_one_statement_spend.sql"), encoding: .utf8)
+        let function = try String(contentsOf: root.appendingPathComponent("migrations/postgres/0017_idempotent_outcomes.sql"), encoding: .utf8)
         #expect(function.contains("h." + HoldRules.live(now: "p_now_ms")))
         #expect(function.contains("h." + HoldRules.expired(now: "p_now_ms")))
         #expect(HoldRules.isExpired(expiresAt: Date(timeIntervalSince1970: 5), now: Date(timeIntervalSince1970: 5)))

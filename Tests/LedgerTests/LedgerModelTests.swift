@@ -97,14 +97,6 @@ struct LedgerModel {
 
 @Suite("Token ledger")
 struct LedgerModelTests {
-    /// A response body as the service writes it, minus the operation id (the database fills in the balances).
-    @Sendable static func encodeResult(_ result: LedgerResult) -> String {
-        let b = result.balances
-        return #"{"amount":\#(result.amount),"balances":{"bonusTokens":\#(b.bonusTokens),"heldTokens":\#(b.heldTokens),"#
-            + #""purchasedTokens":\#(b.purchasedTokens),"subscriptionTokens":\#(b.subscriptionTokens),"totalTokens":\#(b.totalTokens)},"#
-            + #""userId":"\#(result.userId)"}"#
-    }
-
     static func migrated(_ db: any Database) async throws {
         _ = try await db.migrate(db.engine.migrations, logger: TestDatabase.logger)
     }
@@ -361,13 +353,14 @@ struct Workload {
     /// True when the statement spent (and its answer matched the model); false when it declined.
     mutating func spendInOneStatement(_ user: String, amount: Int64, step: Int, expected: [LedgerModel.Part]?, context: String) async throws -> Bool {
         let ledger = self.ledger
-        let outcome = try await db.withConnection(logger: TestDatabase.logger) { connection in
+        let spend = { @Sendable (connection: any SQLExecutor) async throws -> OneStatementSpend in
             try await ledger.spendInOneStatement(
-                connection, caller: .known("test"), key: "step-\(step)", requestJSON: "{}", status: 200, userID: user, amountTokens: amount,
-                reason: "spend", metadata: nil, encode: LedgerModelTests.encodeResult
+                connection, caller: .known("test"), key: "step-\(step)", requestJSON: "{}", userID: user, amountTokens: amount, reason: "spend",
+                metadata: nil
             ).outcome
         }
-        guard case .spent(let body, let balances) = outcome else {
+        let outcome = try await db.withConnection(logger: TestDatabase.logger, spend)
+        guard case .spent(let result) = outcome else {
             #expect(outcome == .fallback, "\(context)")
             return false
         }
@@ -375,9 +368,18 @@ struct Workload {
         #expect(expected != nil, "one-statement spend succeeded but the model had too little: \(context)")
         let b = model.balances(user)
         #expect(
-            balances == BucketBalances(bonusTokens: b.bonus, subscriptionTokens: b.subscription, purchasedTokens: b.purchased, heldTokens: b.held),
+            result.balances
+                == BucketBalances(bonusTokens: b.bonus, subscriptionTokens: b.subscription, purchasedTokens: b.purchased, heldTokens: b.held),
             "\(context)")
-        #expect(body == LedgerModelTests.encodeResult(LedgerResult(operationId: "", userId: user, amount: amount, balances: balances)), "\(context)")
+        #expect(result.userId == user && result.amount == amount, "\(context)")
+        // The record the function stored is the outcome Swift reads back: the same key replays this very result.
+        guard case .stored(let record) = try await db.withConnection(logger: TestDatabase.logger, spend),
+            case .succeeded(let replayed) = try IdempotencyStore.replay(record, request: [:]) as IdempotentOutcome<LedgerResult>
+        else {
+            Issue.record("the same key did not replay the stored result: \(context)")
+            return true
+        }
+        #expect(replayed == result, "\(context)")
         return true
     }
 

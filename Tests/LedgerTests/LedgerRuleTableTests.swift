@@ -6,7 +6,7 @@ import Testing
 
 /// One table of spend cases, generated from a fixed seed, that every implementation of the spend rules must pass with
 /// the same result: the Swift ledger (`Ledger.spend`) on SQLite and on PostgreSQL, and PostgreSQL's PL/pgSQL
-/// `ledger_spend_once` (migration 0008). The expected result is the independent model's (`LedgerModel.take`): bonus
+/// `ledger_spend_once` (migrations 0008, 0017). The expected result is the independent model's (`LedgerModel.take`): bonus
 /// lots soonest-expiring first (never-expiring last), then subscription, then purchased; too few tokens → nothing
 /// moves. A rule changed in one implementation fails here until the others agree.
 @Suite("Ledger rule table")
@@ -110,8 +110,8 @@ struct LedgerRuleTableTests {
         case .plpgsql:
             let outcome = try await db.withConnection(logger: TestDatabase.logger) { connection in
                 try await ledger.spendInOneStatement(
-                    connection, caller: .known("rules"), key: key, requestJSON: "{}", status: 200, userID: user, amountTokens: amount,
-                    reason: "spend", metadata: nil, encode: LedgerModelTests.encodeResult
+                    connection, caller: .known("rules"), key: key, requestJSON: "{}", userID: user, amountTokens: amount,
+                    reason: "spend", metadata: nil
                 ).outcome
             }
             if case .spent = outcome { return true }

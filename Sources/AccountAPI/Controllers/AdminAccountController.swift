@@ -56,9 +56,9 @@ struct AdminAccountController: Sendable {
             caller: actor, key: try IdempotentResponse.key(request), fields: canonicalFields(fields, extra: ["endpoint": "admin-grants"]))
         let answer = try await ledger.grant(
             identity, userID: userID, amountTokens: body.amount, bucket: body.bucket, reason: body.reason ?? "admin_grant", expiresAt: expiresAt,
-            metadata: body.metadata?.canonicalText, by: .operatorActor(actor, ip: context.clientIP), format: IdempotentResponse.ledgerResult,
+            metadata: body.metadata?.canonicalText, by: .operatorActor(actor, ip: context.clientIP),
             logger: context.logger)
-        return IdempotentResponse.response(answer)
+        return try IdempotentResponse.response(answer, .created, LedgerResultJSON.init)
     }
 
     @Sendable func balance(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<TokenBalanceJSON> {

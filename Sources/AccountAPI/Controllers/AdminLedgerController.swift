@@ -46,8 +46,8 @@ struct AdminLedgerController: Sendable {
             fields: canonicalFields(body, extra: ["endpoint": "admin-debits", "userId": userID]))
         let answer = try await ledger.debit(
             identity, userID: userID, amountTokens: body.amount, bucket: body.bucket, note: body.reason, actor: actor, ip: context.clientIP,
-            format: IdempotentResponse.ledgerResult, logger: context.logger)
-        return IdempotentResponse.response(answer)
+            logger: context.logger)
+        return try IdempotentResponse.response(answer, .created, LedgerResultJSON.init)
     }
 
     /// Once per operation (a second call is 409 `already_reversed`); reversing a pack unlock's spend keeps the unlock.

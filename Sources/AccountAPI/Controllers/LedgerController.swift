@@ -29,11 +29,11 @@ struct LedgerController: Sendable {
         let answer = try await ledger.grant(
             try idempotent(request, caller, body, endpoint: "grants"), userID: body.userId, amountTokens: body.amount, bucket: body.bucket,
             reason: body.reason ?? "grant", expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), metadata: body.metadata?.canonicalText,
-            by: .service(caller, ip: context.clientIP), format: IdempotentResponse.ledgerResult, logger: context.logger)
-        return IdempotentResponse.response(answer)
+            by: .service(caller, ip: context.clientIP), logger: context.logger)
+        return try IdempotentResponse.response(answer, .created, LedgerResultJSON.init)
     }
 
-    /// The ledger chooses the engine's path (``LedgerService/spend(_:key:fields:userID:amountTokens:reason:metadata:format:logger:)``).
+    /// The ledger chooses the engine's path (``LedgerService/spend(_:key:fields:userID:amountTokens:reason:metadata:logger:)``).
     /// The caller's 401 / 403 comes before any input error, as on every route here. Only a bearer that looks like an API
     /// key is checked in the spend's own statement, so its body is read first, and bounded (``spendBodyBytesMax``);
     /// anything else is authenticated before the body is read.
@@ -54,8 +54,8 @@ struct LedgerController: Sendable {
         }
         let answer = try await ledger.spend(
             caller, key: key, fields: canonicalFields(body, extra: ["endpoint": "spend"]), userID: body.userId, amountTokens: body.amount,
-            reason: body.reason, metadata: body.metadata?.canonicalText, format: IdempotentResponse.ledgerResult, logger: context.logger)
-        return IdempotentResponse.response(answer)
+            reason: body.reason, metadata: body.metadata?.canonicalText, logger: context.logger)
+        return try IdempotentResponse.response(answer, .ok, LedgerResultJSON.init)
     }
 
     /// A spend's body: its metadata is at most 4 KiB as canonical JSON; 64 KiB leaves room for any spacing.
@@ -68,8 +68,8 @@ struct LedgerController: Sendable {
         let answer = try await ledger.hold(
             try idempotent(request, caller, body, endpoint: "holds"), userID: body.userId, amountTokens: body.amount,
             ttlSeconds: body.ttlSeconds ?? LedgerLimits.holdTTLSecondsDefault, reason: body.reason, metadata: body.metadata?.canonicalText,
-            format: IdempotentResponse.hold, logger: context.logger)
-        return IdempotentResponse.response(answer)
+            logger: context.logger)
+        return try IdempotentResponse.response(answer, .created, HoldJSON.init)
     }
 
     @Sendable func capture(_ request: Request, context: AppRequestContext) async throws -> Response {
@@ -80,15 +80,15 @@ struct LedgerController: Sendable {
         let identity = IdempotentRequest(
             caller: caller, key: try IdempotentResponse.key(request), fields: canonicalFields(body, extra: ["endpoint": "capture", "holdId": id]))
         let answer = try await ledger.capture(
-            identity, holdID: id, amountTokens: body.amount, format: IdempotentResponse.hold, logger: context.logger)
-        return IdempotentResponse.response(answer)
+            identity, holdID: id, amountTokens: body.amount, logger: context.logger)
+        return try IdempotentResponse.response(answer, .ok, HoldJSON.init)
     }
 
     @Sendable func void(_ request: Request, context: AppRequestContext) async throws -> Response {
         let caller = try await caller(request, context)
         let id = try context.pathParameter("id")
         let identity = IdempotentRequest(caller: caller, key: try IdempotentResponse.key(request), fields: ["endpoint": "void", "holdId": id])
-        return IdempotentResponse.response(try await ledger.void(identity, holdID: id, format: IdempotentResponse.hold, logger: context.logger))
+        return try IdempotentResponse.response(try await ledger.void(identity, holdID: id, logger: context.logger), .ok, HoldJSON.init)
     }
 
     func caller(_ request: Request, _ context: AppRequestContext) async throws -> String {

@@ -43,7 +43,7 @@ struct StickerController: Sendable {
         let identity = IdempotentRequest(
             caller: "user:\(userID)", key: try IdempotentResponse.key(request), fields: ["endpoint": "unlock", "packId": packID])
         let answer = try await stickers.unlock(
-            identity, userID: userID, packID: packID, canMakePurchases: canMakePurchases, format: IdempotentResponse.unlock, logger: context.logger)
-        return IdempotentResponse.response(answer)
+            identity, userID: userID, packID: packID, canMakePurchases: canMakePurchases, logger: context.logger)
+        return try IdempotentResponse.response(answer, .ok, UnlockJSON.init)
     }
 }

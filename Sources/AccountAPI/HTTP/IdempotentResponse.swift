@@ -16,21 +16,21 @@ enum IdempotentResponse {
         return key
     }
 
-    /// Stored answers are the JSON sent: `json` renders a success, a remembered ledger failure is its problem.
-    static func format<Value, JSON: Encodable & SendableMetatype>(_ json: @escaping @Sendable (Value) -> JSON) -> AnswerFormat<Value> {
-        AnswerFormat(
-            encode: { try encode(json($0)) }, failure: { error in (Int(error.problem.status.code), (try? error.problem.jsonText()) ?? "{}") })
-    }
-
-    static let ledgerResult = format(LedgerResultJSON.init)
-    static let hold = format(HoldJSON.init)
-    static let unlock = format(UnlockJSON.init)
-
-    static func response(_ answer: IdempotentAnswer) -> Response {
-        let isProblem = answer.status >= 400
-        var headers: HTTPFields = [.contentType: isProblem ? "application/problem+json" : "application/json; charset=utf-8"]
-        if answer.replayed { headers[.idempotentReplayed] = "true" }
-        return Response(status: HTTPResponse.Status(code: answer.status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: answer.body)))
+    /// The response to an idempotent write's outcome, first time or replayed (the same rendering either way): a success
+    /// is `status` with `json`'s body, a remembered ledger failure its problem, a record from before migration 0017 the
+    /// answer it stored. A replay carries `Idempotent-Replayed: true`.
+    static func response<Value, JSON: Encodable>(
+        _ result: IdempotentResult<Value>, _ status: HTTPResponse.Status, _ json: (Value) -> JSON
+    ) throws -> Response {
+        let (code, body): (Int, String)
+        switch result.outcome {
+        case .succeeded(let value): (code, body) = (status.code, try encode(json(value)))
+        case .failed(let error): (code, body) = (error.problem.status.code, try error.problem.jsonText())
+        case .sentBefore(let status, let sent): (code, body) = (status, sent)
+        }
+        var headers: HTTPFields = [.contentType: code >= 400 ? "application/problem+json" : "application/json; charset=utf-8"]
+        if result.replayed { headers[.idempotentReplayed] = "true" }
+        return Response(status: HTTPResponse.Status(code: code), headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
     static func encode<T: Encodable>(_ value: T) throws -> String {
