@@ -35,14 +35,21 @@ struct IdempotencyRecordTests {
                 ) { _ in throw LedgerError.holdNotFound }
             }
             guard engine == .postgres else { return }
-            // The one-statement spend meets the same old record and hands it back for the same replay.
+            // The one-statement spend meets the same old record (for a user who could spend) and hands it back for the same
+            // replay, writing nothing.
+            let ledger = Ledger(clock: ManualTimeSource())
+            _ = try await db.transaction(logger: TestDatabase.logger) {
+                try await ledger.grant($0, userID: "u", amountTokens: 10, bucket: .purchased, reason: "grant")
+            }
             let answer = try await db.withConnection(logger: TestDatabase.logger) { connection in
-                try await Ledger(clock: ManualTimeSource()).spendInOneStatement(
+                try await ledger.spendInOneStatement(
                     connection, caller: .known("svc"), key: "old", requestJSON: try IdempotencyStore.requestJSON(Self.request), userID: "u",
                     amountTokens: 5, reason: "spend", metadata: nil)
             }
             let result = try IdempotencyStore.answer(answer.outcome, request: Self.request)
             #expect(result?.replayed == true && result?.outcome == .sentBefore(status: 402, body: Self.legacyBody))
+            let balance = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.balances($0, userID: "u") }
+            #expect(balance.purchasedTokens == 10)
         }
     }
 
