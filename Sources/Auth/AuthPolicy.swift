@@ -17,6 +17,10 @@ public struct AuthPolicy: Sendable {
     public var pendingSignUpRequestsMax = 10
     public var sessionAbsoluteSeconds: Double = 30 * 24 * 3600
     public var sessionIdleSeconds: Double = 7 * 24 * 3600
+    /// An expired session is forgotten this much later (a week in which support still sees it).
+    public var sessionRetentionSeconds: Double = 7 * 24 * 3600
+    /// Audit rows are kept this long: 400 days, a year and the review after it.
+    public var auditRetentionSeconds: Double = 400 * 24 * 3600
     /// `last_used_at` is written at most this often per session (not on every request).
     public var sessionTouchIntervalSeconds: Double = 60
     /// Consecutive failed password checks for one address before the growing delays start.

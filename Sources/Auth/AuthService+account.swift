@@ -101,22 +101,6 @@ extension AuthService {
     public func user(id: String, logger: Logger) async throws -> User {
         try await database.withConnection(logger: logger) { tx in try await loadUser(tx, id: id) }
     }
-
-    /// Forgets expired attempt budgets, sign-up requests older than a day and codes expired an hour ago (the sweeper calls
-    /// it), at most `limit` of each; returns how many rows went.
-    public func purgeAttemptBudgets(limit: Int, logger: Logger) async throws -> Int {
-        let now = clock.now()
-        return try await database.transaction(logger: logger) { tx in
-            let budgets = try await AttemptBudget.purge(tx, idleBefore: now.addingTimeInterval(-2 * 3600), now: now, limit: limit)
-            let requests = try await tx.query(
-                "DELETE FROM sign_up_requests WHERE id IN (SELECT id FROM sign_up_requests WHERE created_at_ms < ? LIMIT ?) RETURNING id",
-                [now.addingTimeInterval(-policy.pendingSignUpSeconds), limit])
-            let codes = try await tx.query(
-                "DELETE FROM otp_codes WHERE email IN (SELECT email FROM otp_codes WHERE expires_at_ms < ? LIMIT ?) AND expires_at_ms < ? RETURNING email",
-                [now.addingTimeInterval(-3600), limit, now.addingTimeInterval(-3600)])
-            return budgets + requests.count + codes.count
-        }
-    }
 }
 
 /// A user as operators see it.

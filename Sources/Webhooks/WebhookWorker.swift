@@ -38,7 +38,7 @@ public struct WebhookWorker: Sendable {
                 var passes = 0
                 await loop("delivery") {
                     passes += 1
-                    if passes % 3600 == 0 { try await purge() }
+                    if passes % 60 == 0 { try await purge() }
                     return try await deliverOnce() >= settings.maxInFlight
                 }
             }
@@ -81,18 +81,30 @@ public struct WebhookWorker: Sendable {
         return claimed.count
     }
 
-    /// Forgets finished deliveries (with their tries) after 30 days.
-    func purge() async throws {
-        let now = clock.now()
-        try await database.transaction(logger: logger) { tx in
-            let old = try await tx.query(
-                "SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at_ms < ? LIMIT 5000", [now.addingTimeInterval(-30 * 86400)])
-            for row in old {
-                try await tx.query("DELETE FROM webhook_attempts WHERE delivery_id = ?", [try row.string("id")])
-                try await tx.query("DELETE FROM webhook_deliveries WHERE id = ?", [try row.string("id")])
+    /// Forgets finished deliveries (with their tries) after ``deliveryRetentionDays`` days, in batches of `batch`, each
+    /// its own short transaction, at most `batches` of them per call; returns how many deliveries went.
+    @discardableResult
+    public func purge(batch: Int = 500, batches: Int = 20) async throws -> Int {
+        let cutoff = clock.now().addingTimeInterval(-Double(Self.deliveryRetentionDays) * 86400)
+        var purged = 0
+        for _ in 0..<batches {
+            let count = try await database.transaction(logger: logger) { tx in
+                let ids = try await tx.query(
+                    "SELECT id FROM webhook_deliveries WHERE created_at_ms < ? AND status <> 'pending' ORDER BY created_at_ms LIMIT ?", [cutoff, batch]
+                ).map { try $0.string("id") }
+                guard !ids.isEmpty else { return 0 }
+                let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")
+                try await tx.query("DELETE FROM webhook_attempts WHERE delivery_id IN (\(list))", ids)
+                try await tx.query("DELETE FROM webhook_deliveries WHERE id IN (\(list))", ids)
+                return ids.count
             }
+            purged += count
+            if count < batch { break }
         }
+        return purged
     }
+
+    public static let deliveryRetentionDays = 30
 
     struct Target {
         let id: String

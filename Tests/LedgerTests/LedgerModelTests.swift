@@ -373,8 +373,8 @@ struct Workload {
                 == BucketBalances(bonusTokens: b.bonus, subscriptionTokens: b.subscription, purchasedTokens: b.purchased, heldTokens: b.held),
             "\(context)")
         #expect(result.userId == user && result.amount == amount, "\(context)")
-        // The record the function stored is the outcome Swift reads back: the same key replays this very result, or, when
-        // the user could not spend it again now (the key is claimed after the checks), declines without writing.
+        // The record the function stored is the outcome Swift reads back: the same key replays this very result (or the
+        // statement declines without writing, and the transactional path replays it).
         switch try await db.withConnection(logger: TestDatabase.logger, spend) {
         case .stored(let record):
             oneStatementReplays += 1

@@ -8,7 +8,8 @@ import Storage
 
 /// Background work, on one node at a time (a database lease): each pass asks the owners to do their part — the ledger
 /// releases expired holds and purges idempotency records past retention, subscriptions drip yearly plans' monthly
-/// tokens, auth forgets idle attempt budgets. The decisions are theirs; this only schedules.
+/// tokens, auth forgets what it keeps only for a while (attempt budgets, sign-up requests, codes, sessions, challenges, email
+/// changes, audit rows; docs/operations.md "Retention"). The decisions are theirs; this only schedules.
 struct BackgroundSweeper: Service {
     let dependencies: Dependencies
     let intervalSeconds: Double
@@ -47,7 +48,7 @@ struct BackgroundSweeper: Service {
         let holds = try await ledger.ledger.expireHolds(database, limit: 500, logger: logger)
         let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: 500, logger: logger)
         let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
-        _ = try await dependencies.auth.purgeAttemptBudgets(limit: 1000, logger: logger)
+        _ = try await dependencies.auth.purgeExpired(limit: 1000, logger: logger)
         return (holds, drips, purged)
     }
 }

@@ -1,0 +1,48 @@
+import Foundation
+import Logging
+import Storage
+
+/// What one retention pass forgot, per table (docs/operations.md "Retention").
+public struct AuthPurge: Sendable, Equatable {
+    public var attemptBudgets = 0
+    public var signUpRequests = 0
+    public var codes = 0
+    public var sessions = 0
+    public var mfaChallenges = 0
+    public var emailChanges = 0
+    public var auditRows = 0
+
+    public var total: Int { attemptBudgets + signUpRequests + codes + sessions + mfaChallenges + emailChanges + auditRows }
+}
+
+extension AuthService {
+    /// Forgets what Auth keeps only for a while, at most `limit` rows of each table, each table in its own short
+    /// transaction (the sweeper calls it every pass): idle attempt budgets (2 hours), sign-up requests past their
+    /// lifetime, codes an hour after they expired, sessions ``AuthPolicy/sessionRetentionSeconds`` after they
+    /// expired, second-factor challenges and email changes a day after, and audit rows older than
+    /// ``AuthPolicy/auditRetentionSeconds``. Every delete finds its rows by an index (migration 0018).
+    public func purgeExpired(limit: Int, logger: Logger) async throws -> AuthPurge {
+        let now = clock.now()
+        var purged = AuthPurge()
+        purged.attemptBudgets = try await database.transaction(logger: logger) {
+            try await AttemptBudget.purge($0, idleBefore: now.addingTimeInterval(-2 * 3600), now: now, limit: limit)
+        }
+        purged.signUpRequests = try await purge("sign_up_requests", key: "id", column: "created_at_ms", before: now.addingTimeInterval(-policy.pendingSignUpSeconds), limit: limit, logger: logger)
+        purged.codes = try await purge("otp_codes", key: "email, purpose", column: "expires_at_ms", before: now.addingTimeInterval(-3600), limit: limit, logger: logger)
+        purged.sessions = try await purge("sessions", key: "id", column: "expires_at_ms", before: now.addingTimeInterval(-policy.sessionRetentionSeconds), limit: limit, logger: logger)
+        purged.mfaChallenges = try await purge("mfa_challenges", key: "token_hash", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
+        purged.emailChanges = try await purge("email_changes", key: "user_id", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
+        purged.auditRows = try await purge("audit_log", key: "id", column: "at_ms", before: now.addingTimeInterval(-policy.auditRetentionSeconds), limit: limit, logger: logger)
+        return purged
+    }
+
+    /// Deletes at most `limit` rows of one of Auth's tables whose `column` is before `cutoff`, oldest first; how many.
+    func purge(_ table: String, key: String, column: String, before cutoff: Date, limit: Int, logger: Logger) async throws -> Int {
+        try await database.transaction(logger: logger) { tx in
+            try await tx.query(
+                "DELETE FROM \(table) WHERE (\(key)) IN (SELECT \(key) FROM \(table) WHERE \(column) < ? ORDER BY \(column) LIMIT ?) RETURNING 1",
+                [cutoff, limit]
+            ).count
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import Auth
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Storage
+import TestSupport
+import Webhooks
+import Testing
+
+@testable import AccountAPI
+
+/// What grows without bound is forgotten in batches by the sweeper, after its documented retention
+/// (docs/operations.md "Retention"), and nothing younger goes with it.
+@Suite("Retention")
+struct RetentionHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func theSweeperForgetsWhatIsPastItsRetentionInBatches(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let old = try await client.signUpAndVerify(app, email: "old@example.com")
+            let start = app.clock.now()
+            // 38 days on: the first session expired (30 days) more than the 7 retained days ago.
+            app.clock.advance(seconds: 38 * 86400)
+            let fresh = try await client.signUpAndVerify(app, email: "fresh@example.com")
+            let now = app.clock.now()
+            try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
+                for (id, days) in [("audit-401a", 401.0), ("audit-401b", 402.0), ("audit-401c", 403.0), ("audit-399", 399.0)] {
+                    try await tx.query(
+                        "INSERT INTO audit_log (id, at_ms, actor, action, subject, ip, detail) VALUES (?, ?, 'system', 'test', NULL, NULL, NULL)",
+                        [id, now.addingTimeInterval(-days * 86400)])
+                }
+                for (id, days, status) in [("d-old", 31.0, "delivered"), ("d-old-pending", 31.0, "pending"), ("d-new", 29.0, "failed")] {
+                    let at = now.addingTimeInterval(-days * 86400)
+                    try await tx.query(
+                        """
+                        INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms,
+                            retry_until_ms, created_at_ms) VALUES (?, 'e1', ?, 'tokens.spent', '{}', ?, 1, ?, ?, ?)
+                        """, [id, id, status, at, at, at])
+                    try await tx.query(
+                        "INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES (?, 1, ?, 200, NULL, 5)",
+                        [id, at])
+                }
+            }
+            #expect(try await app.rows("SELECT id FROM sessions").count == 2)
+            #expect(try await app.rows("SELECT id FROM sign_up_requests WHERE created_at_ms < ?", [now.addingTimeInterval(-86400)]).count == 1)
+
+            // Batches: at most `limit` of each table per call, oldest first.
+            let first = try await app.dependencies.auth.purgeExpired(limit: 2, logger: TestDatabase.logger)
+            #expect(first.auditRows == 2 && first.sessions == 1 && first.signUpRequests == 1)
+            #expect(try await app.rows("SELECT id FROM audit_log WHERE id LIKE 'audit-%' ORDER BY id").map { try $0.string("id") } == ["audit-399", "audit-401a"])
+            _ = try #require(try await BackgroundSweeper(dependencies: app.dependencies, intervalSeconds: 5, logger: TestDatabase.logger).sweepOnce())
+            #expect(try await app.rows("SELECT id FROM audit_log WHERE id LIKE 'audit-%'").map { try $0.string("id") } == ["audit-399"])
+            #expect(try await app.rows("SELECT id FROM sessions").count == 1)
+            #expect(try await client.get("/api/user/token-balance", token: fresh).status == .ok)
+            #expect(try await client.get("/api/user/token-balance", token: old).status == .unauthorized)
+            #expect(try await app.rows("SELECT id FROM sign_up_requests WHERE created_at_ms < ?", [start.addingTimeInterval(86400)]).isEmpty)
+            #expect(try await app.rows("SELECT id FROM sign_up_requests").count == 1)
+
+            // Finished deliveries older than 30 days go with their tries; pending and younger ones stay.
+            let purged = try await app.webhookWorker(sender: WebhookReceiver.sender).purge(batch: 1)
+            #expect(purged == 1)
+            #expect(try await app.rows("SELECT id FROM webhook_deliveries ORDER BY id").map { try $0.string("id") } == ["d-new", "d-old-pending"])
+            #expect(try await app.rows("SELECT delivery_id FROM webhook_attempts ORDER BY delivery_id").map { try $0.string("delivery_id") } == ["d-new", "d-old-pending"])
+        }
+    }
+}
