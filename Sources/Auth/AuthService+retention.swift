@@ -27,12 +27,20 @@ extension AuthService {
         purged.attemptBudgets = try await database.transaction(logger: logger) {
             try await AttemptBudget.purge($0, idleBefore: now.addingTimeInterval(-2 * 3600), now: now, limit: limit)
         }
-        purged.signUpRequests = try await purge("sign_up_requests", key: "id", column: "created_at_ms", before: now.addingTimeInterval(-policy.pendingSignUpSeconds), limit: limit, logger: logger)
-        purged.codes = try await purge("otp_codes", key: "email, purpose", column: "expires_at_ms", before: now.addingTimeInterval(-3600), limit: limit, logger: logger)
-        purged.sessions = try await purge("sessions", key: "id", column: "expires_at_ms", before: now.addingTimeInterval(-policy.sessionRetentionSeconds), limit: limit, logger: logger)
-        purged.mfaChallenges = try await purge("mfa_challenges", key: "token_hash", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
-        purged.emailChanges = try await purge("email_changes", key: "user_id", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
-        purged.auditRows = try await purge("audit_log", key: "id", column: "at_ms", before: now.addingTimeInterval(-policy.auditRetentionSeconds), limit: limit, logger: logger)
+        purged.signUpRequests = try await purge(
+            "sign_up_requests", key: "id", column: "created_at_ms", before: now.addingTimeInterval(-policy.pendingSignUpSeconds), limit: limit,
+            logger: logger)
+        purged.codes = try await purge(
+            "otp_codes", key: "email, purpose", column: "expires_at_ms", before: now.addingTimeInterval(-3600), limit: limit, logger: logger)
+        purged.sessions = try await purge(
+            "sessions", key: "id", column: "expires_at_ms", before: now.addingTimeInterval(-policy.sessionRetentionSeconds), limit: limit,
+            logger: logger)
+        purged.mfaChallenges = try await purge(
+            "mfa_challenges", key: "token_hash", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
+        purged.emailChanges = try await purge(
+            "email_changes", key: "user_id", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
+        purged.auditRows = try await purge(
+            "audit_log", key: "id", column: "at_ms", before: now.addingTimeInterval(-policy.auditRetentionSeconds), limit: limit, logger: logger)
         return purged
     }
 

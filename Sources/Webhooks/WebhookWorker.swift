@@ -90,7 +90,8 @@ public struct WebhookWorker: Sendable {
         for _ in 0..<batches {
             let count = try await database.transaction(logger: logger) { tx in
                 let ids = try await tx.query(
-                    "SELECT id FROM webhook_deliveries WHERE created_at_ms < ? AND status <> 'pending' ORDER BY created_at_ms LIMIT ?", [cutoff, batch]
+                    "SELECT id FROM webhook_deliveries WHERE created_at_ms < ? AND status <> 'pending' ORDER BY created_at_ms LIMIT ?",
+                    [cutoff, batch]
                 ).map { try $0.string("id") }
                 guard !ids.isEmpty else { return 0 }
                 let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")

@@ -4,8 +4,8 @@ import HTTPTypes
 import HummingbirdTesting
 import Storage
 import TestSupport
-import Webhooks
 import Testing
+import Webhooks
 
 @testable import AccountAPI
 
@@ -15,7 +15,7 @@ import Testing
 struct RetentionHTTPTests {
     @Test(arguments: TestDatabase.engines)
     func theSweeperForgetsWhatIsPastItsRetentionInBatches(engine: Engine) async throws {
-        try await TestApp.run(engine) { client, app in
+        try await TestApp.run(engine, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
             let old = try await client.signUpAndVerify(app, email: "old@example.com")
             let start = app.clock.now()
             // 38 days on: the first session expired (30 days) more than the 7 retained days ago.
@@ -46,7 +46,10 @@ struct RetentionHTTPTests {
             // Batches: at most `limit` of each table per call, oldest first.
             let first = try await app.dependencies.auth.purgeExpired(limit: 2, logger: TestDatabase.logger)
             #expect(first.auditRows == 2 && first.sessions == 1 && first.signUpRequests == 1)
-            #expect(try await app.rows("SELECT id FROM audit_log WHERE id LIKE 'audit-%' ORDER BY id").map { try $0.string("id") } == ["audit-399", "audit-401a"])
+            #expect(
+                try await app.rows("SELECT id FROM audit_log WHERE id LIKE 'audit-%' ORDER BY id").map { try $0.string("id") } == [
+                    "audit-399", "audit-401a",
+                ])
             _ = try #require(try await BackgroundSweeper(dependencies: app.dependencies, intervalSeconds: 5, logger: TestDatabase.logger).sweepOnce())
             #expect(try await app.rows("SELECT id FROM audit_log WHERE id LIKE 'audit-%'").map { try $0.string("id") } == ["audit-399"])
             #expect(try await app.rows("SELECT id FROM sessions").count == 1)
@@ -59,7 +62,10 @@ struct RetentionHTTPTests {
             let purged = try await app.webhookWorker(sender: WebhookReceiver.sender).purge(batch: 1)
             #expect(purged == 1)
             #expect(try await app.rows("SELECT id FROM webhook_deliveries ORDER BY id").map { try $0.string("id") } == ["d-new", "d-old-pending"])
-            #expect(try await app.rows("SELECT delivery_id FROM webhook_attempts ORDER BY delivery_id").map { try $0.string("delivery_id") } == ["d-new", "d-old-pending"])
+            #expect(
+                try await app.rows("SELECT delivery_id FROM webhook_attempts ORDER BY delivery_id").map { try $0.string("delivery_id") } == [
+                    "d-new", "d-old-pending",
+                ])
         }
     }
 }

@@ -1,0 +1,84 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+/// The hot statements and the jobs' statements find their rows by an index on big tables: a database seeded by
+/// `scripts/seed-scale` (30,000 users, 150,000 ledger entries), then the app's own flows over HTTP, and
+/// `pg_stat_statements` (statements inside PL/pgSQL included) says how many buffers each statement touched per call.
+/// A sequential scan of any seeded table touches hundreds; an index lookup a handful. A later change that loses an index
+/// fails here with the statement's text.
+@Suite("Query plans at scale")
+struct QueryPlanTests {
+    static let blocksPerCallMax = 120.0
+
+    @Test func everyStatementOfTheHotPathsAndJobsUsesAnIndexOnBigTables() async throws {
+        try await TestApp.run(.postgres, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
+            try await app.rows("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            try Self.seed(url: app.handle.url)
+            let largest = try await app.rows("SELECT relpages FROM pg_class WHERE relname = 'ledger_transfers'").first?.int("relpages") ?? 0
+            #expect(largest > 1000, "the seeded table is big enough that a scan shows")
+
+            try await app.rows("SELECT pg_stat_statements_reset()")
+            let key = try await app.apiKey(["admin", "ledger:write", "ledger:read", "entitlements:read"])
+            let token = try await client.signUpAndVerify(app, email: "plans@example.com")
+            let user = try await app.userID(token: token)
+            #expect(try await client.signIn("plans@example.com", "correct horse battery").status == .ok)
+            let grant = #"{"userId":"\#(user)","amount":100,"bucket":"purchased","reason":"grant"}"#
+            #expect(try await client.ledger("/api/ledger/grants", key: key, idempotencyKey: "g1", json: grant).status == .created)
+            for index in 0..<20 {
+                let spend = #"{"userId":"\#(user)","amount":1,"reason":"spend"}"#
+                #expect(try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s\(index)", json: spend).status == .ok)
+            }
+            let hold = try await client.ledger(
+                "/api/ledger/holds", key: key, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":2,"reason":"job"}"#)
+            #expect(hold.status == .created)
+            for path in [
+                "/api/entitlements", "/api/user/token-balance", "/api/user/token-history?limit=2", "/api/profiles/available", "/api/user/me",
+            ] {
+                #expect(try await client.get(path, token: token).status == .ok, "\(path)")
+            }
+            for path in [
+                "/api/admin/users?email=scale777@example.com", "/api/admin/users?limit=20", "/api/admin/users/scale-123",
+                "/api/admin/audit?userId=\(user)&limit=5", "/api/admin/users/scale-123/snapshot",
+            ] {
+                #expect(try await client.get(path, token: key).status == .ok, "\(path)")
+            }
+            app.clock.advance(seconds: 3600)
+            _ = try await BackgroundSweeper(dependencies: app.dependencies, intervalSeconds: 5, logger: TestDatabase.logger).sweepOnce()
+
+            let statements = try await app.rows(
+                """
+                SELECT query, calls, (shared_blks_hit + shared_blks_read) / calls AS blocks FROM pg_stat_statements
+                WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0
+                    AND query NOT LIKE '%pg_stat_statements%' ORDER BY blocks DESC
+                """)
+            #expect(statements.count > 30, "the flows ran their statements")
+            for row in statements.prefix(8) {
+                print(
+                    "query-plan blocks=\(try row.int("blocks")) calls=\(try row.int("calls")) \(try row.string("query").prefix(90).replacingOccurrences(of: "\n", with: " "))"
+                )
+            }
+            for row in statements {
+                let blocks = Double(try row.int("blocks"))
+                let query = try row.string("query")
+                #expect(blocks <= Self.blocksPerCallMax, "\(Int(blocks)) buffers per call: \(query)")
+            }
+        }
+    }
+
+    /// `scripts/seed-scale` into the test's database.
+    static func seed(url: String) throws {
+        let process = Process()
+        process.executableURL = repositoryRoot.appendingPathComponent("scripts/seed-scale")
+        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url, "USERS": "30000", "TRANSFERS": "150000"]) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "scripts/seed-scale")
+    }
+}
