@@ -40,7 +40,9 @@ extension Ledger {
         reason: String, metadata: String?
     ) async throws -> OneStatementAnswer {
         let declined = OneStatementAnswer(outcome: .fallback, callerFound: false, callerID: nil, callerSeenAt: nil)
-        guard connection.engine == .postgres, (try? Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)) != nil else {
+        guard connection.engine == .postgres, (try? Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)) != nil,
+            Self.jsonbAccepts(metadata)
+        else {
             return declined
         }
         let operation = Self.newID()
@@ -85,6 +87,13 @@ extension Ledger {
             outcome: try Self.outcome(row, operationID: operation, userID: userID, amountTokens: amountTokens, reason: reason), callerFound: true,
             callerID: row.optionalString("caller_id"),
             callerSeenAt: row.optionalDate("caller_seen_at_ms"))
+    }
+
+    /// PostgreSQL's `jsonb` refuses the escape `\u0000` that JSON allows (its text cannot hold a NUL). This statement
+    /// builds the event's metadata as `jsonb`, so such a spend takes the transactional path, which keeps metadata as text.
+    static func jsonbAccepts(_ metadata: String?) -> Bool {
+        guard let metadata else { return true }
+        return !metadata.contains("\\u0000") && !metadata.utf8.contains(0)
     }
 
     static func outcome(_ row: SQLRow, operationID: String, userID: String, amountTokens: Int64, reason: String) throws -> OneStatementSpend {

@@ -68,6 +68,14 @@ struct LedgerHTTPTests {
         }
     }
 
+    /// The test app with webhooks to loopback allowed, and the one-statement spend on or off.
+    static func withWebhooks(oneStatementSpends: Bool) -> @Sendable (inout AppConfig) -> Void {
+        { config in
+            TestApp.webhookConfig(&config)
+            config.oneStatementSpends = oneStatementSpends
+        }
+    }
+
     /// PostgreSQL answers common spends with one statement (`ledger_spend_once`); the same requests with it turned
     /// off must give the same statuses and bodies (ids aside), replays and conflicts included, also when it declines
     /// (a lapsed bonus lot to settle, too few tokens). On SQLite both runs take the transactional path.
@@ -75,7 +83,7 @@ struct LedgerHTTPTests {
     func oneStatementSpendsAnswerLikeTheTransactionalPath(engine: Engine) async throws {
         let runs = Mutex<[Bool: [String]]>([:])
         for oneStatement in [true, false] {
-            try await TestApp.run(engine, configure: { $0.oneStatementSpends = oneStatement }) { client, app in
+            try await TestApp.run(engine, configure: Self.withWebhooks(oneStatementSpends: oneStatement)) { client, app in
                 let token = try await client.signUpAndVerify(app, email: "one@example.com")
                 let user = try await app.userID(token: token)
                 let key = try await app.apiKey(["ledger:write"])
@@ -109,6 +117,14 @@ struct LedgerHTTPTests {
                     try await send("/api/ledger/spend", "m\(round)", round % 2 == 0 ? plain : spend(1))
                     #expect(answers.last?.hasPrefix("200 ") == true, "\(answers.last ?? "")")
                 }
+                // Metadata with a NUL (jsonb refuses it), with its event recorded for an endpoint: spent, then replayed.
+                _ = try await WebhookHTTPTests.endpoint(
+                    client, admin: try await app.apiKey(["admin"]), url: "http://127.0.0.1:9/hook", events: ["tokens.spent"])
+                for (index, metadata) in [#"{"k":"a\u0000b"}"#, #"{"k\u0000":1}"#].enumerated() {
+                    let odd = #"{"userId":"\#(user)","amount":1,"reason":"generation","metadata":\#(metadata)}"#
+                    for _ in 0..<2 { try await send("/api/ledger/spend", "nul\(index)", odd) }
+                    #expect(answers.suffix(2).map { String($0.prefix(6)) } == ["200 - ", "200 tr"], "\(answers.suffix(2))")
+                }
                 let report = try await app.dependencies.ledger.verify(logger: TestDatabase.logger)
                 #expect(report.ok, "\(report.differences)")
                 if engine == .postgres && oneStatement {
@@ -117,8 +133,9 @@ struct LedgerHTTPTests {
                 }
                 // The key's use was recorded; once revoked it spends nothing, on either path.
                 let keys = try await app.dependencies.apiKeys.list(logger: TestDatabase.logger)
-                #expect(keys.count == 1 && keys[0].lastUsedAt != nil)
-                #expect(try await app.dependencies.apiKeys.revoke(id: keys[0].id, logger: TestDatabase.logger))
+                let spender = try #require(keys.first { $0.scopes.contains("ledger:write") })
+                #expect(keys.count == 2 && spender.lastUsedAt != nil)
+                #expect(try await app.dependencies.apiKeys.revoke(id: spender.id, logger: TestDatabase.logger))
                 let revoked = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s7", json: spend(1))
                 #expect(revoked.status == .unauthorized)
                 let replayAfterRevoke = try await client.ledger("/api/ledger/spend", key: key, idempotencyKey: "s6", json: spend(2))
@@ -127,9 +144,9 @@ struct LedgerHTTPTests {
             }
         }
         let (with, without) = runs.withLock { ($0[true] ?? [], $0[false] ?? []) }
-        #expect(with.count == 20 && with == without, "\(with)\n\(without)")
-        // 3 welcome + 10 + 20 + 7 + 5 granted; 4 + 12 + 1 + 1 + 2 + 6 × 1 spent, 2 held, 5 lapsed.
-        let last = #"{"bonusTokens":0,"heldTokens":2,"purchasedTokens":12,"subscriptionTokens":0,"totalTokens":12}"#
+        #expect(with.count == 24 && with == without, "\(with)\n\(without)")
+        // 3 welcome + 10 + 20 + 7 + 5 granted; 4 + 12 + 1 + 1 + 2 + 6 × 1 + 2 × 1 spent, 2 held, 5 lapsed.
+        let last = #"{"bonusTokens":0,"heldTokens":2,"purchasedTokens":10,"subscriptionTokens":0,"totalTokens":10}"#
         #expect(with.last?.contains(last) == true, "\(with.last ?? "")")
         #expect(with.filter { $0.hasPrefix("402 ") }.count == 2 && with.filter { $0.hasPrefix("409 ") }.count == 1)
     }
