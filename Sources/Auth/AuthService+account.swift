@@ -127,6 +127,31 @@ extension AuthService {
         }
     }
 
+    /// Operators' search: users whose email starts with `query` (case-insensitive), in email order, at most `limit`
+    /// (≤ 100) after `cursor` (the previous page's `nextCursor`). Keyset paging over an index on both engines, so page
+    /// 1,000 costs what page 1 does.
+    public func searchUsers(query: String, cursor: String?, limit: Int, logger: Logger) async throws -> (users: [UserSummary], nextCursor: String?) {
+        let prefix = query.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        for (name, value) in [("query", prefix), ("cursor", cursor ?? "-")] {
+            guard !value.isEmpty, value.utf8.count <= InputRules.emailBytesMax, !value.unicodeScalars.contains(where: { $0.value == 0 }) else {
+                throw AuthError.validation("\(name) must be 1 to \(InputRules.emailBytesMax) bytes of text (the start of an email address).")
+            }
+        }
+        let limit = min(max(limit, 1), 100)
+        let rows = try await database.withConnection(logger: logger) { tx in
+            let email = tx.dialect.bytewise("email")
+            return try await tx.query(
+                """
+                SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE \(email) >= ? AND \(email) < ? AND \(email) > ?
+                ORDER BY \(email) LIMIT ?
+                """, [prefix, prefix + "\u{10FFFF}", cursor ?? "", limit + 1])
+        }
+        let users = try rows.prefix(limit).map {
+            UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil)
+        }
+        return (users, rows.count > limit ? users.last?.user.email : nil)
+    }
+
     /// Operator lookup by id (deleted users included, anonymous).
     public func findUser(id: String, logger: Logger) async throws -> UserSummary {
         let row = try await database.withConnection(logger: logger) { tx in

@@ -105,6 +105,9 @@ public struct SQLDialect: Sendable {
     /// Appended to a SELECT that must lock the rows it reads until commit (PostgreSQL). SQLite's
     /// `BEGIN IMMEDIATE` already holds the only write lock, so it needs nothing.
     public var forUpdate: String { engine == .postgres ? " FOR UPDATE" : "" }
+    /// `column` compared byte by byte (PostgreSQL's `C` collation; SQLite's default), so that a range `>= prefix AND
+    /// < prefix + U+10FFFF` holds exactly the values starting with `prefix`, and an index on this expression serves it.
+    public func bytewise(_ column: String) -> String { engine == .postgres ? "(\(column) COLLATE \"C\")" : column }
     /// An aggregate joining `expression` over the group with `|` (NULL for no rows).
     public func joined(_ expression: String) -> String {
         engine == .postgres ? "string_agg(\(expression), '|')" : "group_concat(\(expression), '|')"

@@ -18,12 +18,12 @@ struct QueryPlanTests {
 
     @Test func everyStatementOfTheHotPathsAndJobsUsesAnIndexOnBigTables() async throws {
         try await TestApp.run(.postgres, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
-            try await app.rows("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            _ = try await app.rows("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             try Self.seed(url: app.handle.url)
             let largest = try await app.rows("SELECT relpages FROM pg_class WHERE relname = 'ledger_transfers'").first?.int("relpages") ?? 0
             #expect(largest > 1000, "the seeded table is big enough that a scan shows")
 
-            try await app.rows("SELECT pg_stat_statements_reset()")
+            _ = try await app.rows("SELECT pg_stat_statements_reset()")
             let key = try await app.apiKey(["admin", "ledger:write", "ledger:read", "entitlements:read"])
             let token = try await client.signUpAndVerify(app, email: "plans@example.com")
             let user = try await app.userID(token: token)
@@ -43,7 +43,8 @@ struct QueryPlanTests {
                 #expect(try await client.get(path, token: token).status == .ok, "\(path)")
             }
             for path in [
-                "/api/admin/users?email=scale777@example.com", "/api/admin/users?limit=20", "/api/admin/users/scale-123",
+                "/api/admin/users?email=scale777@example.com", "/api/admin/users?limit=20", "/api/admin/users?query=scale12&limit=5",
+                "/api/admin/users?query=scale1&cursor=scale19000@example.com&limit=5", "/api/admin/users/scale-123",
                 "/api/admin/audit?userId=\(user)&limit=5", "/api/admin/users/scale-123/snapshot",
             ] {
                 #expect(try await client.get(path, token: key).status == .ok, "\(path)")

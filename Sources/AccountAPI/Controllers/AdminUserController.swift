@@ -8,7 +8,10 @@ struct AdminUserController: Sendable {
     let profiles: ProfileService
     let authenticator: Authenticator
 
-    struct UsersResponse: Encodable, Sendable { let users: [AdminUserJSON] }
+    struct UsersResponse: Encodable, Sendable {
+        let users: [AdminUserJSON]
+        var nextCursor: String? = nil
+    }
 
     func addRoutes(to router: Router<AppRequestContext>) {
         router.get("/api/admin/users", use: users)
@@ -23,8 +26,13 @@ struct AdminUserController: Sendable {
 
     @Sendable func users(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UsersResponse> {
         _ = try await authenticator.requireOperator(request, context)
-        let email = request.uri.queryParameters["email"].map(String.init)
-        let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) } ?? 50
+        let parameters = request.uri.queryParameters
+        let limit = parameters["limit"].flatMap { Int(String($0)) } ?? 50
+        if let query = parameters["query"].map(String.init) {
+            let found = try await auth.searchUsers(query: query, cursor: parameters["cursor"].map(String.init), limit: limit, logger: context.logger)
+            return JSONResponse(UsersResponse(users: found.users.map(AdminUserJSON.init), nextCursor: found.nextCursor))
+        }
+        let email = parameters["email"].map(String.init)
         return JSONResponse(
             UsersResponse(users: try await auth.findUsers(email: email, limit: limit, logger: context.logger).map(AdminUserJSON.init)))
     }

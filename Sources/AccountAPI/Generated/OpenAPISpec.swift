@@ -1084,9 +1084,15 @@ paths:
     get:
       tags: [operators]
       operationId: adminFindUsers
-      summary: Find a user by exact email, or list the newest users.
+      summary: Search users by the start of their email, find one by exact email, or list the newest users.
+      description: |
+        With `query`: users whose email starts with it (case-insensitive), in email order, `limit` per page; pass the
+        answer's `nextCursor` as `cursor` for the next page (absent on the last). Keyset paging over an index: a late
+        page costs what the first does. With `email`: that user (exact match). With neither: the newest users.
       security: [{ session: [] }, { apiKey: [] }]
       parameters:
+        - { name: query, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 254 } }
+        - { name: cursor, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 254 } }
         - { name: email, in: query, required: false, schema: { type: string } }
         - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 100, default: 50 } }
       responses:
@@ -1101,6 +1107,7 @@ paths:
                   users:
                     type: array
                     items: { $ref: "#/components/schemas/AdminUser" }
+                  nextCursor: { type: string, description: "With `query`: the next page's cursor; absent on the last page." }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
