@@ -2,54 +2,72 @@ import Foundation
 import Storage
 
 extension Ledger {
-    /// Recomputes every balance from the transfers and checks the invariants: the ledger sums to zero; every
-    /// stored user balance equals the sum of its transfers and is not negative; the holds account equals the
-    /// pending holds; each user's bonus balance equals the remainder of its lots; each hold's parts add up.
+    /// Differences reported per check, at most (the report says when a check had more).
+    static let verifyDifferencesMax = 1000
+
+    /// Recomputes every balance from the transfers and checks the invariants: every stored user balance equals the
+    /// sum of its transfers and is not negative; the holds account equals the pending holds; each user's bonus balance
+    /// equals the remainder of its lots; each hold's parts add up. (The ledger summing to zero needs no check: each
+    /// transfer credits and debits the same amount.) The database compares and returns only the differences, so memory
+    /// stays flat however many accounts there are.
     public func verify(_ tx: any SQLExecutor) async throws -> VerifyReport {
         var differences: [String] = []
-        let derivedRows = try await tx.query(
+        let limit = Self.verifyDifferencesMax + 1
+        let accounts = try await tx.query(
             """
-            SELECT account_id, CAST(SUM(delta) AS BIGINT) AS derived FROM (
-                SELECT credit_account_id AS account_id, amount AS delta FROM ledger_transfers
-                UNION ALL SELECT debit_account_id AS account_id, -amount AS delta FROM ledger_transfers) movements
-            GROUP BY account_id
-            """)
-        var derived: [String: Int64] = [:]
-        for row in derivedRows { derived[try row.string("account_id")] = try row.int("derived") }
-        let sum = derived.values.reduce(0, +)
-        if sum != 0 { differences.append("transfers do not balance: the accounts sum to \(sum), not 0") }
-        let accounts = try await tx.query("SELECT id, user_id, bucket, balance FROM ledger_accounts ORDER BY id")
-        var bonusByUser: [String: Int64] = [:]
-        for account in accounts {
-            let id = try account.string("id")
-            guard account.optionalString("user_id") != nil else { continue }
-            let stored = try account.int("balance")
-            let computed = derived[id] ?? 0
+            SELECT a.id, a.balance, COALESCE(d.derived, 0) AS derived FROM ledger_accounts a LEFT JOIN (
+                SELECT account_id, CAST(SUM(delta) AS BIGINT) AS derived FROM (
+                    SELECT credit_account_id AS account_id, amount AS delta FROM ledger_transfers
+                    UNION ALL SELECT debit_account_id AS account_id, -amount AS delta FROM ledger_transfers) movements
+                GROUP BY account_id) d ON d.account_id = a.id
+            WHERE a.user_id IS NOT NULL AND (a.balance <> COALESCE(d.derived, 0) OR a.balance < 0) ORDER BY a.id LIMIT ?
+            """, [limit])
+        for account in accounts.prefix(Self.verifyDifferencesMax) {
+            let (id, stored, computed) = (try account.string("id"), try account.int("balance"), try account.int("derived"))
             if stored != computed { differences.append("\(id): stored balance \(stored) but transfers sum to \(computed)") }
             if stored < 0 { differences.append("\(id): negative balance \(stored)") }
-            if try account.string("bucket") == Bucket.bonus.rawValue { bonusByUser[try account.string("user_id")] = stored }
         }
-        let pending =
-            try await tx.first("SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS total FROM ledger_holds WHERE status = 'pending'")?
-            .optionalInt("total") ?? 0
-        if (derived[Self.holds] ?? 0) != pending {
-            differences.append("holds account holds \(derived[Self.holds] ?? 0) but pending holds add up to \(pending)")
+        if accounts.count == limit { differences.append("more user accounts differ (the first \(Self.verifyDifferencesMax) are listed)") }
+        let totals = try await tx.first(
+            """
+            SELECT (SELECT COUNT(*) FROM ledger_accounts) AS accounts, (SELECT COUNT(*) FROM ledger_transfers) AS transfers,
+                (SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger_transfers WHERE credit_account_id = ?)
+                    - (SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger_transfers WHERE debit_account_id = ?) AS held,
+                (SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger_holds WHERE status = 'pending') AS pending
+            """, [Self.holds, Self.holds])
+        let (held, pending) = (totals?.optionalInt("held") ?? 0, totals?.optionalInt("pending") ?? 0)
+        if held != pending { differences.append("holds account holds \(held) but pending holds add up to \(pending)") }
+        try await verifyLotsAndHolds(tx, into: &differences)
+        return VerifyReport(
+            ok: differences.isEmpty, accountsChecked: Int(totals?.optionalInt("accounts") ?? 0),
+            transfersChecked: Int(totals?.optionalInt("transfers") ?? 0), differences: differences)
+    }
+
+    /// Bonus balances against their lots (users with lots but no bonus account too), and holds against their parts.
+    func verifyLotsAndHolds(_ tx: any SQLExecutor, into differences: inout [String]) async throws {
+        let limit = Self.verifyDifferencesMax + 1
+        let bonuses = try await tx.query(
+            """
+            SELECT u.user_id, COALESCE(a.balance, 0) AS balance, COALESCE(l.remaining, 0) AS remaining FROM (
+                SELECT user_id FROM ledger_accounts WHERE bucket = 'bonus' UNION SELECT user_id FROM ledger_lots) u
+            LEFT JOIN ledger_accounts a ON a.user_id = u.user_id AND a.bucket = 'bonus'
+            LEFT JOIN (SELECT user_id, CAST(SUM(remaining) AS BIGINT) AS remaining FROM ledger_lots GROUP BY user_id) l ON l.user_id = u.user_id
+            WHERE COALESCE(a.balance, 0) <> COALESCE(l.remaining, 0) ORDER BY u.user_id LIMIT ?
+            """, [limit])
+        for row in bonuses.prefix(Self.verifyDifferencesMax) {
+            differences.append(
+                "user \(try row.string("user_id")): bonus balance \(try row.int("balance")) but its lots hold \(try row.int("remaining"))")
         }
-        let lots = try await tx.query("SELECT user_id, CAST(SUM(remaining) AS BIGINT) AS remaining FROM ledger_lots GROUP BY user_id")
-        var lotsByUser: [String: Int64] = [:]
-        for row in lots { lotsByUser[try row.string("user_id")] = try row.int("remaining") }
-        for user in Set(bonusByUser.keys).union(lotsByUser.keys).sorted() where (bonusByUser[user] ?? 0) != (lotsByUser[user] ?? 0) {
-            differences.append("user \(user): bonus balance \(bonusByUser[user] ?? 0) but its lots hold \(lotsByUser[user] ?? 0)")
-        }
+        if bonuses.count == limit { differences.append("more bonus balances differ (the first \(Self.verifyDifferencesMax) are listed)") }
         let badHolds = try await tx.query(
             """
             SELECT h.id, h.amount, CAST(COALESCE(SUM(p.amount), 0) AS BIGINT) AS parts FROM ledger_holds h
             LEFT JOIN ledger_hold_parts p ON p.hold_id = h.id GROUP BY h.id, h.amount HAVING COALESCE(SUM(p.amount), 0) <> h.amount
-            """)
-        for hold in badHolds {
+            ORDER BY h.id LIMIT ?
+            """, [limit])
+        for hold in badHolds.prefix(Self.verifyDifferencesMax) {
             differences.append("hold \(try hold.string("id")): amount \(try hold.int("amount")) but parts add up to \(try hold.int("parts"))")
         }
-        let transfers = try await tx.first("SELECT COUNT(*) AS n FROM ledger_transfers")?.optionalInt("n") ?? 0
-        return VerifyReport(ok: differences.isEmpty, accountsChecked: accounts.count, transfersChecked: Int(transfers), differences: differences)
+        if badHolds.count == limit { differences.append("more holds differ (the first \(Self.verifyDifferencesMax) are listed)") }
     }
 }

@@ -40,12 +40,22 @@ struct BackgroundSweeper: Service {
         }
     }
 
+    static let holdBatch = 500
+    static let holdBatchesPerPass = 10
+
     /// One pass; nil when another node holds the lease.
     func sweepOnce() async throws -> (holds: Int, drips: Int, purged: Int)? {
         let database = dependencies.database
         let ledger = dependencies.ledger
         guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
-        let holds = try await ledger.ledger.expireHolds(database, limit: 500, logger: logger)
+        // A backlog (many holds expired at once) drains in one pass, batch after batch while they come back full, up to
+        // ``holdBatchesPerPass`` batches; each user's release is its own short transaction.
+        var holds = 0
+        for _ in 0..<Self.holdBatchesPerPass {
+            let released = try await ledger.ledger.expireHolds(database, limit: Self.holdBatch, logger: logger)
+            holds += released
+            if released < Self.holdBatch { break }
+        }
         let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: 500, logger: logger)
         let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
         _ = try await dependencies.auth.purgeExpired(limit: 1000, logger: logger)
