@@ -27,6 +27,14 @@ public struct IdempotencyRecord: Sendable, Equatable {
     public let outcomeJSON: String?
     public let status: Int?
     public let responseJSON: String?
+
+    /// A row with `request_json`, `outcome_json`, `status` and `response_json`.
+    init(row: SQLRow) throws {
+        requestJSON = try row.string("request_json")
+        outcomeJSON = row.optionalString("outcome_json")
+        status = row.optionalInt("status").map { Int($0) }
+        responseJSON = row.optionalString("response_json")
+    }
 }
 
 /// Idempotent writes, in one place: per (caller, `Idempotency-Key`), the first request runs and its outcome is stored in
@@ -101,10 +109,7 @@ public struct IdempotencyStore: Sendable {
                 "SELECT request_json, outcome_json, status, response_json FROM idempotency_records WHERE caller = ? AND idempotency_key = ?"
                     + tx.dialect.forUpdate, [caller, key])
         else { return nil }
-        let record = IdempotencyRecord(
-            requestJSON: try row.string("request_json"), outcomeJSON: row.optionalString("outcome_json"),
-            status: row.optionalInt("status").map { Int($0) }, responseJSON: row.optionalString("response_json"))
-        return try Self.replay(record, request: request)
+        return try Self.replay(try IdempotencyRecord(row: row), request: request)
     }
 
     /// A stored record met again: the same request → its outcome; another one → `idempotencyConflict` naming the fields.

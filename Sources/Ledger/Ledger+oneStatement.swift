@@ -107,10 +107,7 @@ extension Ledger {
                 heldTokens: try row.int("held"))
             return .spent(LedgerResult(operationId: operationID, userId: userID, amount: amountTokens, balances: balances))
         case "stored":
-            return .stored(
-                IdempotencyRecord(
-                    requestJSON: try row.string("request_json"), outcomeJSON: row.optionalString("outcome_json"),
-                    status: row.optionalInt("status").map { Int($0) }, responseJSON: row.optionalString("response_json")))
+            return .stored(try IdempotencyRecord(row: row))
         default:
             return .fallback
         }
