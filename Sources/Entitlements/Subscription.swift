@@ -89,7 +89,7 @@ public struct SubscriptionStore: Sendable {
             ON CONFLICT (user_id) DO UPDATE SET plan_id = excluded.plan_id, status = 'active', provider = 'manual',
                 current_period_start_ms = excluded.current_period_start_ms, current_period_end_ms = excluded.current_period_end_ms,
                 will_renew = excluded.will_renew, pending_plan_id = NULL, provider_subscription_id = NULL, provider_customer_id = NULL,
-                updated_at_ms = excluded.updated_at_ms
+                updated_at_ms = excluded.updated_at_ms, next_drip_at_ms = 0
             """, [userID, planID, now, periodEnd, false, now])
         guard let subscription = try await subscription(userID: userID, tx) else { throw StorageError.decoding(column: "user_id") }
         return subscription

@@ -34,28 +34,61 @@ extension SubscriptionMachine {
     }
 
     /// Yearly plans receive `monthlyTokens` each month of their period: month k of a period starts a ledger period keyed
-    /// by (period start, k), which the ledger applies exactly once. At most `limit` subscriptions a pass; returns how many
-    /// months were started now.
+    /// by (period start, k), which the ledger applies exactly once. Reads only subscriptions due (`next_drip_at_ms`, oldest
+    /// first, at most `limit` a pass), each in its own short transaction, and schedules each for its next month — or for
+    /// never, when it is not a live yearly plan, until a write to it makes it due again. Returns how many months were
+    /// started now.
     public func dripYearlyPlans(_ database: any Database, limit: Int, logger: Logger) async throws -> Int {
         let now = clock.now()
         let rows = try await database.withConnection(logger: logger) { tx in
             try await tx.query(
                 """
-                SELECT user_id, plan_id, current_period_start_ms FROM subscriptions
-                WHERE status IN ('trialing', 'active', 'grace', 'canceled') AND current_period_end_ms > ? LIMIT ?
+                SELECT user_id, plan_id, status, current_period_start_ms, current_period_end_ms FROM subscriptions
+                WHERE next_drip_at_ms <= ? ORDER BY next_drip_at_ms LIMIT ?
                 """, [now, max(1, limit)])
         }
         var started = 0
         for row in rows {
-            guard let plan = store.catalog.plan(id: try row.string("plan_id")), plan.interval == .year else { continue }
-            let start = try row.date("current_period_start_ms")
-            let month = Calendar(identifier: .gregorian).dateComponents([.month], from: start, to: now).month ?? 0
-            let userID = try row.string("user_id")
-            let done = try await database.transaction(logger: logger) { tx in
-                try await startPeriod(tx, userID: userID, plan: plan, start: start, month: month)
-            }
+            let due = DripDue(
+                userID: try row.string("user_id"), planID: try row.string("plan_id"), status: try row.string("status"),
+                start: try row.date("current_period_start_ms"), end: try row.date("current_period_end_ms"))
+            let done = try await database.transaction(logger: logger) { tx in try await drip(tx, due, now: now) }
             if done { started += 1 }
         }
         return started
     }
+
+    /// One subscription the drip read: it is scheduled first, only if unchanged since it was read (a write in between
+    /// made it due again, for the next pass); then, when it is a live yearly plan, this month of its period starts.
+    private func drip(_ tx: any SQLExecutor, _ due: DripDue, now: Date) async throws -> Bool {
+        let live: Set<String> = ["trialing", "active", "grace", "canceled"]
+        let plan = store.catalog.plan(id: due.planID)
+        let calendar = Calendar(identifier: .gregorian)
+        var month: Int?
+        var next: Date?
+        if let plan, plan.interval == .year, live.contains(due.status), due.end > now {
+            let elapsed = calendar.dateComponents([.month], from: due.start, to: now).month ?? 0
+            month = elapsed
+            // The next month's start; an hour on when the calendar cannot say (or says now), so a row never spins.
+            let following = calendar.date(byAdding: .month, value: elapsed + 1, to: due.start) ?? now
+            next = following > now ? following : now.addingTimeInterval(3600)
+            if let scheduled = next, scheduled >= due.end { next = nil }
+        }
+        let unchanged = try await tx.query(
+            """
+            UPDATE subscriptions SET next_drip_at_ms = ? WHERE user_id = ? AND plan_id = ? AND status = ? AND current_period_start_ms = ?
+            AND current_period_end_ms = ? AND next_drip_at_ms <= ? RETURNING user_id
+            """, [next, due.userID, due.planID, due.status, due.start, due.end, now])
+        guard !unchanged.isEmpty, let plan, let month else { return false }
+        return try await startPeriod(tx, userID: due.userID, plan: plan, start: due.start, month: month)
+    }
+}
+
+/// A subscription as the drip read it.
+private struct DripDue {
+    let userID: String
+    let planID: String
+    let status: String
+    let start: Date
+    let end: Date
 }

@@ -129,7 +129,10 @@ public struct SubscriptionMachine: Sendable {
         } else {
             result = try await transition(tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt)
             if result.outcome == .applied {
-                try await tx.query("UPDATE subscriptions SET last_event_at_ms = ?, updated_at_ms = ? WHERE user_id = ?", [occurredAt, now, userID])
+                // Any applied event may change what the yearly drip owes: due again now (``dripYearlyPlans``).
+                try await tx.query(
+                    "UPDATE subscriptions SET last_event_at_ms = ?, updated_at_ms = ?, next_drip_at_ms = 0 WHERE user_id = ?",
+                    [occurredAt, now, userID])
                 if let binding { try await bind(tx, userID: userID, binding) }
                 try await emitChange(tx, userID: userID, before: current, cause: "\(provider.rawValue).\(event.kind)", now: now)
             }
@@ -283,7 +286,8 @@ public struct SubscriptionMachine: Sendable {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (user_id) DO UPDATE SET plan_id = excluded.plan_id, status = excluded.status, provider = excluded.provider,
                 current_period_start_ms = excluded.current_period_start_ms, current_period_end_ms = excluded.current_period_end_ms,
-                will_renew = excluded.will_renew, pending_plan_id = excluded.pending_plan_id, updated_at_ms = excluded.updated_at_ms
+                will_renew = excluded.will_renew, pending_plan_id = excluded.pending_plan_id, updated_at_ms = excluded.updated_at_ms,
+                next_drip_at_ms = 0
             """, [userID, planID, status.rawValue, provider.rawValue, start, end, willRenew, pending, clock.now()])
     }
 
