@@ -35,25 +35,27 @@ extension SubscriptionMachine {
 
     /// Yearly plans receive `monthlyTokens` each month of their period: month k of a period starts a ledger period keyed
     /// by (period start, k), which the ledger applies exactly once. Reads only subscriptions due (`next_drip_at_ms`, oldest
-    /// first, at most `limit` a pass), each in its own short transaction, and schedules each for its next month — or for
+    /// first, `limit` at a time, up to `batches` batches while they come back full), each in its own short transaction, and schedules each for its next month — or for
     /// never, when it is not a live yearly plan, until a write to it makes it due again. Returns how many months were
     /// started now.
-    public func dripYearlyPlans(_ database: any Database, limit: Int, logger: Logger) async throws -> Int {
-        let now = clock.now()
-        let rows = try await database.withConnection(logger: logger) { tx in
-            try await tx.query(
-                """
-                SELECT user_id, plan_id, status, current_period_start_ms, current_period_end_ms FROM subscriptions
-                WHERE next_drip_at_ms <= ? ORDER BY next_drip_at_ms LIMIT ?
-                """, [now, max(1, limit)])
-        }
+    public func dripYearlyPlans(_ database: any Database, limit: Int, batches: Int = 1, logger: Logger) async throws -> Int {
         var started = 0
-        for row in rows {
-            let due = DripDue(
-                userID: try row.string("user_id"), planID: try row.string("plan_id"), status: try row.string("status"),
-                start: try row.date("current_period_start_ms"), end: try row.date("current_period_end_ms"))
-            let done = try await database.transaction(logger: logger) { tx in try await drip(tx, due, now: now) }
-            if done { started += 1 }
+        for _ in 0..<max(1, batches) {
+            let now = clock.now()
+            let rows = try await database.withConnection(logger: logger) { tx in
+                try await tx.query(
+                    """
+                    SELECT user_id, plan_id, status, current_period_start_ms, current_period_end_ms FROM subscriptions
+                    WHERE next_drip_at_ms <= ? ORDER BY next_drip_at_ms LIMIT ?
+                    """, [now, max(1, limit)])
+            }
+            for row in rows {
+                let due = DripDue(
+                    userID: try row.string("user_id"), planID: try row.string("plan_id"), status: try row.string("status"),
+                    start: try row.date("current_period_start_ms"), end: try row.date("current_period_end_ms"))
+                if try await database.transaction(logger: logger, { tx in try await drip(tx, due, now: now) }) { started += 1 }
+            }
+            if rows.count < max(1, limit) { break }
         }
         return started
     }

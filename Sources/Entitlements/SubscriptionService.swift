@@ -26,7 +26,7 @@ public struct SubscriptionService: Sendable {
     }
 
     /// The sweeper's monthly drip of yearly plans (``SubscriptionMachine/dripYearlyPlans``).
-    public func dripYearlyPlans(limit: Int, logger: Logger) async throws -> Int {
-        try await machine.dripYearlyPlans(database, limit: limit, logger: logger)
+    public func dripYearlyPlans(limit: Int, batches: Int = 1, logger: Logger) async throws -> Int {
+        try await machine.dripYearlyPlans(database, limit: limit, batches: batches, logger: logger)
     }
 }

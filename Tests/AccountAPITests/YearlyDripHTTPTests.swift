@@ -58,6 +58,10 @@ struct YearlyDripHTTPTests {
             #expect(try await periods("e1") == 1)
             let monthTwo = try #require(Calendar(identifier: .gregorian).date(byAdding: .month, value: 2, to: start))
             #expect(try await nextDrip("y2") == monthTwo)
+            // A backlog drains in one call, batch after batch while they come back full.
+            app.clock.advance(seconds: 31 * 86400)
+            #expect(try await app.dependencies.subscriptions.dripYearlyPlans(limit: 2, batches: 5, logger: TestDatabase.logger) == 3)
+            for name in ["y1", "y2", "y3"] { #expect(try await periods(name) == 3) }
 
             // A write to a subscription makes it due again: the monthly subscriber moves to a yearly plan (its comp starts
             // that period's month 0) and is scheduled by the next pass.

@@ -56,7 +56,8 @@ struct BackgroundSweeper: Service {
             holds += released
             if released < Self.holdBatch { break }
         }
-        let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: 500, logger: logger)
+        // Subscriptions due for the yearly drip drain the same way (after a migration or a restore, all are due at once).
+        let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: Self.holdBatch, batches: Self.holdBatchesPerPass, logger: logger)
         let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
         _ = try await dependencies.auth.purgeExpired(limit: 1000, logger: logger)
         return (holds, drips, purged)
