@@ -25,6 +25,8 @@ struct QueryPlanTests {
             let largest = try await app.rows("SELECT relpages FROM pg_class WHERE relname = 'ledger_transfers'").first?.int("relpages") ?? 0
             #expect(largest > 1000, "the seeded table is big enough that a scan shows")
 
+            // (Where a page 20,000 rows deep in the audit trail starts, found before the statements are counted.)
+            let deep = try #require(try await app.rows("SELECT at_ms, id FROM audit_log ORDER BY at_ms DESC, id DESC OFFSET 20000 LIMIT 1").first)
             _ = try await app.rows("SELECT pg_stat_statements_reset()")
             let key = try await app.apiKey(["admin", "ledger:write", "ledger:read", "entitlements:read"])
             let token = try await client.signUpAndVerify(app, email: "plans@example.com")
@@ -51,10 +53,15 @@ struct QueryPlanTests {
             ] {
                 #expect(try await client.get(path, token: key).status == .ok, "\(path)")
             }
+            // A page of the audit trail 20,000 rows deep costs what the first one does (keyset on (at_ms, id)).
+            let page = try await client.get("/api/admin/audit?limit=5&cursor=\(try deep.int("at_ms"))_\(try deep.string("id"))", token: key)
+            #expect(page.status == .ok)
             app.clock.advance(seconds: 3600)
             let swept = try await BackgroundSweeper(dependencies: app.dependencies, intervalSeconds: 5, logger: TestDatabase.logger).sweepOnce()
             // The seeded backlog of 1,000 expired holds drains in one pass, batch after batch.
             #expect(swept?.holds == 1000)
+            // The seeded yearly subscriptions' second month is due: the drip starts it, reading only what is due.
+            #expect((swept?.drips ?? 0) > 0)
             #expect(try await app.rows("SELECT id FROM ledger_holds WHERE status = 'pending' AND id LIKE 'scale-hold-%'").isEmpty)
 
             let statements = try await app.rows(
