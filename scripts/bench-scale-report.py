@@ -8,6 +8,7 @@ for line in open(sys.argv[1]):
     key, _, value = line.strip().partition("=")
     results[key] = value
 big_users, small_users = int(sys.argv[2]), int(sys.argv[3])
+engine = {"postgres": "PostgreSQL", "sqlite": "SQLite"}[sys.argv[4] if len(sys.argv) > 4 else "postgres"]
 
 
 def num(key):
@@ -41,7 +42,7 @@ def paired(first, far, label, limit=2.0):
         "{:.2f}")
 
 
-print(f"| Measurement | small ({small_users:,} users) | big ({big_users:,} users) | figure | goal |")
+print(f"| {engine} | small ({small_users:,} users) | big ({big_users:,} users) | figure | goal |")
 print("|---|---|---|---|---|")
 row("transfers", "transfers")
 row("seed, s", "seed_seconds", fmt="{:.1f}")

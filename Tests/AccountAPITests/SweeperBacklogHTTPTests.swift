@@ -2,17 +2,63 @@ import Entitlements
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import Ledger
 import Storage
 import TestSupport
 import Testing
 
 @testable import AccountAPI
 
-/// Yearly plans receive their monthly tokens from the sweeper's drip, which reads only the subscriptions that are due,
-/// in batches, so every yearly subscriber is served however many subscriptions there are (it once read the same
+/// The background sweeper's jobs serve every row however many there are: expired holds and the yearly drip drain a
+/// backlog batch after batch in one pass, and the drip reads only the subscriptions that are due (it once read the same
 /// `LIMIT` rows every pass and starved the rest).
-@Suite("Yearly drip")
-struct YearlyDripHTTPTests {
+@Suite("Sweeper backlogs")
+struct SweeperBacklogHTTPTests {
+    @Test(arguments: TestDatabase.engines)
+    func aBacklogOfExpiredHoldsDrainsInOnePass(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
+            // 700 users, each with one purchased token held by a hold that expires in a minute: more than one batch (500).
+            let count = 700
+            let now = app.clock.now()
+            try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
+                for n in 0..<count {
+                    let user = "backlog-\(n)"
+                    try await tx.query(
+                        """
+                        INSERT INTO users (id, email, name, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
+                        VALUES (?, ?, 'Backlog', ?, 'user', ?, ?, ?)
+                        """, [user, "\(user)@example.com", true, true, now, now])
+                    try await tx.query(
+                        "INSERT INTO ledger_accounts (id, user_id, bucket, balance, created_at_ms) VALUES (?, ?, 'purchased', 0, ?)",
+                        ["user:\(user):purchased", user, now])
+                    try await tx.query(
+                        "INSERT INTO ledger_holds (id, user_id, amount, status, reason, expires_at_ms, created_at_ms) VALUES (?, ?, 1, 'pending', 'job', ?, ?)",
+                        ["hold-\(n)", user, now.addingTimeInterval(60), now])
+                    try await tx.query(
+                        "INSERT INTO ledger_hold_parts (hold_id, part, bucket, lot_id, amount) VALUES (?, 0, 'purchased', NULL, 1)", ["hold-\(n)"])
+                    for (id, from, to, amount, reason, hold) in [
+                        ("grant-\(n)", "system:issuance", "user:\(user):purchased", Int64(1), "purchase", String?.none),
+                        ("held-\(n)", "user:\(user):purchased", "system:holds", Int64(-1), "hold", "hold-\(n)"),
+                    ] {
+                        try await tx.query(
+                            """
+                            INSERT INTO ledger_transfers (id, operation_id, debit_account_id, credit_account_id, amount, reason, user_id, user_amount,
+                                user_bucket, user_balance_after, hold_id, created_at_ms) VALUES (?, ?, ?, ?, 1, ?, ?, ?, 'purchased', ?, ?, ?)
+                            """, [id, id, from, to, reason, user, amount, amount > 0 ? Int64(1) : nil, hold, now])
+                    }
+                }
+            }
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+            app.clock.advance(seconds: 120)
+            let swept = try await BackgroundSweeper(dependencies: app.dependencies, intervalSeconds: 5, logger: TestDatabase.logger).sweepOnce()
+            #expect(swept?.holds == count)
+            #expect(try await app.rows("SELECT id FROM ledger_holds WHERE status = 'pending'").isEmpty)
+            #expect(try await app.rows("SELECT id FROM ledger_accounts WHERE id LIKE 'user:backlog-%' AND balance = 1").count == count)
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+            _ = client
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func everyYearlySubscriberGetsEachMonthInBatches(engine: Engine) async throws {
         try await TestApp.run(engine, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
