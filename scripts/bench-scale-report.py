@@ -93,3 +93,5 @@ row("longest transaction during fan-out, ms", "fanout_longest_transaction_ms", a
 row("service RSS at start, MiB", "rss_start_mib", lambda s, b: (f"{b:.1f}", "met" if b < 50 else "not met (< 50)"), "{:.1f}")
 row("service RSS after the requests, MiB", "rss_after_requests_mib", fmt="{:.1f}")
 row("service RSS after the jobs, MiB", "rss_after_jobs_mib", fmt="{:.1f}")
+hangs = results.get("shutdown_hangs", "0")
+print(f"| nodes that did not exit within 20 s of SIGTERM (whole run) | | {hangs} | | {'met' if hangs == '0' else 'not met (0)'} |")
