@@ -49,26 +49,59 @@ extension SubscriptionMachine {
                     WHERE next_drip_at_ms <= ? ORDER BY next_drip_at_ms LIMIT ?
                     """, [now, max(1, limit)])
             }
+            var others: [String] = []
             for row in rows {
                 let due = DripDue(
                     userID: try row.string("user_id"), planID: try row.string("plan_id"), status: try row.string("status"),
                     start: try row.date("current_period_start_ms"), end: try row.date("current_period_end_ms"))
+                guard isLiveYearly(planID: due.planID, status: due.status, end: due.end, now: now) else {
+                    others.append(due.userID)
+                    continue
+                }
                 if try await database.transaction(logger: logger, { tx in try await drip(tx, due, now: now) }) { started += 1 }
             }
+            try await unschedule(database, others, now: now, logger: logger)
             if rows.count < max(1, limit) { break }
         }
         return started
     }
 
+    static let liveStatuses: Set<String> = ["trialing", "active", "grace", "canceled"]
+
+    private func isLiveYearly(planID: String, status: String, end: Date, now: Date) -> Bool {
+        store.catalog.plan(id: planID)?.interval == .year && Self.liveStatuses.contains(status) && end > now
+    }
+
+    /// What the drip read that is not a live yearly plan (most subscriptions: monthly plans) is scheduled for never, in
+    /// one transaction; each update checks again that the row still is not one (a write since the read left it due).
+    private func unschedule(_ database: any Database, _ userIDs: [String], now: Date, logger: Logger) async throws {
+        guard !userIDs.isEmpty else { return }
+        let yearly = store.catalog.plans.filter { $0.interval == .year }.map(\.id)
+        let statuses = Self.liveStatuses.sorted()
+        let live =
+            yearly.isEmpty
+            ? "FALSE"
+            : "(plan_id IN (\(Self.marks(yearly.count))) AND status IN (\(Self.marks(statuses.count))) AND current_period_end_ms > ?)"
+        let liveBinds: [any SQLBindable] = yearly.isEmpty ? [] : yearly + statuses + [now as any SQLBindable]
+        try await database.transaction(logger: logger) { tx in
+            for userID in userIDs {
+                try await tx.query(
+                    "UPDATE subscriptions SET next_drip_at_ms = NULL WHERE user_id = ? AND next_drip_at_ms <= ? AND NOT \(live)",
+                    [userID, now] + liveBinds)
+            }
+        }
+    }
+
+    private static func marks(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
+
     /// One subscription the drip read: it is scheduled first, only if unchanged since it was read (a write in between
-    /// made it due again, for the next pass); then, when it is a live yearly plan, this month of its period starts.
+    /// made it due again, for the next pass); then this month of its period starts. (Only live yearly plans come here.)
     private func drip(_ tx: any SQLExecutor, _ due: DripDue, now: Date) async throws -> Bool {
-        let live: Set<String> = ["trialing", "active", "grace", "canceled"]
         let plan = store.catalog.plan(id: due.planID)
         let calendar = Calendar(identifier: .gregorian)
         var month: Int?
         var next: Date?
-        if let plan, plan.interval == .year, live.contains(due.status), due.end > now {
+        if plan != nil, isLiveYearly(planID: due.planID, status: due.status, end: due.end, now: now) {
             let elapsed = calendar.dateComponents([.month], from: due.start, to: now).month ?? 0
             month = elapsed
             // The next month's start; an hour on when the calendar cannot say (or says now), so a row never spins.
