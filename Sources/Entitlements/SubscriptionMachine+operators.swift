@@ -105,7 +105,8 @@ extension SubscriptionMachine {
         var month: Int?
         var next: Date?
         if plan != nil, isLiveYearly(planID: due.planID, status: due.status, end: due.end, now: now) {
-            let elapsed = calendar.dateComponents([.month], from: due.start, to: now).month ?? 0
+            // A period that starts later (a provider's clock ahead of ours) is in its month 0, not month -1.
+            let elapsed = max(0, calendar.dateComponents([.month], from: due.start, to: now).month ?? 0)
             month = elapsed
             // The next month's start; an hour on when the calendar cannot say (or says now), so a row never spins.
             let following = calendar.date(byAdding: .month, value: elapsed + 1, to: due.start) ?? now

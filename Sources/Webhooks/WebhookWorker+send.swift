@@ -29,30 +29,33 @@ extension WebhookWorker {
         let problem: String?
     }
 
+    /// The service's connections keep the generic plan a statement got on its first call. Made while the pending
+    /// deliveries were few (or never analysed), the claim's plan sorted every pending delivery, so a burst (a million
+    /// events fanned out, an endpoint down for a day) made each claim read the whole backlog: 667 ms at a million.
+    /// Planned with sorts and bitmap scans off (PostgreSQL, in the claim's transaction), it walks the due index in
+    /// order and stops after `limit` rows, whatever the statistics said at the time (`WebhookClaimPlanTests`).
+    static let claimPlannerSettings = ["SET LOCAL enable_sort = off", "SET LOCAL enable_bitmapscan = off"]
+
+    /// Binds: lock until, attempt time, now, now, limit.
+    static func claimStatement(postgres: Bool) -> String {
+        """
+        UPDATE webhook_deliveries SET locked_until_ms = ?, attempts = attempts + 1, last_attempt_at_ms = ?
+        WHERE id IN (
+            SELECT d.id FROM webhook_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at_ms <= ?
+                AND (d.locked_until_ms IS NULL OR d.locked_until_ms <= ?)
+                AND d.endpoint_id IN (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL)
+            ORDER BY d.next_attempt_at_ms LIMIT ?\(postgres ? " FOR UPDATE SKIP LOCKED" : ""))
+        RETURNING id, endpoint_id, event_id, body, attempts, retry_until_ms
+        """
+    }
+
     /// Leases due deliveries of enabled endpoints (the attempt number raised now, so a try that dies still counts).
     func claim(limit: Int) async throws -> [Claimed] {
         let rows = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            let skipLocked = tx.engine == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
-            if tx.engine == .postgres {
-                // The service's connections keep the generic plan a statement got on its first call. Made while the
-                // pending deliveries were few (or never analysed), that plan sorted every pending delivery, so a burst
-                // (a million events fanned out, an endpoint down for a day) made each claim read the whole backlog: 667 ms
-                // at a million. Planned with sorts and bitmap scans off, the claim walks the due index in order and
-                // stops after `limit` rows, whatever the statistics said at the time.
-                try await tx.query("SET LOCAL enable_sort = off")
-                try await tx.query("SET LOCAL enable_bitmapscan = off")
-            }
+            if tx.engine == .postgres { for setting in Self.claimPlannerSettings { try await tx.query(setting) } }
             return try await tx.query(
-                """
-                UPDATE webhook_deliveries SET locked_until_ms = ?, attempts = attempts + 1, last_attempt_at_ms = ?
-                WHERE id IN (
-                    SELECT d.id FROM webhook_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at_ms <= ?
-                        AND (d.locked_until_ms IS NULL OR d.locked_until_ms <= ?)
-                        AND d.endpoint_id IN (SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL)
-                    ORDER BY d.next_attempt_at_ms LIMIT ?\(skipLocked))
-                RETURNING id, endpoint_id, event_id, body, attempts, retry_until_ms
-                """, [now.addingTimeInterval(settings.timeoutSeconds + 30), now, now, now, limit])
+                Self.claimStatement(postgres: tx.engine == .postgres), [now.addingTimeInterval(settings.timeoutSeconds + 30), now, now, now, limit])
         }
         guard !rows.isEmpty else { return [] }
         let endpointIDs = Set(try rows.map { try $0.string("endpoint_id") })
