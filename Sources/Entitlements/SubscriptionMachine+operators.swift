@@ -35,9 +35,9 @@ extension SubscriptionMachine {
 
     /// Yearly plans receive `monthlyTokens` each month of their period: month k of a period starts a ledger period keyed
     /// by (period start, k), which the ledger applies exactly once. Reads only subscriptions due (`next_drip_at_ms`, oldest
-    /// first, `limit` at a time, up to `batches` batches while they come back full), each in its own short transaction, and schedules each for its next month — or for
-    /// never, when it is not a live yearly plan, until a write to it makes it due again. Returns how many months were
-    /// started now.
+    /// first, `limit` at a time, up to `batches` batches while they come back full) and schedules each for its next month
+    /// — or for never, when it is not a live yearly plan, until a write to it makes it due again. Returns how many months
+    /// were started now.
     public func dripYearlyPlans(_ database: any Database, limit: Int, batches: Int = 1, logger: Logger) async throws -> Int {
         var started = 0
         for _ in 0..<max(1, batches) {
@@ -54,11 +54,11 @@ extension SubscriptionMachine {
                 let due = DripDue(
                     userID: try row.string("user_id"), planID: try row.string("plan_id"), status: try row.string("status"),
                     start: try row.date("current_period_start_ms"), end: try row.date("current_period_end_ms"))
-                guard isLiveYearly(planID: due.planID, status: due.status, end: due.end, now: now) else {
+                guard let plan = store.catalog.plan(id: due.planID), isLiveYearly(plan, status: due.status, end: due.end, now: now) else {
                     others.append(due.userID)
                     continue
                 }
-                if try await database.transaction(logger: logger, { tx in try await drip(tx, due, now: now) }) { started += 1 }
+                if try await database.transaction(logger: logger, { tx in try await drip(tx, due, plan: plan, now: now) }) { started += 1 }
             }
             try await unschedule(database, others, now: now, logger: logger)
             if rows.count < max(1, limit) { break }
@@ -68,8 +68,8 @@ extension SubscriptionMachine {
 
     static let liveStatuses: Set<String> = ["trialing", "active", "grace", "canceled"]
 
-    private func isLiveYearly(planID: String, status: String, end: Date, now: Date) -> Bool {
-        store.catalog.plan(id: planID)?.interval == .year && Self.liveStatuses.contains(status) && end > now
+    private func isLiveYearly(_ plan: SubscriptionPlan, status: String, end: Date, now: Date) -> Bool {
+        plan.interval == .year && Self.liveStatuses.contains(status) && end > now
     }
 
     /// What the drip read that is not a live yearly plan (most subscriptions: monthly plans) is scheduled for never, a
@@ -97,28 +97,21 @@ extension SubscriptionMachine {
 
     private static func marks(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
 
-    /// One subscription the drip read: it is scheduled first, only if unchanged since it was read (a write in between
-    /// made it due again, for the next pass); then this month of its period starts. (Only live yearly plans come here.)
-    private func drip(_ tx: any SQLExecutor, _ due: DripDue, now: Date) async throws -> Bool {
-        let plan = store.catalog.plan(id: due.planID)
+    /// One live yearly subscription the drip read: it is scheduled first, only if unchanged since it was read (a write in
+    /// between made it due again, for the next pass); then this month of its period starts.
+    private func drip(_ tx: any SQLExecutor, _ due: DripDue, plan: SubscriptionPlan, now: Date) async throws -> Bool {
         let calendar = Calendar(identifier: .gregorian)
-        var month: Int?
-        var next: Date?
-        if plan != nil, isLiveYearly(planID: due.planID, status: due.status, end: due.end, now: now) {
-            // A period that starts later (a provider's clock ahead of ours) is in its month 0, not month -1.
-            let elapsed = max(0, calendar.dateComponents([.month], from: due.start, to: now).month ?? 0)
-            month = elapsed
-            // The next month's start; an hour on when the calendar cannot say (or says now), so a row never spins.
-            let following = calendar.date(byAdding: .month, value: elapsed + 1, to: due.start) ?? now
-            next = following > now ? following : now.addingTimeInterval(3600)
-            if let scheduled = next, scheduled >= due.end { next = nil }
-        }
+        // A period that starts later (a provider's clock ahead of ours) is in its month 0, not month -1.
+        let month = max(0, calendar.dateComponents([.month], from: due.start, to: now).month ?? 0)
+        // The next month's start; an hour on when the calendar cannot say (or says now), so a row never spins.
+        let following = calendar.date(byAdding: .month, value: month + 1, to: due.start) ?? now
+        let next = following > now ? following : now.addingTimeInterval(3600)
         let unchanged = try await tx.query(
             """
             UPDATE subscriptions SET next_drip_at_ms = ? WHERE user_id = ? AND plan_id = ? AND status = ? AND current_period_start_ms = ?
             AND current_period_end_ms = ? AND next_drip_at_ms <= ? RETURNING user_id
-            """, [next, due.userID, due.planID, due.status, due.start, due.end, now])
-        guard !unchanged.isEmpty, let plan, let month else { return false }
+            """, [next < due.end ? next : nil, due.userID, due.planID, due.status, due.start, due.end, now])
+        guard !unchanged.isEmpty else { return false }
         return try await startPeriod(tx, userID: due.userID, plan: plan, start: due.start, month: month)
     }
 }

@@ -40,8 +40,8 @@ struct BackgroundSweeper: Service {
         }
     }
 
-    static let holdBatch = 500
-    static let holdBatchesPerPass = 10
+    static let batch = 500
+    static let batchesPerPass = 10
 
     /// One pass; nil when another node holds the lease.
     func sweepOnce() async throws -> (holds: Int, drips: Int, purged: Int)? {
@@ -49,15 +49,15 @@ struct BackgroundSweeper: Service {
         let ledger = dependencies.ledger
         guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
         // A backlog (many holds expired at once) drains in one pass, batch after batch while they come back full, up to
-        // ``holdBatchesPerPass`` batches; each user's release is its own short transaction.
+        // ``batchesPerPass`` batches; each user's release is its own short transaction.
         var holds = 0
-        for _ in 0..<Self.holdBatchesPerPass {
-            let released = try await ledger.ledger.expireHolds(database, limit: Self.holdBatch, logger: logger)
+        for _ in 0..<Self.batchesPerPass {
+            let released = try await ledger.ledger.expireHolds(database, limit: Self.batch, logger: logger)
             holds += released
-            if released < Self.holdBatch { break }
+            if released < Self.batch { break }
         }
         // Subscriptions due for the yearly drip drain the same way (after a migration or a restore, all are due at once).
-        let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: Self.holdBatch, batches: Self.holdBatchesPerPass, logger: logger)
+        let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: Self.batch, batches: Self.batchesPerPass, logger: logger)
         let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
         _ = try await dependencies.auth.purgeExpired(limit: 1000, logger: logger)
         return (holds, drips, purged)
