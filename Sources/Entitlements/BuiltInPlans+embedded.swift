@@ -338,6 +338,402 @@ enum BuiltInPlans {
       "appleProductId": "com.yourapp.tokens.500",
       "stripePriceId": "price_tokens_500"
     }
+  ],
+  "actions": [
+    {
+      "id": "generate.coloring_pages",
+      "name": "Coloring page",
+      "tokensPerUnit": 1,
+      "maxQuantity": 4,
+      "plans": null,
+      "requiresProfilePermission": null,
+      "attributes": [
+        {
+          "name": "quality",
+          "defaultValue": "standard",
+          "values": [
+            {
+              "value": "standard",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "high",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            },
+            {
+              "value": "ultra",
+              "extraTokensPerUnit": 2,
+              "plans": [
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "model",
+          "defaultValue": "seedream",
+          "values": [
+            {
+              "value": "seedream",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "gemini",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "flux",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "upload",
+          "defaultValue": "none",
+          "values": [
+            {
+              "value": "none",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "image",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        }
+      ]
+    },
+    {
+      "id": "generate.stickers",
+      "name": "Sticker",
+      "tokensPerUnit": 1,
+      "maxQuantity": 4,
+      "plans": null,
+      "requiresProfilePermission": null,
+      "attributes": [
+        {
+          "name": "quality",
+          "defaultValue": "standard",
+          "values": [
+            {
+              "value": "standard",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "high",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            },
+            {
+              "value": "ultra",
+              "extraTokensPerUnit": 2,
+              "plans": [
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "model",
+          "defaultValue": "seedream",
+          "values": [
+            {
+              "value": "seedream",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "gemini",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "flux",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "upload",
+          "defaultValue": "none",
+          "values": [
+            {
+              "value": "none",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "image",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        }
+      ]
+    },
+    {
+      "id": "generate.wallpapers",
+      "name": "Wallpaper",
+      "tokensPerUnit": 1,
+      "maxQuantity": 4,
+      "plans": null,
+      "requiresProfilePermission": null,
+      "attributes": [
+        {
+          "name": "quality",
+          "defaultValue": "standard",
+          "values": [
+            {
+              "value": "standard",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "high",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            },
+            {
+              "value": "ultra",
+              "extraTokensPerUnit": 2,
+              "plans": [
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "model",
+          "defaultValue": "seedream",
+          "values": [
+            {
+              "value": "seedream",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "gemini",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "flux",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "upload",
+          "defaultValue": "none",
+          "values": [
+            {
+              "value": "none",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "image",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        }
+      ]
+    },
+    {
+      "id": "generate.mandalas",
+      "name": "Mandala",
+      "tokensPerUnit": 1,
+      "maxQuantity": 4,
+      "plans": null,
+      "requiresProfilePermission": null,
+      "attributes": [
+        {
+          "name": "quality",
+          "defaultValue": "standard",
+          "values": [
+            {
+              "value": "standard",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "high",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            },
+            {
+              "value": "ultra",
+              "extraTokensPerUnit": 2,
+              "plans": [
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "model",
+          "defaultValue": "seedream",
+          "values": [
+            {
+              "value": "seedream",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "gemini",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "flux",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        },
+        {
+          "name": "upload",
+          "defaultValue": "none",
+          "values": [
+            {
+              "value": "none",
+              "extraTokensPerUnit": 0,
+              "plans": null
+            },
+            {
+              "value": "image",
+              "extraTokensPerUnit": 1,
+              "plans": [
+                "basic_monthly",
+                "basic_yearly",
+                "pro_monthly",
+                "pro_yearly",
+                "max_monthly",
+                "max_yearly",
+                "business_monthly",
+                "business_yearly"
+              ]
+            }
+          ]
+        }
+      ]
+    },
+    {
+      "id": "generate.custom_content",
+      "name": "Custom content",
+      "tokensPerUnit": 2,
+      "maxQuantity": 1,
+      "plans": [
+        "basic_monthly",
+        "basic_yearly",
+        "pro_monthly",
+        "pro_yearly",
+        "max_monthly",
+        "max_yearly",
+        "business_monthly",
+        "business_yearly"
+      ],
+      "requiresProfilePermission": "canUseCustomContentTypes",
+      "attributes": []
+    }
   ]
 }
 

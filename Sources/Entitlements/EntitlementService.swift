@@ -56,6 +56,8 @@ public struct EntitlementSnapshot: Codable, Sendable, Equatable {
     public let limits: Limits
     public let tokens: Tokens
     public let unlockedStickerPacks: [String]
+    /// The rate card's actions this plan may use, each with the values of each attribute it may choose (``RateCard``).
+    public let actions: [String: [String: [String]]]
     /// The profile the session acts as; nil when it must select one (see `profileSelectionRequired`) or for services.
     public let profile: ProfilePermissions?
     /// The session's selected profile was deleted or is beyond the plan's profile limit: the app asks the user to pick one.
@@ -66,6 +68,17 @@ public struct EntitlementSnapshot: Codable, Sendable, Equatable {
 public struct CheckResult: Codable, Sendable, Equatable {
     public let allowed: Bool
     public let reason: String?
+    /// What the priced action asked about costs (nil when the check named none).
+    public var tokens: Int64? = nil
+}
+
+/// A call of a priced action: its id, how many units and the attributes named (the rest take their defaults).
+public struct PricedCall: Sendable, Equatable {
+    public let id: String
+    public let quantity: Int?
+    public let attributes: [String: String]
+
+    public init(id: String, quantity: Int?, attributes: [String: String]) { (self.id, self.quantity, self.attributes) = (id, quantity, attributes) }
 }
 
 /// Reads plans, subscriptions, tokens and packs in one transaction or one statement, so every answer is consistent and
@@ -238,36 +251,43 @@ public struct EntitlementService: Sendable {
             periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil,
             features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
-            tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(), profile: shown,
+            tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(),
+            actions: RateCard.allowed(subscriptions.catalog, plan: plan), profile: shown,
             profileSelectionRequired: selectionRequired)
     }
 
-    /// Checks a feature, a pack and/or a token amount for the user on a profile; the first refusal wins. One consistent
-    /// read (a read-only transaction).
+    /// Checks a feature, a pack, a priced action (its plan and profile gates, and its price as `tokens`) and/or a token
+    /// amount for the user on a profile; the first refusal wins. One consistent read (a read-only transaction).
     public func check(
-        userID: String, profile: ProfilePermissions?, feature: String?, packID: String?, tokens: Int64?, logger: Logger
-    ) async throws
-        -> CheckResult
-    {
-        guard feature != nil || packID != nil || tokens != nil else {
-            throw EntitlementError.invalid(["give at least one of feature, packId or tokens"])
+        userID: String, profile: ProfilePermissions?, feature: String?, packID: String?, tokens: Int64?, action: PricedCall? = nil, logger: Logger
+    ) async throws -> CheckResult {
+        guard feature != nil || packID != nil || tokens != nil || action != nil else {
+            throw EntitlementError.invalid(["give at least one of feature, packId, action or tokens"])
         }
         return try await database.readTransaction(logger: logger) { tx in
             let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
             if let feature, let refusal = try Self.featureRefusal(feature, plan: plan, profile: profile) { return refusal }
+            var price: Int64?
+            if let action {
+                switch try RateCard.quote(
+                    subscriptions.catalog, actionID: action.id, quantity: action.quantity, attributes: action.attributes, plan: plan,
+                    permissions: profile)
+                {
+                case .success(let quote): price = quote.tokens
+                case .failure(let refusal): return CheckResult(allowed: false, reason: refusal.rawValue)
+                }
+            }
             if let packID {
                 guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
                 if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
                     return CheckResult(allowed: false, reason: profile?.canMakePurchases == false ? "purchase_not_allowed" : "pack_locked")
                 }
             }
-            if let tokens {
-                guard tokens >= 1 else { throw EntitlementError.invalid(["tokens must be at least 1"]) }
-                if try await ledger.peekBalances(tx, userID: userID).totalTokens < tokens {
-                    return CheckResult(allowed: false, reason: "insufficient_tokens")
-                }
+            if let tokens, tokens < 1 { throw EntitlementError.invalid(["tokens must be at least 1"]) }
+            if let needed = tokens ?? price, try await ledger.peekBalances(tx, userID: userID).totalTokens < needed {
+                return CheckResult(allowed: false, reason: "insufficient_tokens", tokens: price)
             }
-            return CheckResult(allowed: true, reason: nil)
+            return CheckResult(allowed: true, reason: nil, tokens: price)
         }
     }
 

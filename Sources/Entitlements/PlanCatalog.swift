@@ -66,7 +66,11 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
     public let welcomeTokens: Int
     public let plans: [SubscriptionPlan]
     public let tokenPacks: [TokenPack]
+    /// The rate card (optional in the file): what each priced action costs and which plans may use it (``RateCard``).
+    public let actions: [PricedAction]?
 
+    /// The rate card's actions (none when the file has no `actions`).
+    public var pricedActions: [PricedAction] { actions ?? [] }
     /// The free tier (validation guarantees exactly one).
     public var freePlan: SubscriptionPlan { plans.first(where: \.isFreeTier)! }
     public func plan(id: String) -> SubscriptionPlan? { plans.first { $0.id == id } }
@@ -133,11 +137,12 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
                 problems.append("duplicate product id '\(product)'")
             }
         }
+        problems += RateCard.problems(pricedActions, planIDs: Set(plans.map(\.id)))
         return problems
     }
 
     static let allowedKeys: [String: Set<String>] = [
-        "catalog": ["welcomeTokens", "plans", "tokenPacks"],
+        "catalog": ["welcomeTokens", "plans", "tokenPacks", "actions"],
         "plan": [
             "id", "name", "description", "monthlyTokens", "price", "currency", "interval", "features", "platform", "appleProductId", "stripePriceId",
             "trialDays", "isActive", "sortOrder", "hasQualitySelector", "hasCommercialLicense", "hasModelSelector", "hasImageUpload",
@@ -147,6 +152,9 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
             "allStyles", "familyProfiles", "qualitySelector", "modelSelector", "commercialLicense", "prioritySupport", "tokenRollover", "savings",
         ],
         "tokenPack": ["id", "tokens", "price", "currency", "appleProductId", "stripePriceId"],
+        "action": ["id", "name", "tokensPerUnit", "maxQuantity", "plans", "requiresProfilePermission", "attributes"],
+        "attribute": ["name", "defaultValue", "values"],
+        "value": ["value", "extraTokensPerUnit", "plans"],
     ]
 
     /// Unknown keys are refused (a typo must not silently drop a setting).
@@ -166,6 +174,15 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
         }
         for (i, pack) in ((root["tokenPacks"] as? [[String: Any]]) ?? []).enumerated() {
             check(pack, kind: "tokenPack", at: "token pack '\(pack["id"] as? String ?? "#\(i)")'")
+        }
+        for (i, action) in ((root["actions"] as? [[String: Any]]) ?? []).enumerated() {
+            let id = action["id"] as? String ?? "#\(i)"
+            check(action, kind: "action", at: "action '\(id)'")
+            for attribute in (action["attributes"] as? [[String: Any]]) ?? [] {
+                let name = "action '\(id)'.\(attribute["name"] as? String ?? "?")"
+                check(attribute, kind: "attribute", at: name)
+                for value in (attribute["values"] as? [[String: Any]]) ?? [] { check(value, kind: "value", at: name) }
+            }
         }
         return problems
     }

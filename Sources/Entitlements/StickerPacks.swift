@@ -112,6 +112,10 @@ public enum EntitlementError: Error, Equatable, Sendable {
     case stickerExists(String)
     case stickerNotFound
     case uploadQuotaExceeded(maxStickers: Int, maxBytes: Int)
+    /// The plan or the profile does not allow this (a reservation's refusal; the reason is the problem's code).
+    case refused(Refusal, detail: String)
+    /// The account has no profile with this id.
+    case profileNotFound
 }
 
 /// The pack catalog and who unlocked what.

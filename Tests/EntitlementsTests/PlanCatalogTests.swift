@@ -54,6 +54,39 @@ struct PlanCatalogTests {
         }
     }
 
+    @Test func rateCardProblemsAreAllListed() throws {
+        var json = try Self.repositoryCatalogJSON()
+        var actions = json["actions"] as! [[String: Any]]
+        #expect(actions.count >= 4)
+        actions[1]["id"] = actions[0]["id"]
+        actions[2]["tokensPerUnit"] = 0
+        actions[2]["maxQuantity"] = 101
+        actions[2]["plans"] = ["platinum"]
+        actions[2]["requiresProfilePermission"] = "canFly"
+        var attributes = actions[3]["attributes"] as! [[String: Any]]
+        attributes[0]["defaultValue"] = "4k"
+        var values = attributes[1]["values"] as! [[String: Any]]
+        values[0]["extraTokensPerUnit"] = -1
+        values[1]["value"] = values[2]["value"]
+        values[1]["cost"] = 3
+        attributes[1]["values"] = values
+        actions[3]["attributes"] = attributes
+        actions[0]["id"] = "generate coloring"
+        json["actions"] = actions
+        #expect { try Self.parse(json) } throws: { error in
+            guard let error = error as? PlanCatalogError else { return false }
+            let problems = error.problems.joined(separator: "\n")
+            return problems.contains("id must be 1 to 64 letters") && problems.contains("tokensPerUnit must be from 1")
+                && problems.contains("maxQuantity must be from 1 to 100") && problems.contains("unknown plan 'platinum'")
+                && problems.contains("requiresProfilePermission must be one of") && problems.contains("defaultValue is not a value")
+                && problems.contains("extraTokensPerUnit must be from 0") && problems.contains("duplicate value")
+                && problems.contains("unknown key 'cost'")
+        }
+        // A catalog without a rate card is still valid (no priced actions).
+        json.removeValue(forKey: "actions")
+        #expect(try Self.parse(json).pricedActions.isEmpty)
+    }
+
     @Test func missingFieldsAreNamed() throws {
         var json = try Self.repositoryCatalogJSON()
         var plans = json["plans"] as! [[String: Any]]

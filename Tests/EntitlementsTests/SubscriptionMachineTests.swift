@@ -242,4 +242,6 @@ struct TestAccounts: AccountDirectory {
     func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await AuthService.isActiveUser(userID, tx) }
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
+    /// Reservations are tested over HTTP (`ReserveHTTPTests`); these tests never name a profile.
+    func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> (ProfilePermissions, rank: Int)? { nil }
 }

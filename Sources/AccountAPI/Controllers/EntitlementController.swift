@@ -3,6 +3,7 @@ import Entitlements
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Ledger
 import Logging
 import Metrics
 import NIOCore
@@ -15,12 +16,19 @@ struct EntitlementController: Sendable {
     let reads: SessionReads
     let authenticator: Authenticator
 
-    struct CheckRequest: Decodable { let feature: String?; let packId: String?; let tokens: Int64? }
+    struct CheckRequest: Decodable {
+        let feature: String?; let packId: String?; let tokens: Int64?; let action: String?; let quantity: Int?; let attributes: [String: String]?
+    }
+    struct ReserveRequest: Codable {
+        let userId: String; let profileId: String?; let action: String?; let quantity: Int?; let attributes: [String: String]?
+        let tokens: Int64?; let packId: String?; let ttlSeconds: Int?; let metadata: JSONValue?
+    }
 
     func addRoutes(to router: Router<AppRequestContext>) {
         router.get("/api/user/feature-access", use: featureAccess)
         router.get("/api/entitlements", use: snapshot)
         router.post("/api/entitlements/check", use: check)
+        router.post("/api/entitlements/reserve", use: reserve)
         router.get("/api/users/:id/entitlements", use: userSnapshot)
     }
 
@@ -42,7 +50,31 @@ struct EntitlementController: Sendable {
         let body = try await request.decodeJSON(CheckRequest.self, context: context)
         return JSONResponse(
             try await entitlements.check(
-                userID: session.user.id, profile: profile, feature: body.feature, packID: body.packId, tokens: body.tokens, logger: context.logger))
+                userID: session.user.id, profile: profile, feature: body.feature, packID: body.packId, tokens: body.tokens,
+                action: Self.call(body.action, body.quantity, body.attributes), logger: context.logger))
+    }
+
+    /// Check and reserve for a service (an API key with `entitlements:read` and `ledger:write`, `Idempotency-Key`):
+    /// 201 with the hold, or the refusal as a problem whose code is the reason `/api/entitlements/check` gives.
+    @Sendable func reserve(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let key = try await authenticator.requireScopes(["entitlements:read", LedgerCallerKeysOfAuth.scope], request, context)
+        var request = request
+        let body = try await request.decodeJSON(ReserveRequest.self, context: context)
+        let identity = IdempotentRequest(
+            caller: LedgerCallerKeysOfAuth.name(keyID: key.id), key: try IdempotentResponse.key(request),
+            fields: canonicalFields(body, extra: ["endpoint": "reserve"]))
+        let input = ReserveInput(
+            userID: body.userId, profileID: body.profileId, action: Self.call(body.action, body.quantity, body.attributes), tokens: body.tokens,
+            packID: body.packId, ttlSeconds: body.ttlSeconds ?? LedgerLimits.holdTTLSecondsDefault, metadata: body.metadata?.canonicalText)
+        if body.action == nil, body.quantity != nil || body.attributes != nil {
+            throw Problem.validation("quantity and attributes go with an action.")
+        }
+        return try IdempotentResponse.response(
+            try await entitlements.reserve(identity, input, logger: context.logger), .created, ReservationJSON.init)
+    }
+
+    static func call(_ action: String?, _ quantity: Int?, _ attributes: [String: String]?) -> PricedCall? {
+        action.map { PricedCall(id: $0, quantity: quantity, attributes: attributes ?? [:]) }
     }
 
     @Sendable func userSnapshot(_ request: Request, context: AppRequestContext) async throws -> Response {

@@ -15,6 +15,7 @@ struct SystemController: Sendable {
         router.get("/ready", use: ready)
         router.get("/openapi.yaml", use: openAPI)
         router.get("/api/subscription-plans", use: plans)
+        router.get("/api/pricing", use: pricing)
     }
 
     @Sendable func health(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[String: String]> {
@@ -39,6 +40,13 @@ struct SystemController: Sendable {
 
     @Sendable func plans(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[SubscriptionPlan]> {
         var response = JSONResponse(catalog.activePlans)
+        response.headers[.cacheControl] = "public, max-age=300"
+        return response
+    }
+
+    /// The rate card: every priced action, its price per unit, its attributes and the plans that may choose each value.
+    @Sendable func pricing(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[String: [PricedAction]]> {
+        var response = JSONResponse(["actions": catalog.pricedActions])
         response.headers[.cacheControl] = "public, max-age=300"
         return response
     }

@@ -138,6 +138,26 @@ paths:
               schema:
                 type: array
                 items: { $ref: "#/components/schemas/SubscriptionPlan" }
+  /api/pricing:
+    get:
+      tags: [plans]
+      operationId: getPricing
+      summary: The rate card (public) — every priced action, its price per unit, its attributes and the plans that may choose each value.
+      description: |
+        A call costs (tokensPerUnit + the chosen values' extraTokensPerUnit) × quantity. `plans` absent means every
+        plan. The entitlement snapshot's `actions` lists what the user's current plan allows.
+      responses:
+        "200":
+          description: The rate card.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [actions]
+                properties:
+                  actions:
+                    type: array
+                    items: { $ref: "#/components/schemas/PricedAction" }
   /api/auth/sign-up:
     post:
       tags: [auth]
@@ -1706,6 +1726,9 @@ paths:
                 feature: { type: string, description: "A key of the snapshot's features, or customContentTypes." }
                 packId: { type: string }
                 tokens: { type: integer, minimum: 1 }
+                action: { type: string, description: "A priced action's id (GET /api/pricing): its plan and profile gates, and its price against the balance." }
+                quantity: { type: integer, minimum: 1 }
+                attributes: { type: object, additionalProperties: { type: string } }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -1718,11 +1741,71 @@ paths:
                 required: [allowed]
                 properties:
                   allowed: { type: boolean }
-                  reason: { type: [string, "null"], enum: [subscription_required, pack_locked, insufficient_tokens, purchase_not_allowed, profile_restricted, null] }
+                  reason: { type: [string, "null"], enum: [subscription_required, feature_not_in_plan, pack_locked, insufficient_tokens, purchase_not_allowed, profile_restricted, null] }
+                  tokens: { type: integer, description: "The priced action's price (only when the check named an action)." }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/SessionRequired" }
         "404": { $ref: "#/components/responses/NotFound" }
+  /api/entitlements/reserve:
+    post:
+      tags: [entitlements]
+      operationId: reserveEntitlement
+      summary: Check and reserve in one call, for a service (API key scopes entitlements:read and ledger:write).
+      description: |
+        One transaction: the user's plan, the profile (one of the account's, within the plan's profile limit, with the
+        permission the action needs), the action's price and plan gates, the pack, then a hold of the price. Resolve the
+        hold with the ledger's capture or void (`/api/ledger/holds/{id}/capture`). A refusal is a 403 whose `code` is the
+        reason `/api/entitlements/check` gives (`subscription_required`, `feature_not_in_plan`, `profile_restricted`,
+        `pack_locked`); too few tokens is 402 `insufficient_tokens`. A refusal writes nothing and is not remembered under
+        the Idempotency-Key (the same key may succeed after an upgrade); `insufficient_tokens` is.
+      security: [{ apiKey: [] }]
+      parameters:
+        - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result; same key with another body is 409 idempotency_conflict. Kept 35 days, per caller, shared with the ledger's endpoints." }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [userId]
+              description: Either action (with quantity and attributes) or tokens.
+              properties:
+                userId: { type: string }
+                profileId: { type: string, description: "One of the account's profiles; the hold's metadata names it." }
+                action: { type: string, description: "A priced action's id (GET /api/pricing)." }
+                quantity: { type: integer, minimum: 1, description: "Units, 1 to the action's maxQuantity (default 1)." }
+                attributes: { type: object, additionalProperties: { type: string }, description: "Attribute values; the rest take their defaults." }
+                tokens: { type: integer, minimum: 1, description: "A plain amount instead of an action." }
+                packId: { type: string, description: "A premium sticker pack the user must have unlocked." }
+                ttlSeconds: { type: integer, minimum: 1, maximum: 86400, description: "Default 600." }
+                metadata: { description: "Any JSON (at most 4 KiB with what the hold records); kept on the hold under metadata." }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "201":
+          description: Held (or replayed, with Idempotent-Replayed true).
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [holdId, userId, tokens, expiresAt, balances]
+                properties:
+                  holdId: { type: string }
+                  userId: { type: string }
+                  tokens: { type: integer }
+                  expiresAt: { type: string, format: date-time }
+                  action: { type: string }
+                  quantity: { type: integer }
+                  attributes: { type: object, additionalProperties: { type: string }, description: "Every attribute, defaults filled in." }
+                  description: { type: string, description: "What history shows, e.g. \"Coloring page, ultra ×2\"." }
+                  balances: { $ref: "#/components/schemas/Balances" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
   /api/users/{id}/entitlements:
     get:
       tags: [entitlements]
@@ -2949,6 +3032,33 @@ components:
       type: object
       properties:
         amount: { type: integer, minimum: 1, description: Default the whole held amount. }
+    PricedAction:
+      type: object
+      required: [id, name, tokensPerUnit, maxQuantity, attributes]
+      properties:
+        id: { type: string }
+        name: { type: string }
+        tokensPerUnit: { type: integer }
+        maxQuantity: { type: integer }
+        plans: { type: array, items: { type: string }, description: "The plans that may use it; absent: every plan." }
+        requiresProfilePermission: { type: string, enum: [canUseCustomContentTypes, canMakePurchases] }
+        attributes:
+          type: array
+          items:
+            type: object
+            required: [name, defaultValue, values]
+            properties:
+              name: { type: string }
+              defaultValue: { type: string }
+              values:
+                type: array
+                items:
+                  type: object
+                  required: [value, extraTokensPerUnit]
+                  properties:
+                    value: { type: string }
+                    extraTokensPerUnit: { type: integer }
+                    plans: { type: array, items: { type: string }, description: "Absent: every plan." }
     Balances:
       type: object
       required: [bonusTokens, subscriptionTokens, purchasedTokens, heldTokens, totalTokens]
@@ -3023,8 +3133,12 @@ components:
         currentProfileCount: { type: integer }
     EntitlementSnapshot:
       type: object
-      required: [userId, planId, status, features, limits, tokens, unlockedStickerPacks, profileSelectionRequired]
+      required: [userId, planId, status, features, limits, tokens, unlockedStickerPacks, actions, profileSelectionRequired]
       properties:
+        actions:
+          type: object
+          description: The priced actions the plan allows, each with the values of each attribute it may choose.
+          additionalProperties: { type: object, additionalProperties: { type: array, items: { type: string } } }
         profileSelectionRequired:
           type: boolean
           description: The session's selected profile was deleted or is beyond the plan's profile limit (`profile` is then null).

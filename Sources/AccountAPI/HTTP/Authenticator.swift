@@ -55,6 +55,12 @@ struct Authenticator: Sendable {
     /// A live API key carrying `scope`: missing or unknown → 401, a user's live session → 403 `api_key_required`, a key
     /// without the scope → 403 `forbidden`.
     func requireScope(_ scope: String, _ request: Request, _ context: AppRequestContext) async throws -> APIKey {
+        try await requireScopes([scope], request, context)
+    }
+
+    /// An API key holding every one of `scopes` (the first one missing is named in the 403).
+    func requireScopes(_ scopes: [String], _ request: Request, _ context: AppRequestContext) async throws -> APIKey {
+        let scope = scopes.joined(separator: "' and '")
         guard let token = Self.bearerToken(request) else { throw Self.keyMissing }
         guard token.hasPrefix(APIKeyService.prefix) else {
             do { _ = try await auth.authenticate(token: token, logger: context.logger) } catch AuthError.unauthorized { throw Self.keyMissing }
@@ -65,7 +71,7 @@ struct Authenticator: Sendable {
             )
         }
         guard let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else { throw Self.keyMissing }
-        guard key.allows(scope) else { throw AuthError.forbidden("This API key lacks the scope '\(scope)'.") }
+        if let missing = scopes.first(where: { !key.allows($0) }) { throw AuthError.forbidden("This API key lacks the scope '\(missing)'.") }
         return key
     }
 

@@ -21,6 +21,8 @@ extension EntitlementError {
                 detail:
                     "Your sticker uploads are at the limit (\(stickers) stickers, \(ByteCountFormatter.string(fromByteCount: Int64(bytes), countStyle: .binary))); delete some to upload more."
             )
+        case .refused(let refusal, let detail): Problem(.forbidden, code: refusal.rawValue, detail: detail)
+        case .profileNotFound: Problem.notFound("The account has no profile with this id.")
         case .stickerExists(let id):
             Problem(.conflict, code: "sticker_exists", detail: "A sticker with id '\(id)' exists in this pack; give it another name.")
         }

@@ -8,6 +8,21 @@ extension ProfileService {
         Int(try await tx.first("SELECT COUNT(*) AS n FROM family_profiles WHERE user_id = ?", [userID])?.optionalInt("n") ?? 0)
     }
 
+    /// The account's profile `profileID` and its place in the account's order (0 = the default profile, then oldest
+    /// first, as ``snapshotFragment(engine:)`` counts it); nil when the account has no such profile.
+    public static func ranked(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> (FamilyProfile, rank: Int)? {
+        guard let row = try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
+        else { return nil }
+        let profile = try FamilyProfile(row: row)
+        guard !profile.isDefault else { return (profile, 0) }
+        let rank = try await tx.first(
+            """
+            SELECT COUNT(*) AS n FROM family_profiles o, family_profiles p WHERE p.id = ? AND o.user_id = p.user_id
+              AND (o.is_default OR o.created_at_ms < p.created_at_ms OR (o.created_at_ms = p.created_at_ms AND o.id < p.id))
+            """, [profileID])?.optionalInt("n")
+        return (profile, Int(rank ?? 0))
+    }
+
     /// The profile part of the entitlement snapshot statement. The embedding statement provides `x.id` (the user),
     /// `x.selected_profile_id` and `n.with_profile`. Yields the selected profile, or the account's default one when none
     /// is selected; all NULL without `with_profile` or when the selected profile is gone (the session must select again,

@@ -116,3 +116,22 @@ struct HistoryJSON: Encodable, Sendable {
 struct LedgerGrantRequest: Codable {
     let userId: String; let amount: Int64; let bucket: Bucket; let reason: String?; let expiresAt: String?; let metadata: JSONValue?
 }
+
+/// `POST /api/entitlements/reserve`'s answer: the hold, what it is for and the balances after it.
+struct ReservationJSON: Encodable, Sendable {
+    let holdId: String
+    let userId: String
+    let tokens: Int64
+    let expiresAt: String
+    let action: String?
+    let quantity: Int?
+    let attributes: [String: String]?
+    let description: String?
+    let balances: BalancesJSON
+
+    init(_ r: Reservation) {
+        (holdId, userId, tokens, expiresAt) = (r.hold.id, r.hold.userId, r.hold.amount, ISODate.string(r.hold.expiresAt))
+        (action, quantity, attributes, description) = (r.quote?.action, r.quote?.quantity, r.quote?.attributes, r.quote?.description)
+        balances = BalancesJSON(r.balances)
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+import Ledger
+import Logging
+import Storage
+
+/// What a service asks `POST /api/entitlements/reserve` for: a priced action or a plain amount (`tokens`), for a user and
+/// optionally one of the account's profiles, optionally gated on a sticker pack.
+public struct ReserveInput: Sendable {
+    public let userID: String
+    public let profileID: String?
+    public let action: PricedCall?
+    public let tokens: Int64?
+    public let packID: String?
+    public let ttlSeconds: Int
+    /// The caller's metadata as canonical JSON text, kept on the hold under `metadata`.
+    public let metadata: String?
+
+    public init(
+        userID: String, profileID: String?, action: PricedCall?, tokens: Int64?, packID: String?, ttlSeconds: Int, metadata: String?
+    ) {
+        (self.userID, self.profileID, self.action, self.tokens) = (userID, profileID, action, tokens)
+        (self.packID, self.ttlSeconds, self.metadata) = (packID, ttlSeconds, metadata)
+    }
+}
+
+/// A reservation: the hold it made, the priced action it is for (nil for a plain amount) and the balances after it.
+public struct Reservation: Codable, Sendable, Equatable {
+    public let hold: HoldState
+    public let quote: PricedQuote?
+    public let balances: BucketBalances
+}
+
+/// What the hold of a priced action remembers (its metadata), so history says what the tokens were for.
+struct ReservedFor: Encodable {
+    let action: String
+    let quantity: Int
+    let attributes: [String: String]
+    let description: String
+    let profileId: String?
+}
+
+extension EntitlementService {
+    /// Check and reserve in one transaction, at most once per (caller, `Idempotency-Key`): the user's plan, the profile
+    /// (one of the account's, usable on the plan, with the permission the action needs), the action's price and gates,
+    /// the pack, then the hold. A refusal (``EntitlementError/refused(_:detail:)``) writes nothing and is not remembered:
+    /// the same key may succeed once the user upgrades. Too few tokens is the ledger's remembered `insufficient_tokens`.
+    public func reserve(_ request: IdempotentRequest, _ input: ReserveInput, logger: Logger) async throws -> IdempotentResult<Reservation> {
+        try await IdempotencyStore(clock: clock).run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) {
+            tx in try await reserve(tx, input, idempotencyKey: request.key)
+        }
+    }
+
+    func reserve(_ tx: any SQLExecutor, _ input: ReserveInput, idempotencyKey: String) async throws -> Reservation {
+        guard (input.action == nil) != (input.tokens == nil) else {
+            throw EntitlementError.invalid(["give either action (with quantity and attributes) or tokens"])
+        }
+        guard try await accounts.isActiveUser(input.userID, tx) else { throw LedgerError.userNotFound(input.userID) }
+        let plan = try await subscriptions.currentPlan(userID: input.userID, now: clock.now(), tx)
+        let permissions = try await profile(tx, input, plan: plan)
+        var quote: PricedQuote?
+        if let action = input.action {
+            switch try RateCard.quote(
+                subscriptions.catalog, actionID: action.id, quantity: action.quantity, attributes: action.attributes, plan: plan,
+                permissions: permissions)
+            {
+            case .success(let priced): quote = priced
+            case .failure(let refusal): throw EntitlementError.refused(refusal, detail: Self.detail(refusal, action: action.id, plan: plan))
+            }
+        }
+        if let packID = input.packID {
+            guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+            if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: input.userID)) {
+                throw EntitlementError.refused(.packLocked, detail: "The user has not unlocked the premium pack '\(packID)'.")
+            }
+        }
+        let hold = try await ledger.hold(
+            tx, userID: input.userID, amountTokens: quote?.tokens ?? input.tokens ?? 0, ttlSeconds: input.ttlSeconds,
+            reason: quote?.action ?? "reserve", metadata: try Self.holdMetadata(quote, profileID: input.profileID, caller: input.metadata),
+            idempotencyKey: idempotencyKey)
+        return Reservation(hold: hold, quote: quote, balances: try await ledger.peekBalances(tx, userID: input.userID))
+    }
+
+    /// The named profile's permissions (nil when none is named): one of the account's profiles, within the plan's limit.
+    func profile(_ tx: any SQLExecutor, _ input: ReserveInput, plan: SubscriptionPlan) async throws -> ProfilePermissions? {
+        guard let profileID = input.profileID else { return nil }
+        guard let (permissions, rank) = try await accounts.profile(userID: input.userID, profileID: profileID, tx) else {
+            throw EntitlementError.profileNotFound
+        }
+        guard rank < plan.maxFamilyProfiles else {
+            throw EntitlementError.refused(
+                .profileRestricted, detail: "This profile is locked: the plan '\(plan.id)' allows \(plan.maxFamilyProfiles) profile(s).")
+        }
+        return permissions
+    }
+
+    static func detail(_ refusal: Refusal, action: String, plan: SubscriptionPlan) -> String {
+        switch refusal {
+        case .subscriptionRequired: "'\(action)' with these attributes needs a subscription (see GET /api/pricing)."
+        case .featureNotInPlan: "'\(action)' with these attributes is not in the plan '\(plan.id)' (see GET /api/pricing)."
+        case .profileRestricted: "This profile may not use '\(action)'."
+        case .packLocked, .purchaseNotAllowed: "'\(action)' is not allowed."
+        }
+    }
+
+    /// The hold's metadata: what it is for, and the caller's own metadata (already canonical JSON) under `metadata`.
+    static func holdMetadata(_ quote: PricedQuote?, profileID: String?, caller: String?) throws -> String? {
+        guard let quote else {
+            guard let profileID else { return caller }
+            return try Self.json(["profileId": profileID], caller: caller)
+        }
+        let reserved = ReservedFor(
+            action: quote.action, quantity: quote.quantity, attributes: quote.attributes, description: quote.description, profileId: profileID)
+        return try json(reserved, caller: caller)
+    }
+
+    static func json(_ value: some Encodable, caller: String?) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let text = String(decoding: try encoder.encode(value), as: UTF8.self)
+        guard let caller else { return text }
+        return String(text.dropLast()) + #","metadata":"# + caller + "}"
+    }
+}
