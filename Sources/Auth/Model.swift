@@ -31,6 +31,8 @@ public struct FamilyProfile: Codable, Sendable, Equatable {
     public let canMakePurchases: Bool
     public let canUseCustomContentTypes: Bool
     public let hasPin: Bool
+    /// Tokens this profile may use per allowance period (nil: no cap); set by the owner.
+    public let monthlyTokenAllowance: Int64?
 
     init(row: SQLRow) throws {
         id = try row.string("id")
@@ -40,9 +42,10 @@ public struct FamilyProfile: Codable, Sendable, Equatable {
         canMakePurchases = try row.bool("can_make_purchases")
         canUseCustomContentTypes = try row.bool("can_use_custom_content_types")
         hasPin = row.optionalString("pin_hash") != nil
+        monthlyTokenAllowance = row.optionalInt("monthly_token_allowance")
     }
 
-    static let columns = "id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash"
+    static let columns = "id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash, monthly_token_allowance"
 }
 
 /// A freshly issued session: the only moment the bearer token exists outside the client.

@@ -55,8 +55,10 @@ extension EntitlementService {
             throw EntitlementError.invalid(["give either action (with quantity and attributes) or tokens"])
         }
         guard try await accounts.isActiveUser(input.userID, tx) else { throw LedgerError.userNotFound(input.userID) }
-        let plan = try await subscriptions.currentPlan(userID: input.userID, now: clock.now(), tx)
-        let permissions = try await profile(tx, input, plan: plan)
+        let now = clock.now()
+        let plan = try await subscriptions.currentPlan(userID: input.userID, now: now, tx)
+        let access = try await profile(tx, input, plan: plan)
+        let permissions = access?.permissions
         var quote: PricedQuote?
         if let action = input.action {
             switch try RateCard.quote(
@@ -76,21 +78,22 @@ extension EntitlementService {
         let hold = try await ledger.hold(
             tx, userID: input.userID, amountTokens: quote?.tokens ?? input.tokens ?? 0, ttlSeconds: input.ttlSeconds,
             reason: quote?.action ?? "reserve", metadata: try Self.holdMetadata(quote, profileID: input.profileID, caller: input.metadata),
-            idempotencyKey: idempotencyKey)
+            idempotencyKey: idempotencyKey,
+            attribution: try await access.asyncMap { try await subscriptions.attribution(tx, userID: input.userID, profile: $0, now: now) })
         return Reservation(hold: hold, quote: quote, balances: try await ledger.peekBalances(tx, userID: input.userID))
     }
 
-    /// The named profile's permissions (nil when none is named): one of the account's profiles, within the plan's limit.
-    func profile(_ tx: any SQLExecutor, _ input: ReserveInput, plan: SubscriptionPlan) async throws -> ProfilePermissions? {
+    /// The named profile (nil when none is named): one of the account's profiles, within the plan's limit.
+    func profile(_ tx: any SQLExecutor, _ input: ReserveInput, plan: SubscriptionPlan) async throws -> ProfileAccess? {
         guard let profileID = input.profileID else { return nil }
-        guard let (permissions, rank) = try await accounts.profile(userID: input.userID, profileID: profileID, tx) else {
+        guard let access = try await accounts.profile(userID: input.userID, profileID: profileID, tx) else {
             throw EntitlementError.profileNotFound
         }
-        guard rank < plan.maxFamilyProfiles else {
+        guard access.rank < plan.maxFamilyProfiles else {
             throw EntitlementError.refused(
                 .profileRestricted, detail: "This profile is locked: the plan '\(plan.id)' allows \(plan.maxFamilyProfiles) profile(s).")
         }
-        return permissions
+        return access
     }
 
     static func detail(_ refusal: Refusal, action: String, plan: SubscriptionPlan) -> String {
@@ -119,5 +122,12 @@ extension EntitlementService {
         let text = String(decoding: try encoder.encode(value), as: UTF8.self)
         guard let caller else { return text }
         return String(text.dropLast()) + #","metadata":"# + caller + "}"
+    }
+}
+
+extension Optional {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
     }
 }

@@ -33,7 +33,7 @@ public struct PricedValue: Codable, Sendable, Equatable {
 }
 
 /// Why a plan or a profile may not take an action now (the reasons `POST /api/entitlements/check` gives).
-public enum Refusal: String, Error, Sendable, Equatable, Codable {
+public enum Refusal: String, Error, Sendable, Equatable, Codable, CaseIterable {
     case subscriptionRequired = "subscription_required"
     case featureNotInPlan = "feature_not_in_plan"
     case profileRestricted = "profile_restricted"

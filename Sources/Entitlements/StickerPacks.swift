@@ -212,7 +212,8 @@ public struct StickerPackStore: Sendable {
     /// Buys a pack: records the unlock and spends its price in the same transaction. The unlock row is written
     /// first, so a concurrent second tap waits on it and then finds the pack unlocked (charged once).
     public func unlock(
-        _ tx: any SQLExecutor, ledger: Ledger, userID: String, packID: String, plan: SubscriptionPlan, canMakePurchases: Bool
+        _ tx: any SQLExecutor, ledger: Ledger, userID: String, packID: String, plan: SubscriptionPlan, canMakePurchases: Bool,
+        attribution: Attribution? = nil
     ) async throws -> LedgerResult? {
         guard let pack = try await pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
         guard canMakePurchases else { throw EntitlementError.purchaseNotAllowed }
@@ -228,8 +229,10 @@ public struct StickerPackStore: Sendable {
             try await emitUnlocked(tx, userID: userID, packID: packID, tokens: 0, operationID: nil, now: now)
             return nil
         }
+        let profile = attribution.map { #","profileId":"\#($0.profileID)""# } ?? ""
         let spent = try await ledger.spend(
-            tx, userID: userID, amountTokens: pack.tokenPrice, reason: "pack_unlock", metadata: #"{"packId":"\#(packID)"}"#)
+            tx, userID: userID, amountTokens: pack.tokenPrice, reason: "pack_unlock", metadata: #"{"packId":"\#(packID)"\#(profile)}"#,
+            attribution: attribution)
         try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [spent.operationId, userID, packID])
         try await emitUnlocked(tx, userID: userID, packID: packID, tokens: pack.tokenPrice, operationID: spent.operationId, now: now)
         return spent

@@ -25,11 +25,13 @@ public struct StickerService: Sendable {
     let idempotency: IdempotencyStore
     let audit: any AuditTrail
     let clock: any TimeSource
+    let accounts: any AccountDirectory
 
     public init(
         database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, ledger: Ledger, idempotency: IdempotencyStore,
-        audit: any AuditTrail, clock: any TimeSource
+        audit: any AuditTrail, clock: any TimeSource, accounts: any AccountDirectory
     ) {
+        self.accounts = accounts
         self.database = database
         self.packs = packs
         self.subscriptions = subscriptions
@@ -49,24 +51,33 @@ public struct StickerService: Sendable {
     }
 
     /// Buys a pack with tokens (``StickerPackStore/unlock``): charged once, even for parallel taps.
-    public func unlock(userID: String, packID: String, canMakePurchases: Bool, logger: Logger) async throws -> UnlockResult {
+    /// Buys a pack for the user, acting as `profile` (nil: no profile, e.g. an account without one): refused when the
+    /// profile cannot make purchases; the price counts on the profile's allowance.
+    public func unlock(userID: String, packID: String, profile: ProfilePermissions?, logger: Logger) async throws -> UnlockResult {
         try await database.transaction(logger: logger) { tx in
-            try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases)
+            try await unlock(tx, userID: userID, packID: packID, profile: profile)
         }
     }
 
     /// The same with an `Idempotency-Key`: a retry replays the first answer, a refusal included.
     public func unlock(
-        _ request: IdempotentRequest, userID: String, packID: String, canMakePurchases: Bool, logger: Logger
+        _ request: IdempotentRequest, userID: String, packID: String, profile: ProfilePermissions?, logger: Logger
     ) async throws -> IdempotentResult<UnlockResult> {
         try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) { tx in
-            try await unlock(tx, userID: userID, packID: packID, canMakePurchases: canMakePurchases)
+            try await unlock(tx, userID: userID, packID: packID, profile: profile)
         }
     }
 
-    func unlock(_ tx: any SQLExecutor, userID: String, packID: String, canMakePurchases: Bool) async throws -> UnlockResult {
-        let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
-        let spent = try await packs.unlock(tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: canMakePurchases)
+    func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile: ProfilePermissions?) async throws -> UnlockResult {
+        let now = clock.now()
+        let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
+        var attribution: Attribution?
+        if let profile, let access = try await accounts.profile(userID: userID, profileID: profile.id, tx) {
+            attribution = try await subscriptions.attribution(tx, userID: userID, profile: access, now: now)
+        }
+        let spent = try await packs.unlock(
+            tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: profile?.canMakePurchases ?? true,
+            attribution: attribution)
         return UnlockResult(packID: packID, spent: spent)
     }
 

@@ -22,9 +22,10 @@ public enum HoldRules {
 
 extension Ledger {
     /// Reserves tokens at once (moved into the holds account) until captured, voided or expired.
+    /// With an `attribution`, the hold counts on the profile's allowance (``charge(_:_:userID:held:used:)``) until it resolves.
     public func hold(
         _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
-        idempotencyKey: String? = nil
+        idempotencyKey: String? = nil, attribution: Attribution? = nil
     ) async throws -> HoldState {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         guard (1...LedgerLimits.holdTTLSecondsMax).contains(ttlSeconds) else {
@@ -32,12 +33,19 @@ extension Ledger {
         }
         let now = clock.now()
         var state = try await prepare(tx, userID: userID, now: now)
+        if let attribution { try await charge(tx, attribution, userID: userID, held: amountTokens, used: 0) }
         let parts = try await allocate(tx, state: state, userID: userID, amountTokens: amountTokens, now: now)
         let holdID = Self.newID()
         state.balances.heldTokens += amountTokens
         try await tx.query(
-            "INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
-            [holdID, userID, amountTokens, reason, metadata, now.addingTimeInterval(Double(ttlSeconds)), now])
+            """
+            INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms, profile_id, usage_period_ms)
+            VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                holdID, userID, amountTokens, reason, metadata, now.addingTimeInterval(Double(ttlSeconds)), now, attribution?.profileID,
+                attribution?.periodStart,
+            ])
         for (index, part) in parts.enumerated() {
             try await post(
                 tx, &state, from: Self.accountID(userID, part.bucket), to: Self.holds, amount: part.amount, reason: "hold",
@@ -72,12 +80,17 @@ extension Ledger {
                     tx, &userState, part: part, amount: part.amount - take, userID: hold.userId, holdID: holdID, reason: "release", now: now)
             }
         }
-        try await tx.query(
-            "UPDATE ledger_holds SET status = 'captured', captured_amount = ?, resolved_at_ms = ? WHERE id = ?", [captured, now, holdID])
-        let resolved = try await holdState(tx, id: holdID)!
-        try await emitHold(tx, .holdCaptured, resolved, userState, change: hold.amount - captured, key: idempotencyKey, now: now)
-        return resolved
+        let resolved = try await tx.first(
+            "UPDATE ledger_holds SET status = 'captured', captured_amount = ?, resolved_at_ms = ? WHERE id = ? RETURNING \(Self.usageColumns)",
+            [captured, now, holdID])
+        try await settleUsage(tx, hold: resolved, captured: captured)
+        let final = try await holdState(tx, id: holdID)!
+        try await emitHold(tx, .holdCaptured, final, userState, change: hold.amount - captured, key: idempotencyKey, now: now)
+        return final
     }
+
+    /// What ``settleUsage(_:hold:captured:)`` reads of a resolved hold.
+    static let usageColumns = "profile_id, usage_period_ms, amount"
 
     /// Returns everything a pending hold reserved. Resolves once.
     public func void(_ tx: any SQLExecutor, holdID: String, idempotencyKey: String? = nil) async throws -> HoldState {
@@ -154,7 +167,10 @@ extension Ledger {
         for part in try await holdParts(tx, holdID: holdID) {
             try await release(tx, &state, part: part, amount: part.amount, userID: state.userID, holdID: holdID, reason: reason, now: now)
         }
-        try await tx.query("UPDATE ledger_holds SET status = ?, captured_amount = 0, resolved_at_ms = ? WHERE id = ?", [status, now, holdID])
+        let resolved = try await tx.first(
+            "UPDATE ledger_holds SET status = ?, captured_amount = 0, resolved_at_ms = ? WHERE id = ? RETURNING \(Self.usageColumns)",
+            [status, now, holdID])
+        try await settleUsage(tx, hold: resolved, captured: 0)
     }
 
     /// Returns held tokens to the bucket (and bonus lot) they came from. An already lapsed lot expires them

@@ -155,7 +155,7 @@ extension LedgerError {
     var isRemembered: Bool {
         switch self {
         case .insufficientTokens, .holdNotFound, .holdResolved, .invalid, .transferNotFound, .alreadyReversed, .notReversible: true
-        case .userNotFound, .idempotencyConflict: false
+        case .userNotFound, .idempotencyConflict, .allowanceExceeded: false
         }
     }
 }

@@ -38,6 +38,7 @@ extension Ledger {
         let (held, pending) = (totals?.optionalInt("held") ?? 0, totals?.optionalInt("pending") ?? 0)
         if held != pending { differences.append("holds account holds \(held) but pending holds add up to \(pending)") }
         try await verifyLotsAndHolds(tx, into: &differences)
+        try await verifyProfileUsage(tx, into: &differences)
         return VerifyReport(
             ok: differences.isEmpty, accountsChecked: Int(totals?.optionalInt("accounts") ?? 0),
             transfersChecked: Int(totals?.optionalInt("transfers") ?? 0), differences: differences)
@@ -69,5 +70,38 @@ extension Ledger {
             differences.append("hold \(try hold.string("id")): amount \(try hold.int("amount")) but parts add up to \(try hold.int("parts"))")
         }
         if badHolds.count == limit { differences.append("more holds differ (the first \(Self.verifyDifferencesMax) are listed)") }
+    }
+
+    /// Each profile's usage per period against what is behind it: `held` = its pending holds, `used` = its captured
+    /// holds' captured amounts plus its recorded spends.
+    func verifyProfileUsage(_ tx: any SQLExecutor, into differences: inout [String]) async throws {
+        let limit = Self.verifyDifferencesMax + 1
+        let rows = try await tx.query(
+            """
+            SELECT k.profile_id, k.period_start_ms, COALESCE(u.used, 0) AS used, COALESCE(u.held, 0) AS held,
+                COALESCE(h.used, 0) + COALESCE(s.used, 0) AS derived_used, COALESCE(h.held, 0) AS derived_held
+            FROM (SELECT profile_id, period_start_ms FROM ledger_profile_usage
+                  UNION SELECT profile_id, usage_period_ms FROM ledger_holds WHERE profile_id IS NOT NULL
+                  UNION SELECT profile_id, period_start_ms FROM ledger_profile_spends) k
+            LEFT JOIN ledger_profile_usage u ON u.profile_id = k.profile_id AND u.period_start_ms = k.period_start_ms
+            LEFT JOIN (
+                SELECT profile_id, usage_period_ms AS period, CAST(SUM(CASE WHEN status = 'pending' THEN amount ELSE 0 END) AS BIGINT) AS held,
+                    CAST(SUM(CASE WHEN status = 'captured' THEN captured_amount ELSE 0 END) AS BIGINT) AS used
+                FROM ledger_holds WHERE profile_id IS NOT NULL GROUP BY profile_id, usage_period_ms
+            ) h ON h.profile_id = k.profile_id AND h.period = k.period_start_ms
+            LEFT JOIN (
+                SELECT profile_id, period_start_ms AS period, CAST(SUM(amount) AS BIGINT) AS used FROM ledger_profile_spends
+                GROUP BY profile_id, period_start_ms
+            ) s ON s.profile_id = k.profile_id AND s.period = k.period_start_ms
+            WHERE COALESCE(u.used, 0) <> COALESCE(h.used, 0) + COALESCE(s.used, 0) OR COALESCE(u.held, 0) <> COALESCE(h.held, 0)
+            ORDER BY k.profile_id, k.period_start_ms LIMIT ?
+            """, [limit])
+        for row in rows.prefix(Self.verifyDifferencesMax) {
+            differences.append(
+                "profile \(try row.string("profile_id")) period \(try row.int("period_start_ms")): usage \(try row.int("used")) used, "
+                    + "\(try row.int("held")) held, but its holds and spends add up to \(try row.int("derived_used")) used, \(try row.int("derived_held")) held"
+            )
+        }
+        if rows.count == limit { differences.append("more profile usage differs (the first \(Self.verifyDifferencesMax) are listed)") }
     }
 }

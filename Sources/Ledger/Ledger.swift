@@ -56,12 +56,15 @@ public struct Ledger: Sendable {
     }
 
     /// Spends at once, soonest-expiring tokens first. Not enough → `insufficientTokens` (nothing written).
+    /// With an `attribution`, the spend counts on the profile's allowance and is refused past it.
     public func spend(
-        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, reason: String, metadata: String? = nil, idempotencyKey: String? = nil
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, reason: String, metadata: String? = nil, idempotencyKey: String? = nil,
+        attribution: Attribution? = nil
     ) async throws -> LedgerResult {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         let now = clock.now()
         var state = try await prepare(tx, userID: userID, now: now)
+        if let attribution { try await charge(tx, attribution, userID: userID, held: 0, used: amountTokens) }
         let parts = try await allocate(tx, state: state, userID: userID, amountTokens: amountTokens, now: now)
         let operation = Self.newID()
         for part in parts {
@@ -70,6 +73,7 @@ public struct Ledger: Sendable {
                 userDelta: (part.bucket, -part.amount), operation: operation, metadata: metadata, now: now)
             if let lot = part.lotID { try await tx.query("UPDATE ledger_lots SET remaining = remaining - ? WHERE id = ?", [part.amount, lot]) }
         }
+        if let attribution { try await recordSpend(tx, attribution, userID: userID, operationID: operation, amount: amountTokens, now: now) }
         LedgerMetrics.spend(path: "transactional")
         try await emit(
             tx, .tokensSpent, state, change: -amountTokens, now: now,

@@ -23,6 +23,8 @@ public enum LedgerError: Error, Equatable, Sendable {
     case alreadyReversed(reversalOperationID: String)
     /// This kind of operation cannot be reversed (the detail says what to do instead).
     case notReversible(String)
+    /// The profile's allowance for the period would be passed; `remaining` is what it may still use.
+    case allowanceExceeded(allowance: Int64, remaining: Int64)
 }
 
 /// What a user can spend now, per bucket, plus what pending holds reserve.

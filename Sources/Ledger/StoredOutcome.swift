@@ -61,6 +61,8 @@ struct StoredLedgerError: Codable, Equatable {
         case .transferNotFound: self.init(kind: "transfer_not_found")
         case .alreadyReversed(let reversal): self.init(kind: "already_reversed", reversalOperationId: reversal)
         case .notReversible(let detail): self.init(kind: "not_reversible", detail: detail)
+        case .allowanceExceeded(let allowance, let remaining):
+            self.init(kind: "allowance_exceeded", availableTokens: remaining, detail: String(allowance))
         }
     }
 
@@ -76,6 +78,8 @@ struct StoredLedgerError: Codable, Equatable {
         case "transfer_not_found": .transferNotFound
         case "already_reversed": reversalOperationId.map { .alreadyReversed(reversalOperationID: $0) }
         case "not_reversible": detail.map { .notReversible($0) }
+        case "allowance_exceeded":
+            availableTokens.flatMap { remaining in detail.flatMap { Int64($0) }.map { .allowanceExceeded(allowance: $0, remaining: remaining) } }
         default: nil
         }
     }

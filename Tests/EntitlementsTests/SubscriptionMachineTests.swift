@@ -243,5 +243,5 @@ struct TestAccounts: AccountDirectory {
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
     /// Reservations are tested over HTTP (`ReserveHTTPTests`); these tests never name a profile.
-    func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> (ProfilePermissions, rank: Int)? { nil }
+    func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> ProfileAccess? { nil }
 }

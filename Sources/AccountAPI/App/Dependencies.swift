@@ -87,8 +87,9 @@ public struct Dependencies: Sendable {
                 database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock),
             subscriptions: SubscriptionService(database: database, machine: machine),
             stickers: StickerService(
-                database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared, clock: clock
-            ),
+                database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared,
+                clock: clock,
+                accounts: AuthDirectory()),
             stickerContent: StickerContentService(
                 database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads),
             media: media,

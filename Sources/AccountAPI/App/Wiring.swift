@@ -32,12 +32,13 @@ struct AuthDirectory: LedgerUserDirectory, AccountDirectory {
     func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await AuthService.isActiveUser(userID, tx) }
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
-    func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> (ProfilePermissions, rank: Int)? {
+    func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> ProfileAccess? {
         try await ProfileService.ranked(userID: userID, profileID: profileID, tx).map { profile, rank in
             let permissions = ProfilePermissions(
                 id: profile.id, name: profile.name, canMakePurchases: profile.canMakePurchases,
                 canUseCustomContentTypes: profile.canUseCustomContentTypes)
-            return (permissions, rank)
+            return ProfileAccess(
+                permissions: permissions, rank: rank, isDefault: profile.isDefault, monthlyTokenAllowance: profile.monthlyTokenAllowance)
         }
     }
 }

@@ -1,9 +1,11 @@
 import Auth
+import Entitlements
 import Hummingbird
 
 /// Family profiles of the signed-in account (seed 004 paths).
 struct ProfileController: Sendable {
     let profiles: ProfileService
+    let entitlements: EntitlementService
     let authenticator: Authenticator
 
     struct SelectRequest: Decodable { let profileId: String; let pin: String? }
@@ -15,6 +17,20 @@ struct ProfileController: Sendable {
         router.post("/api/family-profiles", use: create)
         router.put("/api/family-profiles/:id", use: update)
         router.delete("/api/family-profiles/:id", use: delete)
+        router.get("/api/family-profiles/:id/usage", use: usage)
+    }
+
+    /// The profile's allowance and usage this period: the owner reads every profile's, a profile only its own.
+    @Sendable func usage(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<ProfileUsageJSON> {
+        let session = try await authenticator.session(request, context)
+        let profileID = try context.pathParameter("id")
+        let current = try await authenticator.profile(of: session, context)
+        if current == .selectionRequired { throw AuthError.profileSelectionRequired }
+        guard current.maySeeUsage(of: profileID) else {
+            throw AuthError.forbidden("A profile sees only its own usage; the owner's profile sees every profile's.")
+        }
+        return JSONResponse(
+            ProfileUsageJSON(try await entitlements.profileUsage(userID: session.user.id, profileID: profileID, logger: context.logger)))
     }
 
     @Sendable func available(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[ProfileJSON]> {

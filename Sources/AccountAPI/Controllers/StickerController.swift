@@ -34,16 +34,16 @@ struct StickerController: Sendable {
     @Sendable func unlock(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
         let packID = try context.pathParameter("id")
-        let canMakePurchases = try await authenticator.permissions(session, context)?.canMakePurchases ?? true
+        let profile = try await authenticator.permissions(session, context)
         let userID = session.user.id
         guard request.headers[.idempotencyKey] != nil else {
-            let result = try await stickers.unlock(userID: userID, packID: packID, canMakePurchases: canMakePurchases, logger: context.logger)
+            let result = try await stickers.unlock(userID: userID, packID: packID, profile: profile, logger: context.logger)
             return try JSONResponse(UnlockJSON(result)).response(from: request, context: context)
         }
         let identity = IdempotentRequest(
             caller: "user:\(userID)", key: try IdempotentResponse.key(request), fields: ["endpoint": "unlock", "packId": packID])
         let answer = try await stickers.unlock(
-            identity, userID: userID, packID: packID, canMakePurchases: canMakePurchases, logger: context.logger)
+            identity, userID: userID, packID: packID, profile: profile, logger: context.logger)
         return try IdempotentResponse.response(answer, .ok, UnlockJSON.init)
     }
 }

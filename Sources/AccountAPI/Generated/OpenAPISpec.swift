@@ -1044,6 +1044,41 @@ paths:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
         "429": { $ref: "#/components/responses/RateLimited" }
+  /api/family-profiles/{id}/usage:
+    get:
+      tags: [profiles]
+      operationId: getProfileUsage
+      summary: A profile's allowance and what it used, holds and may still use this period.
+      description: |
+        Reserves (`profileId`) and sticker unlocks from the profile's sessions count; a capture counts what it took, a
+        void or an expiry gives the rest back. The period is the month of the subscription's period while subscribed,
+        else the calendar month (UTC). The owner's (default) profile reads every profile's; any other profile only its own.
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: The usage.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [profileId, period, allowance, used, held, remaining]
+                properties:
+                  profileId: { type: string }
+                  period:
+                    type: object
+                    required: [start, end]
+                    properties:
+                      start: { type: string, format: date-time }
+                      end: { type: string, format: date-time }
+                  allowance: { type: [integer, "null"], description: "null: no cap." }
+                  used: { type: integer }
+                  held: { type: integer }
+                  remaining: { type: [integer, "null"], description: "null: no cap." }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
   /api/family-profiles/{id}:
     put:
       tags: [profiles]
@@ -1757,8 +1792,10 @@ paths:
         permission the action needs), the action's price and plan gates, the pack, then a hold of the price. Resolve the
         hold with the ledger's capture or void (`/api/ledger/holds/{id}/capture`). A refusal is a 403 whose `code` is the
         reason `/api/entitlements/check` gives (`subscription_required`, `feature_not_in_plan`, `profile_restricted`,
-        `pack_locked`); too few tokens is 402 `insufficient_tokens`. A refusal writes nothing and is not remembered under
-        the Idempotency-Key (the same key may succeed after an upgrade); `insufficient_tokens` is.
+        `pack_locked`); past the profile's monthly allowance 403 `allowance_exceeded` (with `remainingTokens`); too few
+        tokens is 402 `insufficient_tokens`. A refusal writes nothing and is not remembered under the Idempotency-Key
+        (the same key may succeed after an upgrade or in the next period); `insufficient_tokens` is. With `profileId` the
+        hold counts on that profile's allowance until it resolves.
       security: [{ apiKey: [] }]
       parameters:
         - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result; same key with another body is 409 idempotency_conflict. Kept 35 days, per caller, shared with the ledger's endpoints." }
@@ -2870,7 +2907,8 @@ components:
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
-            upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required]
+            upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required, feature_not_in_plan,
+            profile_restricted, allowance_exceeded]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -2947,6 +2985,7 @@ components:
         canMakePurchases: { type: boolean }
         canUseCustomContentTypes: { type: boolean }
         hasPin: { type: boolean, description: The PIN itself is never returned. }
+        monthlyTokenAllowance: { type: integer, description: "Tokens this profile may use per allowance period; absent: no cap." }
     ListedProfile:
       allOf:
         - { $ref: "#/components/schemas/FamilyProfile" }
@@ -2966,6 +3005,8 @@ components:
         canMakePurchases: { type: boolean, default: false }
         canUseCustomContentTypes: { type: boolean, default: false }
         currentPassword: { type: string, description: Proof of the owner for PIN changes, unless signed in within 10 minutes. }
+        monthlyTokenAllowance: { type: integer, minimum: 0, maximum: 1000000000, description: "Cap the profile's tokens per allowance period (not on the default profile). Absent on an update: unchanged." }
+        removeMonthlyTokenAllowance: { type: boolean, description: Remove the cap. }
     AdminUser:
       type: object
       required: [id, name, role, emailVerified, createdAt, deleted]

@@ -28,6 +28,12 @@ extension LedgerError {
             Problem(.conflict, code: "already_reversed", detail: "This operation was reversed before (by operation \(reversal)); it reverses once.")
                 .with("reversalOperationId", .string(reversal))
         case .notReversible(let detail): Problem(.conflict, code: "not_reversible", detail: detail)
+        case .allowanceExceeded(let allowance, let remaining):
+            Problem(
+                .forbidden, code: "allowance_exceeded",
+                detail: "This profile's monthly allowance is \(allowance) tokens; \(remaining) remain this period. The account owner can raise it."
+            )
+            .with("allowance", .int(Int(allowance))).with("remainingTokens", .int(Int(remaining)))
         }
     }
 }

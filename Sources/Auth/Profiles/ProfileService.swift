@@ -33,6 +33,13 @@ public enum SessionProfile: Sendable, Equatable {
         case .selectionRequired, .none: nil
         }
     }
+
+    /// Whether a session acting as this may read `profileID`'s usage: the owner (the default profile) reads every
+    /// profile's, any other profile only its own.
+    public func maySeeUsage(of profileID: String) -> Bool {
+        guard let profile else { return false }
+        return profile.isDefault || profile.id == profileID
+    }
 }
 
 /// What a create or update sets (the seed's `CreateProfileRequest` plus `removePin`).
@@ -43,8 +50,17 @@ public struct ProfileInput: Sendable {
     public var removePin: Bool
     public var canMakePurchases: Bool
     public var canUseCustomContentTypes: Bool
+    /// A new monthly token allowance (nil: leave it as it is; a new profile has none).
+    public var monthlyTokenAllowance: Int64?
+    /// Remove the allowance (no cap).
+    public var removeMonthlyTokenAllowance: Bool
 
-    public init(name: String, avatar: String?, pin: String?, removePin: Bool, canMakePurchases: Bool, canUseCustomContentTypes: Bool) {
+    public init(
+        name: String, avatar: String?, pin: String?, removePin: Bool, canMakePurchases: Bool, canUseCustomContentTypes: Bool,
+        monthlyTokenAllowance: Int64? = nil, removeMonthlyTokenAllowance: Bool = false
+    ) {
+        self.monthlyTokenAllowance = monthlyTokenAllowance
+        self.removeMonthlyTokenAllowance = removeMonthlyTokenAllowance
         self.name = name
         self.avatar = avatar
         self.pin = pin
@@ -169,12 +185,12 @@ public struct ProfileService: Sendable {
                 try await tx.query(
                     """
                     INSERT INTO family_profiles (id, user_id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash,
-                                                 created_at_ms, updated_at_ms)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                                 created_at_ms, updated_at_ms, monthly_token_allowance)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
                         id, userID, Self.trimmed(input.name), input.avatar, false, input.canMakePurchases, input.canUseCustomContentTypes, pinHash,
-                        now, now,
+                        now, now, input.monthlyTokenAllowance,
                     ])
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_created", profileID: id, now: now)
                 return try await load(tx, id: id, userID: userID)
@@ -195,6 +211,9 @@ public struct ProfileService: Sendable {
                 if current.isDefault && !input.canMakePurchases {
                     throw AuthError.validation("The default profile is the owner's and can always make purchases.")
                 }
+                if current.isDefault && input.monthlyTokenAllowance != nil {
+                    throw AuthError.validation("The default profile is the owner's and has no allowance.")
+                }
                 let others = try await tx.query("SELECT name FROM family_profiles WHERE user_id = ? AND id <> ?", [userID, profileID])
                 try Self.checkUniqueName(input.name, among: try others.map { try $0.string("name") })
                 try await tx.query(
@@ -208,6 +227,10 @@ public struct ProfileService: Sendable {
                 } else if input.removePin {
                     try await tx.query("UPDATE family_profiles SET pin_hash = NULL WHERE id = ?", [profileID])
                     try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
+                }
+                if input.monthlyTokenAllowance != nil || input.removeMonthlyTokenAllowance {
+                    try await tx.query(
+                        "UPDATE family_profiles SET monthly_token_allowance = ? WHERE id = ?", [input.monthlyTokenAllowance, profileID])
                 }
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_updated", profileID: profileID, now: now)
                 return try await load(tx, id: profileID, userID: userID)
@@ -274,7 +297,16 @@ public struct ProfileService: Sendable {
             throw AuthError.validation("PIN must be 4 to 6 digits.")
         }
         if input.pin != nil && input.removePin { throw AuthError.validation("Give either pin or removePin, not both.") }
+        if let allowance = input.monthlyTokenAllowance, !(0...allowanceMax).contains(allowance) {
+            throw AuthError.validation("monthlyTokenAllowance must be from 0 to \(allowanceMax) tokens.")
+        }
+        if input.monthlyTokenAllowance != nil && input.removeMonthlyTokenAllowance {
+            throw AuthError.validation("Give either monthlyTokenAllowance or removeMonthlyTokenAllowance, not both.")
+        }
     }
+
+    /// The largest monthly token allowance (the ledger's largest amount).
+    public static let allowanceMax: Int64 = 1_000_000_000
 
     /// One emoji (at most 64 bytes: the longest standard emoji sequences are about 35) or an https URL.
     static func isValidAvatar(_ avatar: String) -> Bool {

@@ -1,4 +1,6 @@
 import Auth
+import Entitlements
+import Ledger
 
 /// A profile as apps see it: the seed's `FamilyProfile` plus `isLocked` (beyond the plan's limit).
 struct ProfileJSON: Encodable, Sendable {
@@ -10,6 +12,7 @@ struct ProfileJSON: Encodable, Sendable {
     let canUseCustomContentTypes: Bool
     let hasPin: Bool
     let isLocked: Bool
+    let monthlyTokenAllowance: Int64?
 
     init(_ profile: FamilyProfile, isLocked: Bool = false) {
         id = profile.id
@@ -20,6 +23,7 @@ struct ProfileJSON: Encodable, Sendable {
         canUseCustomContentTypes = profile.canUseCustomContentTypes
         hasPin = profile.hasPin
         self.isLocked = isLocked
+        monthlyTokenAllowance = profile.monthlyTokenAllowance
     }
 
     init(_ view: ProfileView) { self.init(view.profile, isLocked: view.isLocked) }
@@ -34,10 +38,30 @@ struct ProfileRequest: Decodable {
     let canMakePurchases: Bool?
     let canUseCustomContentTypes: Bool?
     let currentPassword: String?
+    let monthlyTokenAllowance: Int64?
+    let removeMonthlyTokenAllowance: Bool?
 
     var input: ProfileInput {
         ProfileInput(
             name: name, avatar: avatar, pin: pin, removePin: removePin ?? false, canMakePurchases: canMakePurchases ?? false,
-            canUseCustomContentTypes: canUseCustomContentTypes ?? false)
+            canUseCustomContentTypes: canUseCustomContentTypes ?? false, monthlyTokenAllowance: monthlyTokenAllowance,
+            removeMonthlyTokenAllowance: removeMonthlyTokenAllowance ?? false)
+    }
+}
+
+/// `GET /api/family-profiles/{id}/usage`: the allowance period, the cap (null: none) and what was used, is held and remains.
+struct ProfileUsageJSON: ExplicitNulls, Sendable {
+    struct Period: Encodable, Sendable { let start: String; let end: String }
+    let profileId: String
+    let period: Period
+    let allowance: Int64?
+    let used: Int64
+    let held: Int64
+    let remaining: Int64?
+
+    init(_ view: ProfileUsageView) {
+        profileId = view.profileID
+        period = Period(start: ISODate.string(view.period.start), end: ISODate.string(view.period.end))
+        (allowance, used, held, remaining) = (view.allowance, view.usage.used, view.usage.held, view.remaining)
     }
 }

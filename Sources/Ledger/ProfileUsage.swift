@@ -1,0 +1,72 @@
+import Foundation
+import Storage
+
+/// Whom a hold or a spend is for: a family profile, the allowance period it counts in, and the cap of that period
+/// (nil: counted, not capped).
+public struct Attribution: Sendable, Equatable {
+    public let profileID: String
+    public let periodStart: Date
+    public let allowance: Int64?
+
+    public init(profileID: String, periodStart: Date, allowance: Int64?) {
+        (self.profileID, self.periodStart, self.allowance) = (profileID, periodStart, allowance)
+    }
+}
+
+/// What a profile has used (captured holds and spends) and holds (pending holds) in one allowance period.
+public struct ProfileUsage: Sendable, Equatable, Codable {
+    public let used: Int64
+    public let held: Int64
+}
+
+/// The allowance rules, in one place. A profile's usage row per period (`ledger_profile_usage`) is changed only under
+/// the user's account locks (taken first by every ledger write, so the lock order is always accounts, then usage): a
+/// hold adds to `held` and a spend to `used` in one conditional update that refuses to pass the cap, so parallel
+/// requests of one profile can never pass it; a capture moves the hold from `held` to `used` (what was captured) and
+/// a void, an expiry or an erasure gives it back. A hold remembers its profile and period, so it settles on the period
+/// it was counted in.
+extension Ledger {
+    /// Counts `held` and `used` tokens on the attribution's row; `allowanceExceeded` (nothing counted) when the row
+    /// would pass the cap.
+    func charge(_ tx: any SQLExecutor, _ attribution: Attribution, userID: String, held: Int64, used: Int64) async throws {
+        let period = attribution.periodStart.epochMilliseconds
+        try await tx.query(
+            """
+            INSERT INTO ledger_profile_usage (profile_id, period_start_ms, user_id, used, held) VALUES (?, ?, ?, 0, 0)
+            ON CONFLICT (profile_id, period_start_ms) DO NOTHING
+            """, [attribution.profileID, period, userID])
+        var sql = "UPDATE ledger_profile_usage SET held = held + ?, used = used + ? WHERE profile_id = ? AND period_start_ms = ?"
+        var binds: [any SQLBindable] = [held, used, attribution.profileID, period]
+        if let cap = attribution.allowance {
+            sql += " AND used + held + ? <= ?"
+            binds += [held + used, cap]
+        }
+        guard try await tx.query(sql + " RETURNING used", binds).isEmpty else { return }
+        let usage = try await usage(tx, profileID: attribution.profileID, periodStart: attribution.periodStart)
+        throw LedgerError.allowanceExceeded(
+            allowance: attribution.allowance ?? 0, remaining: max(0, (attribution.allowance ?? 0) - usage.used - usage.held))
+    }
+
+    /// A hold resolved: its amount leaves `held`, and `captured` of it joins `used`. `row` is the hold's row after the
+    /// resolution (columns `profile_id`, `usage_period_ms`, `amount`); nothing to do for a hold no profile made.
+    func settleUsage(_ tx: any SQLExecutor, hold row: SQLRow?, captured: Int64) async throws {
+        guard let row, let profileID = row.optionalString("profile_id"), let period = row.optionalInt("usage_period_ms") else { return }
+        try await tx.query(
+            "UPDATE ledger_profile_usage SET held = held - ?, used = used + ? WHERE profile_id = ? AND period_start_ms = ?",
+            [try row.int("amount"), captured, profileID, period])
+    }
+
+    /// A spend made for a profile (counted by ``charge(_:_:userID:held:used:)`` first), recorded for `ledger verify`.
+    func recordSpend(_ tx: any SQLExecutor, _ attribution: Attribution, userID: String, operationID: String, amount: Int64, now: Date) async throws {
+        try await tx.query(
+            "INSERT INTO ledger_profile_spends (operation_id, profile_id, period_start_ms, user_id, amount, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            [operationID, attribution.profileID, attribution.periodStart, userID, amount, now])
+    }
+
+    /// The profile's usage in the period starting at `periodStart` (zero when nothing was counted yet).
+    public func usage(_ tx: any SQLExecutor, profileID: String, periodStart: Date) async throws -> ProfileUsage {
+        let row = try await tx.first(
+            "SELECT used, held FROM ledger_profile_usage WHERE profile_id = ? AND period_start_ms = ?", [profileID, periodStart])
+        return ProfileUsage(used: row?.optionalInt("used") ?? 0, held: row?.optionalInt("held") ?? 0)
+    }
+}
