@@ -115,6 +115,16 @@ public struct AuthService: Sendable {
         guard code.utf8.count == 6, code.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { throw AuthError.validation("The code is 6 digits.") }
     }
 
+    /// Tells the account's owner that one of the family's profiles asks to buy `item` (best effort, after the request
+    /// committed; nothing is sent for an erased account or one without an address).
+    public func mailPurchaseRequest(userID: String, profileName: String, item: String, tokens: Int64, logger: Logger) async {
+        let row = try? await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT email FROM users WHERE id = ? AND deleted_at_ms IS NULL", [userID])
+        }
+        guard let email = row?.optionalString("email") else { return }
+        await send([Mails.purchaseRequested(to: email, profileName: profileName, item: item, tokens: tokens)], logger: logger)
+    }
+
     func send(_ mails: [MailMessage], logger: Logger) async {
         for mail in mails {
             do { try await mailer.send(mail, logger: logger) } catch {

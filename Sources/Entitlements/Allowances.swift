@@ -43,14 +43,32 @@ extension SubscriptionStore {
         return AllowancePeriod(start: first, end: calendar.date(byAdding: .month, value: 1, to: first) ?? now)
     }
 
-    /// What a charge made for `profile` counts on: its allowance in the current period.
-    func attribution(_ tx: any SQLExecutor, userID: String, profile: ProfileAccess, now: Date) async throws -> Attribution {
-        let period = try await allowancePeriod(userID: userID, now: now, tx)
-        return Attribution(profileID: profile.permissions.id, periodStart: period.start, allowance: profile.monthlyTokenAllowance)
+    /// The plan and the allowance period at `now`, from one read of the subscription (so a change committed between two
+    /// reads can never give a plan of one subscription and the period of another).
+    func planAndPeriod(userID: String, now: Date, _ tx: any SQLExecutor) async throws -> (SubscriptionPlan, AllowancePeriod) {
+        let subscription = try await subscription(userID: userID, tx)
+        return (plan(of: subscription, now: now), Self.allowancePeriod(subscription, now: now))
+    }
+}
+
+extension Attribution {
+    /// What a charge made for `profile` in `period` counts on: its allowance.
+    init(_ profile: ProfileAccess, period: AllowancePeriod) {
+        self.init(profileID: profile.permissions.id, periodStart: period.start, allowance: profile.monthlyTokenAllowance)
     }
 }
 
 extension EntitlementService {
+    /// What the profile may still use in `period` (nil: no cap, or no such profile). A read: expired holds not yet
+    /// released still count until the next write releases them.
+    func remainingAllowance(_ tx: any SQLExecutor, userID: String, profileID: String, period: AllowancePeriod) async throws -> Int64? {
+        guard let access = try await accounts.profile(userID: userID, profileID: profileID, tx), let cap = access.monthlyTokenAllowance else {
+            return nil
+        }
+        let usage = try await ledger.usage(tx, profileID: profileID, periodStart: period.start)
+        return max(0, cap - usage.used - usage.held)
+    }
+
     /// The profile's allowance, usage and what remains this period; `profileNotFound` for a profile not of this account.
     /// The user's expired holds are released first (as a balance read does), so their tokens are back in the allowance.
     public func profileUsage(userID: String, profileID: String, logger: Logger) async throws -> ProfileUsageView {

@@ -56,7 +56,7 @@ extension EntitlementService {
         }
         guard try await accounts.isActiveUser(input.userID, tx) else { throw LedgerError.userNotFound(input.userID) }
         let now = clock.now()
-        let plan = try await subscriptions.currentPlan(userID: input.userID, now: now, tx)
+        let (plan, period) = try await subscriptions.planAndPeriod(userID: input.userID, now: now, tx)
         let access = try await profile(tx, input, plan: plan)
         let permissions = access?.permissions
         var quote: PricedQuote?
@@ -79,7 +79,7 @@ extension EntitlementService {
             tx, userID: input.userID, amountTokens: quote?.tokens ?? input.tokens ?? 0, ttlSeconds: input.ttlSeconds,
             reason: quote?.action ?? "reserve", metadata: try Self.holdMetadata(quote, profileID: input.profileID, caller: input.metadata),
             idempotencyKey: idempotencyKey,
-            attribution: try await access.asyncMap { try await subscriptions.attribution(tx, userID: input.userID, profile: $0, now: now) })
+            attribution: access.map { Attribution($0, period: period) })
         return Reservation(hold: hold, quote: quote, balances: try await ledger.peekBalances(tx, userID: input.userID))
     }
 
@@ -122,12 +122,5 @@ extension EntitlementService {
         let text = String(decoding: try encoder.encode(value), as: UTF8.self)
         guard let caller else { return text }
         return String(text.dropLast()) + #","metadata":"# + caller + "}"
-    }
-}
-
-extension Optional {
-    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
-        guard let self else { return nil }
-        return try await transform(self)
     }
 }

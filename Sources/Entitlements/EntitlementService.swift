@@ -265,7 +265,7 @@ public struct EntitlementService: Sendable {
             throw EntitlementError.invalid(["give at least one of feature, packId, action or tokens"])
         }
         return try await database.readTransaction(logger: logger) { tx in
-            let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
+            let (plan, period) = try await subscriptions.planAndPeriod(userID: userID, now: clock.now(), tx)
             if let feature, let refusal = try Self.featureRefusal(feature, plan: plan, profile: profile) { return refusal }
             var price: Int64?
             if let action {
@@ -284,8 +284,15 @@ public struct EntitlementService: Sendable {
                 }
             }
             if let tokens, tokens < 1 { throw EntitlementError.invalid(["tokens must be at least 1"]) }
-            if let needed = tokens ?? price, try await ledger.peekBalances(tx, userID: userID).totalTokens < needed {
-                return CheckResult(allowed: false, reason: "insufficient_tokens", tokens: price)
+            if let needed = tokens ?? price {
+                if let profile, let remaining = try await remainingAllowance(tx, userID: userID, profileID: profile.id, period: period),
+                    remaining < needed
+                {
+                    return CheckResult(allowed: false, reason: "allowance_exceeded", tokens: price)
+                }
+                if try await ledger.peekBalances(tx, userID: userID).totalTokens < needed {
+                    return CheckResult(allowed: false, reason: "insufficient_tokens", tokens: price)
+                }
             }
             return CheckResult(allowed: true, reason: nil, tokens: price)
         }

@@ -116,6 +116,10 @@ public enum EntitlementError: Error, Equatable, Sendable {
     case refused(Refusal, detail: String)
     /// The account has no profile with this id.
     case profileNotFound
+    /// The account has no purchase request with this id.
+    case purchaseRequestNotFound
+    /// The purchase request is already resolved this other way (`approved`, `declined` or `expired`).
+    case purchaseRequestResolved(String)
 }
 
 /// The pack catalog and who unlocked what.

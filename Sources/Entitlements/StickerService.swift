@@ -13,6 +13,14 @@ public struct PackView: Sendable, Equatable {
 public struct UnlockResult: Sendable, Equatable, Codable {
     public let packID: String
     public let spent: LedgerResult?
+    /// For a profile that cannot make purchases: the pending request that holds the price (nothing is unlocked yet).
+    public var purchaseRequest: PurchaseRequest? = nil
+    /// Whether this call created the request (else it merged into a pending one).
+    public var requestCreated: Bool? = nil
+    /// For the owner's mail: the asking profile's and the pack's names.
+    var notice: Notice? = nil
+
+    struct Notice: Sendable, Equatable, Codable { let profileName: String; let packName: String }
 }
 
 /// Sticker packs as apps and operators use them; each call one transaction (an unlock with its spend and, with an
@@ -26,12 +34,14 @@ public struct StickerService: Sendable {
     let audit: any AuditTrail
     let clock: any TimeSource
     let accounts: any AccountDirectory
+    let notifier: (any PurchaseRequestNotifier)?
 
     public init(
         database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, ledger: Ledger, idempotency: IdempotencyStore,
-        audit: any AuditTrail, clock: any TimeSource, accounts: any AccountDirectory
+        audit: any AuditTrail, clock: any TimeSource, accounts: any AccountDirectory, notifier: (any PurchaseRequestNotifier)? = nil
     ) {
         self.accounts = accounts
+        self.notifier = notifier
         self.database = database
         self.packs = packs
         self.subscriptions = subscriptions
@@ -54,26 +64,46 @@ public struct StickerService: Sendable {
     /// Buys a pack for the user, acting as `profile` (nil: no profile, e.g. an account without one): refused when the
     /// profile cannot make purchases; the price counts on the profile's allowance.
     public func unlock(userID: String, packID: String, profile: ProfilePermissions?, logger: Logger) async throws -> UnlockResult {
-        try await database.transaction(logger: logger) { tx in
+        let result = try await database.transaction(logger: logger) { tx in
             try await unlock(tx, userID: userID, packID: packID, profile: profile)
         }
+        await notify(result, logger: logger)
+        return result
     }
 
     /// The same with an `Idempotency-Key`: a retry replays the first answer, a refusal included.
     public func unlock(
         _ request: IdempotentRequest, userID: String, packID: String, profile: ProfilePermissions?, logger: Logger
     ) async throws -> IdempotentResult<UnlockResult> {
-        try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) { tx in
+        let result = try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) { tx in
             try await unlock(tx, userID: userID, packID: packID, profile: profile)
         }
+        if !result.replayed, case .succeeded(let unlock) = result.outcome { await notify(unlock, logger: logger) }
+        return result
+    }
+
+    /// Mails the owner about a request this call created (after the commit).
+    func notify(_ result: UnlockResult, logger: Logger) async {
+        guard result.requestCreated == true, let request = result.purchaseRequest, let notice = result.notice else { return }
+        await notifier?.purchaseRequested(request, profileName: notice.profileName, packName: notice.packName, logger: logger)
     }
 
     func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile: ProfilePermissions?) async throws -> UnlockResult {
         let now = clock.now()
-        let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
+        let (plan, period) = try await subscriptions.planAndPeriod(userID: userID, now: now, tx)
+        if let profile, !profile.canMakePurchases {
+            // Ask to buy: a locked premium pack with a price becomes a pending request holding the price.
+            guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+            if pack.tokenPrice > 0, packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
+                let (request, created) = try await requestPurchase(tx, userID: userID, pack: pack, profile: profile, now: now)
+                return UnlockResult(
+                    packID: packID, spent: nil, purchaseRequest: request, requestCreated: created,
+                    notice: .init(profileName: profile.name, packName: pack.name))
+            }
+        }
         var attribution: Attribution?
         if let profile, let access = try await accounts.profile(userID: userID, profileID: profile.id, tx) {
-            attribution = try await subscriptions.attribution(tx, userID: userID, profile: access, now: now)
+            attribution = Attribution(access, period: period)
         }
         let spent = try await packs.unlock(
             tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: profile?.canMakePurchases ?? true,

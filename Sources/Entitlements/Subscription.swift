@@ -66,9 +66,12 @@ public struct SubscriptionStore: Sendable {
 
     /// The plan whose features apply now: the subscribed plan while entitled, else the free plan.
     public func currentPlan(userID: String, now: Date, _ tx: any SQLExecutor) async throws -> SubscriptionPlan {
-        guard let subscription = try await subscription(userID: userID, tx), subscription.isEntitled(at: now),
-            let plan = catalog.plan(id: subscription.planID)
-        else { return catalog.freePlan }
+        plan(of: try await subscription(userID: userID, tx), now: now)
+    }
+
+    /// The plan `subscription` gives at `now` (the free plan when it does not entitle).
+    func plan(of subscription: Subscription?, now: Date) -> SubscriptionPlan {
+        guard let subscription, subscription.isEntitled(at: now), let plan = catalog.plan(id: subscription.planID) else { return catalog.freePlan }
         return plan
     }
 

@@ -25,11 +25,11 @@ extension Ledger {
     /// With an `attribution`, the hold counts on the profile's allowance (``charge(_:_:userID:held:used:)``) until it resolves.
     public func hold(
         _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
-        idempotencyKey: String? = nil, attribution: Attribution? = nil
+        idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax
     ) async throws -> HoldState {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
-        guard (1...LedgerLimits.holdTTLSecondsMax).contains(ttlSeconds) else {
-            throw LedgerError.invalid("ttlSeconds must be from 1 to \(LedgerLimits.holdTTLSecondsMax).")
+        guard (1...ttlSecondsMax).contains(ttlSeconds) else {
+            throw LedgerError.invalid("ttlSeconds must be from 1 to \(ttlSecondsMax).")
         }
         let now = clock.now()
         var state = try await prepare(tx, userID: userID, now: now)

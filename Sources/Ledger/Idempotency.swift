@@ -66,7 +66,17 @@ public struct IdempotencyStore: Sendable {
                     if let stored: IdempotentOutcome<T> = try await lookup(tx, caller: caller, key: key, request: request) {
                         return IdempotentResult(outcome: stored, replayed: true)
                     }
-                    let outcome = try await savepoint(tx, operation)
+                    let outcome: IdempotentOutcome<T>
+                    do {
+                        outcome = try await savepoint(tx, operation)
+                    } catch {
+                        // While this request waited on the locks of a concurrent one with the same key, that one may
+                        // have committed: its answer wins over whatever the wait made this one find (e.g. a cap it used).
+                        if let stored: IdempotentOutcome<T> = try await committedMeanwhile(tx, caller: caller, key: key, request: request, error) {
+                            return IdempotentResult(outcome: stored, replayed: true)
+                        }
+                        throw error
+                    }
                     try await save(tx, caller: caller, key: key, request: request, outcome: outcome)
                     return IdempotentResult(outcome: outcome, replayed: false)
                 }
@@ -85,6 +95,22 @@ public struct IdempotencyStore: Sendable {
         } catch let error as LedgerError where error.isRemembered {
             try await tx.query("ROLLBACK TO SAVEPOINT idempotent_operation")
             return .failed(error)
+        }
+    }
+
+    /// After the operation failed with `error`: the outcome a concurrent request with this key committed meanwhile, or
+    /// nil (then `error` stands). The savepoint is rolled back first, so the lookup runs even after a failed statement;
+    /// the same key with another request is still `idempotencyConflict`.
+    func committedMeanwhile<T: Codable & Sendable>(
+        _ tx: any SQLExecutor, caller: String, key: String, request: [String: String], _ error: any Error
+    ) async throws -> IdempotentOutcome<T>? {
+        do {
+            try await tx.query("ROLLBACK TO SAVEPOINT idempotent_operation")
+            return try await lookup(tx, caller: caller, key: key, request: request)
+        } catch let conflict as LedgerError {
+            throw conflict
+        } catch {
+            return nil
         }
     }
 

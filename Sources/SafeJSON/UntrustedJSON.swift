@@ -18,12 +18,15 @@ public enum UntrustedJSON {
         public let description: String
     }
 
-    /// Throws ``Refusal`` when `bytes` hold a zero byte (UTF-16 or UTF-32 text) or a number literal (outside strings)
-    /// longer than ``numberBytesMax``.
+    /// Throws ``Refusal`` when `bytes` hold a zero byte (UTF-16 or UTF-32 text), a number literal (outside strings)
+    /// longer than ``numberBytesMax``, or an object with the same key twice: Foundation keeps the first, other parsers
+    /// (a gateway's, a client library's) the last, so a body like `{"quality":"standard","quality":"ultra"}` could be
+    /// priced as one thing and performed as another. Keys are compared as decoded text (`"a"` and `"\u0061"` are one key).
     public static func check(_ bytes: some Collection<UInt8>) throws(Refusal) {
         var inString = false
         var escaped = false
         var run = 0
+        var objects = ObjectKeys()
         for byte in bytes {
             if byte == 0 { throw Refusal(description: "JSON must be UTF-8 text (a zero byte was found).") }
             if inString {
@@ -33,7 +36,10 @@ public enum UntrustedJSON {
                     escaped = true
                 } else if byte == UInt8(ascii: "\"") {
                     inString = false
+                    try objects.endKey()
+                    continue
                 }
+                objects.keyByte(byte)
                 continue
             }
             if isNumberByte(byte) {
@@ -41,10 +47,53 @@ public enum UntrustedJSON {
                 if run > numberBytesMax {
                     throw Refusal(description: "A number may be at most \(numberBytesMax) characters long.")
                 }
-            } else {
-                run = 0
-                inString = byte == UInt8(ascii: "\"")
+                continue
             }
+            run = 0
+            switch byte {
+            case UInt8(ascii: "\""):
+                inString = true
+                objects.startString()
+            case UInt8(ascii: "{"): objects.open(isObject: true)
+            case UInt8(ascii: "["): objects.open(isObject: false)
+            case UInt8(ascii: "}"), UInt8(ascii: "]"): objects.close()
+            case UInt8(ascii: ","): objects.nextMember()
+            default: break
+            }
+        }
+    }
+
+    /// The keys seen in each open object, innermost last (arrays hold no keys).
+    struct ObjectKeys {
+        private var frames: [(isObject: Bool, expectingKey: Bool, keys: Set<[UInt8]>)] = []
+        private var key: [UInt8]?
+
+        mutating func open(isObject: Bool) { frames.append((isObject, isObject, [])) }
+        mutating func close() { _ = frames.popLast() }
+        mutating func nextMember() {
+            if let last = frames.indices.last, frames[last].isObject { frames[last].expectingKey = true }
+        }
+        /// A string starts: it is a key when an object expects one.
+        mutating func startString() {
+            guard let last = frames.indices.last, frames[last].isObject, frames[last].expectingKey else { return }
+            frames[last].expectingKey = false
+            key = []
+        }
+        mutating func keyByte(_ byte: UInt8) { key?.append(byte) }
+        mutating func endKey() throws(Refusal) {
+            guard let raw = key, let last = frames.indices.last else { return }
+            key = nil
+            let text = raw.contains(UInt8(ascii: "\\")) ? Self.unescaped(raw) : raw
+            guard frames[last].keys.insert(text).inserted else {
+                let shown = String(decoding: text.prefix(64), as: UTF8.self).unicodeScalars.filter { $0.value >= 0x20 && $0 != "\"" }
+                throw Refusal(description: "The key \"\(String(String.UnicodeScalarView(shown)))\" appears twice in one object.")
+            }
+        }
+
+        /// A key's text with its escapes decoded (the raw bytes when they do not decode).
+        static func unescaped(_ raw: [UInt8]) -> [UInt8] {
+            guard let text = try? JSONDecoder().decode(String.self, from: Data([UInt8(ascii: "\"")] + raw + [UInt8(ascii: "\"")])) else { return raw }
+            return Array(text.utf8)
         }
     }
 

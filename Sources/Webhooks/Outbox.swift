@@ -16,6 +16,7 @@ public enum WebhookEventType: String, Sendable, CaseIterable {
     case holdVoided = "hold.voided"
     case holdExpired = "hold.expired"
     case packUnlocked = "pack.unlocked"
+    case purchaseRequestCreated = "purchase_request.created"
     case balanceLow = "balance.low"
     case refundClawedBack = "refund.clawed_back"
     /// Sent only by `POST /api/admin/webhooks/{id}/test`, to that endpoint.

@@ -188,4 +188,26 @@ struct AllowanceHTTPTests {
             #expect(month1.period.start == month0.period.end && month1.remaining == 5 && month1.held == 0)
         }
     }
+
+    @Test("parallel retries of one key on a capped profile all replay the one hold; the child's check sees the cap", arguments: TestDatabase.engines)
+    func retriesReplayAndChecksSeeTheCap(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await FamilyFixture.make(client, app, email: "a6@example.com", allowance: 1)
+            let answers = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<20 {
+                    group.addTask {
+                        let r = try await client.reserve(
+                            f.service, #"{"userId":"\#(f.user)","profileId":"\#(f.kid)","tokens":1}"#, idempotencyKey: "same")
+                        return "\(r.status.code) \(r.text)"
+                    }
+                }
+                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+            }
+            #expect(answers.count == 1 && answers.first?.hasPrefix("201 ") == true, "\(answers)")
+            #expect(try await client.usage(f.token, f.kid).held == 1)
+            #expect(try await client.selectProfile(f.token, f.kid).status == .ok)
+            let check = try await client.send(.post, "/api/entitlements/check", token: f.token, json: #"{"action":"generate.coloring_pages"}"#)
+            #expect(check.text.contains(#""reason":"allowance_exceeded""#))
+        }
+    }
 }

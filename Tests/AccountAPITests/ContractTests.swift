@@ -81,6 +81,7 @@ extension ContractTests {
         ],
         "Entitlements": [
             "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas",
+            "purchase_requests",
         ],
         "Billing": ["billing_events", "billing_accounts", "billing_grants"],
         "Storage": ["schema_migrations"],

@@ -295,17 +295,19 @@ struct EntitlementHTTPTests {
             #expect(try await check(#"{"tokens":100}"#) == (true, nil))
             #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: #"{"feature":"teleport"}"#).status == .badRequest)
             #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: "{}").status == .badRequest)
-            // On a kid's profile that cannot purchase: checks and unlocks say purchase_not_allowed / profile_restricted.
+            // On a kid's profile that cannot purchase: checks say purchase_not_allowed / profile_restricted; an unlock asks to buy.
             let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false,"canUseCustomContentTypes":false}"#).json(
                 ProfileBody.self)
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(kid.id)"}"#).status == .ok)
             #expect(try await check(#"{"packId":"stars"}"#) == (false, "purchase_not_allowed"))
             #expect(try await check(#"{"feature":"customContentTypes"}"#) == (false, "profile_restricted"))
-            let refused = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token)
-            #expect(try refused.status == .forbidden && refused.problem().code == "purchase_not_allowed")
+            let asked = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token)
+            #expect(asked.status == .accepted && asked.text.contains(#""status":"pending""#) && asked.text.contains(#""unlocked":false"#))
             // Back on the owner: an unlock with an Idempotency-Key replays its 200.
             let owner = try await client.get("/api/profiles/available", token: token).json([ProfileBody].self).first { $0.isDefault }!.id
             #expect(try await client.send(.post, "/api/profiles/select", token: token, json: #"{"profileId":"\#(owner)"}"#).status == .ok)
+            let requestID = try #require(try asked.json(AskBody.self).purchaseRequest?.id)
+            #expect(try await client.send(.post, "/api/purchase-requests/\(requestID)/decline", token: token).status == .ok)
             let first = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-1"])
             let replay = try await client.send(.post, "/api/stickers/packs/stars/unlock", token: token, headers: [.idempotencyKey: "tap-1"])
             #expect(first.status == .ok && replay.status == .ok && replay.text == first.text && replay.headers[.idempotentReplayed] == "true")
@@ -317,6 +319,13 @@ struct EntitlementHTTPTests {
             #expect(try await client.get("/api/user/token-balance", token: token).json(BalanceBody.self).totalTokens == 151)
         }
     }
+}
+
+/// An unlock's answer that may be a purchase request.
+struct AskBody: Decodable {
+    struct Request: Decodable { let id: String; let status: String; let tokens: Int }
+    let unlocked: Bool
+    let purchaseRequest: Request?
 }
 
 /// GETs the entitlement snapshot twice per step: both answers must be byte-identical, and the ETag new unless the step

@@ -180,4 +180,33 @@ struct ParserFuzzTests {
         #expect(throws: Never.self) { try UntrustedJSON.check(text) }
         #expect(decoded > 1000 && refused > 100, "decoded \(decoded), refused \(refused)")
     }
+
+    /// The same key twice in one object is refused wherever it is (Foundation keeps the first, other parsers the last),
+    /// escaped forms included; the same key in different objects, keys inside strings and arrays of objects are fine.
+    @Test func duplicateKeysAreRefusedAtAnyDepth() throws {
+        for refused in [
+            #"{"quality":"standard","quality":"ultra"}"#, #"{"a":1,"\u0061":2}"#, #"{"m":{"x":[{"k":1,"k":2}]}}"#,
+            #"{"a":{"b":1},"a":[]}"#, #"[{"q":1},{"q":1,"q":2}]"#, #"{"é":1,"\u00e9":2}"#,
+        ] {
+            #expect(throws: UntrustedJSON.Refusal.self, "\(refused)") { try UntrustedJSON.check(Data(refused.utf8)) }
+        }
+        for accepted in [
+            #"{"a":1,"b":{"a":1},"c":[{"a":1},{"a":2}]}"#, #"{"s":"\"a\":1,\"a\":2","t":["a","a"]}"#, #"{"":1,"\"":2}"#, #"[["a","a"]]"#,
+        ] {
+            #expect(throws: Never.self, "\(accepted)") { try UntrustedJSON.check(Data(accepted.utf8)) }
+        }
+        // Seeded mutations of a body with many keys: a refusal is always a real duplicate, never a trap.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<300 {
+            let keys = (0..<Int.random(in: 1...12, using: &generator)).map { _ in ["a", "b", "c", "d", "e"].randomElement(using: &generator)! }
+            let body = "{" + keys.enumerated().map { #""\#($1)":\#($0)"# }.joined(separator: ",") + "}"
+            let duplicated = Set(keys).count != keys.count
+            do {
+                try UntrustedJSON.check(Data(body.utf8))
+                #expect(!duplicated, "\(body)")
+            } catch {
+                #expect(duplicated, "\(body)")
+            }
+        }
+    }
 }

@@ -108,6 +108,13 @@ struct WebhookHTTPTests {
             .post, "/api/admin/ledger/transfers/\(spendEntry.id)/reverse", token: admin, json: #"{"reason":"failed generation"}"#)
         #expect(reversed.status == .created, "\(String(buffer: reversed.body))")
         #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
+        // Ask to buy: a profile that cannot purchase asks for a pack.
+        #expect(try await client.createPack(admin, id: "comet", premium: true, price: 1).status == .created)
+        let owner = try await client.defaultProfileID(token)
+        let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false}"#).json(ProfileBody.self).id
+        #expect(try await client.selectProfile(token, kid).status == .ok)
+        #expect(try await client.send(.post, "/api/stickers/packs/comet/unlock", token: token).status == .accepted)
+        #expect(try await client.selectProfile(token, owner).status == .ok)
         try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
             _ = try await app.dependencies.ledger.ledger.clawback(tx, userID: user, amountTokens: 2, bucket: .purchased, reason: "refund")
         }

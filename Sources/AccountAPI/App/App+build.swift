@@ -46,6 +46,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AuthController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)
     AccountController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)
     ProfileController(profiles: d.profiles, entitlements: d.entitlements, authenticator: authenticator).addRoutes(to: router)
+    PurchaseRequestController(stickers: d.stickers, profiles: d.profiles, authenticator: authenticator).addRoutes(to: router)
     TokenController(entitlements: d.entitlements, ledger: d.ledger, auth: d.auth, authenticator: authenticator).addRoutes(to: router)
     LedgerController(ledger: d.ledger, authenticator: authenticator).addRoutes(to: router)
     let reads = SessionReads(entitlements: d.entitlements, content: d.stickerContent, sessions: AuthSessionRows(auth: d.auth))

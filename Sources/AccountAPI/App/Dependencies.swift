@@ -89,7 +89,7 @@ public struct Dependencies: Sendable {
             stickers: StickerService(
                 database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared,
                 clock: clock,
-                accounts: AuthDirectory()),
+                accounts: AuthDirectory(), notifier: OwnerPurchaseMail(auth: auth)),
             stickerContent: StickerContentService(
                 database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads),
             media: media,

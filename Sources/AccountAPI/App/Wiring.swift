@@ -72,3 +72,12 @@ struct CatalogProfileLimits: ProfilePlanLimits {
         try await subscriptions.currentPlan(userID: userID, now: now, tx).maxFamilyProfiles
     }
 }
+
+/// Auth's mail to the account's owner, for a profile's purchase request.
+struct OwnerPurchaseMail: PurchaseRequestNotifier {
+    let auth: AuthService
+    func purchaseRequested(_ request: PurchaseRequest, profileName: String, packName: String, logger: Logger) async {
+        await auth.mailPurchaseRequest(
+            userID: request.userId, profileName: profileName, item: "the sticker pack \(packName)", tokens: request.tokens, logger: logger)
+    }
+}

@@ -30,7 +30,8 @@ struct StickerController: Sendable {
                 }))
     }
 
-    /// Charged once; with an `Idempotency-Key` a retry replays the first answer (a refusal too).
+    /// Charged once; with an `Idempotency-Key` a retry replays the first answer (a refusal too). On a profile that cannot
+    /// make purchases, a locked premium pack becomes a purchase request for the owner: 202.
     @Sendable func unlock(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
         let packID = try context.pathParameter("id")
@@ -38,12 +39,12 @@ struct StickerController: Sendable {
         let userID = session.user.id
         guard request.headers[.idempotencyKey] != nil else {
             let result = try await stickers.unlock(userID: userID, packID: packID, profile: profile, logger: context.logger)
-            return try JSONResponse(UnlockJSON(result)).response(from: request, context: context)
+            return try JSONResponse(UnlockJSON(result), status: UnlockJSON.status(result)).response(from: request, context: context)
         }
         let identity = IdempotentRequest(
             caller: "user:\(userID)", key: try IdempotentResponse.key(request), fields: ["endpoint": "unlock", "packId": packID])
         let answer = try await stickers.unlock(
             identity, userID: userID, packID: packID, profile: profile, logger: context.logger)
-        return try IdempotentResponse.response(answer, .ok, UnlockJSON.init)
+        return try IdempotentResponse.response(answer, UnlockJSON.status, UnlockJSON.init)
     }
 }

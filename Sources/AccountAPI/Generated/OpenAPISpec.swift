@@ -1776,7 +1776,7 @@ paths:
                 required: [allowed]
                 properties:
                   allowed: { type: boolean }
-                  reason: { type: [string, "null"], enum: [subscription_required, feature_not_in_plan, pack_locked, insufficient_tokens, purchase_not_allowed, profile_restricted, null] }
+                  reason: { type: [string, "null"], enum: [subscription_required, feature_not_in_plan, pack_locked, insufficient_tokens, allowance_exceeded, purchase_not_allowed, profile_restricted, null] }
                   tokens: { type: integer, description: "The priced action's price (only when the check named an action)." }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
@@ -2233,13 +2233,29 @@ paths:
       tags: [stickers]
       operationId: unlockStickerPack
       summary: Buy a premium pack with tokens (charged once, even under concurrent taps).
-      description: "Already unlocked (bought, included in the plan, or free) → 409 `already_unlocked`. With an `Idempotency-Key` header, a retry replays the original 200 instead."
+      description: |
+        Already unlocked (bought, included in the plan, or free) → 409 `already_unlocked`. With an `Idempotency-Key`
+        header, a retry replays the original answer instead. On a profile that cannot make purchases, a locked priced pack
+        becomes a purchase request for the owner (ask to buy): 202 with `purchaseRequest` (pending, the price held for 48
+        hours); asking again while it is pending answers the same request.
       security: [{ session: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
         - { name: Idempotency-Key, in: header, required: false, schema: { type: string, maxLength: 255 } }
       responses:
         "400": { $ref: "#/components/responses/BadRequest" }
+        "202":
+          description: Asked to buy (a profile that cannot make purchases); nothing is unlocked until the owner approves.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [packId, unlocked, tokensSpent, purchaseRequest]
+                properties:
+                  packId: { type: string }
+                  unlocked: { type: boolean, const: false }
+                  tokensSpent: { type: integer }
+                  purchaseRequest: { $ref: "#/components/schemas/PurchaseRequest" }
         "200":
           description: Unlocked.
           content:
@@ -2257,6 +2273,76 @@ paths:
                       - { type: "null" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "402": { $ref: "#/components/responses/InsufficientTokens" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+  /api/purchase-requests:
+    get:
+      tags: [stickers]
+      operationId: listPurchaseRequests
+      summary: Ask to buy — the account's purchase requests, newest first (the owner's profile sees all; another profile its own).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: At most 100 requests.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [purchaseRequests]
+                properties:
+                  purchaseRequests: { type: array, items: { $ref: "#/components/schemas/PurchaseRequest" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/SessionRequired" }
+  /api/purchase-requests/{id}/approve:
+    post:
+      tags: [stickers]
+      operationId: approvePurchaseRequest
+      summary: The owner approves — the held tokens are captured and the pack unlocked, exactly once however many taps.
+      description: |
+        On the owner's (default) profile (403 `owner_profile_required` otherwise), with that profile's PIN when it has one
+        (403 `invalid_pin`, 429 `pin_locked`: the same PIN budget as selecting the profile). An approved request answers
+        200 as it is; a declined or expired one is 409 `purchase_request_resolved`.
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                pin: { type: string }
+      responses:
+        "200":
+          description: Approved.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/PurchaseRequest" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409": { $ref: "#/components/responses/Conflict" }
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/purchase-requests/{id}/decline:
+    post:
+      tags: [stickers]
+      operationId: declinePurchaseRequest
+      summary: The owner declines — the held tokens go back; a declined request answers 200 as it is.
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: Declined.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/PurchaseRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
@@ -2908,7 +2994,7 @@ components:
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
             upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required, feature_not_in_plan,
-            profile_restricted, allowance_exceeded]
+            profile_restricted, allowance_exceeded, purchase_request_resolved]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -3100,6 +3186,18 @@ components:
                     value: { type: string }
                     extraTokensPerUnit: { type: integer }
                     plans: { type: array, items: { type: string }, description: "Absent: every plan." }
+    PurchaseRequest:
+      type: object
+      required: [id, profileId, packId, tokens, status, createdAt, expiresAt]
+      properties:
+        id: { type: string }
+        profileId: { type: string }
+        packId: { type: string }
+        tokens: { type: integer, description: The price, held while pending. }
+        status: { type: string, enum: [pending, approved, declined, expired] }
+        createdAt: { type: string, format: date-time }
+        expiresAt: { type: string, format: date-time }
+        resolvedAt: { type: string, format: date-time }
     Balances:
       type: object
       required: [bonusTokens, subscriptionTokens, purchasedTokens, heldTokens, totalTokens]
@@ -3394,7 +3492,7 @@ components:
       type: string
       description: An event an endpoint may subscribe to (docs/webhooks.md lists each one's `data`).
       enum: [user.created, user.verified, user.deleted, subscription.updated, tokens.granted, tokens.spent, tokens.debited, transfer.reversed,
-        hold.created, hold.captured, hold.voided, hold.expired, pack.unlocked, balance.low, refund.clawed_back]
+        hold.created, hold.captured, hold.voided, hold.expired, pack.unlocked, purchase_request.created, balance.low, refund.clawed_back]
     WebhookEndpointInput:
       type: object
       required: [url, events]

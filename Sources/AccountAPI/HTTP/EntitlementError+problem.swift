@@ -23,6 +23,10 @@ extension EntitlementError {
             )
         case .refused(let refusal, let detail): Problem(.forbidden, code: refusal.rawValue, detail: detail)
         case .profileNotFound: Problem.notFound("The account has no profile with this id.")
+        case .purchaseRequestNotFound: Problem.notFound("The account has no purchase request with this id.")
+        case .purchaseRequestResolved(let status):
+            Problem(.conflict, code: "purchase_request_resolved", detail: "This purchase request is already \(status); it resolves once.")
+                .with("status", .string(status))
         case .stickerExists(let id):
             Problem(.conflict, code: "sticker_exists", detail: "A sticker with id '\(id)' exists in this pack; give it another name.")
         }

@@ -22,9 +22,16 @@ enum IdempotentResponse {
     static func response<Value, JSON: Encodable>(
         _ result: IdempotentResult<Value>, _ status: HTTPResponse.Status, _ json: (Value) -> JSON
     ) throws -> Response {
+        try response(result, { _ in status }, json)
+    }
+
+    /// The same, with a success's status chosen by its value (e.g. 202 for an unlock that became a purchase request).
+    static func response<Value, JSON: Encodable>(
+        _ result: IdempotentResult<Value>, _ status: (Value) -> HTTPResponse.Status, _ json: (Value) -> JSON
+    ) throws -> Response {
         let (code, body): (Int, String)
         switch result.outcome {
-        case .succeeded(let value): (code, body) = (status.code, try encode(json(value)))
+        case .succeeded(let value): (code, body) = (status(value).code, try encode(json(value)))
         case .failed(let error): (code, body) = (error.problem.status.code, try error.problem.jsonText())
         case .sentBefore(let status, let sent): (code, body) = (status, sent)
         }

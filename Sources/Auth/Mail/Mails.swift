@@ -97,4 +97,12 @@ enum Mails {
                 "After repeated failed sign-ins, sign-in to your account is locked for \(minutes) minutes.\n\nIf this was not you, consider resetting your password; a reset also lifts the lock."
         )
     }
+
+    static func purchaseRequested(to email: String, profileName: String, item: String, tokens: Int64) -> MailMessage {
+        MailMessage(
+            to: email, subject: "\(profileName) asks to buy \(item)",
+            body:
+                "\(profileName) asks to unlock \(item) for \(tokens) tokens. The tokens are held for 48 hours: approve or decline the request in the app (on your own profile). If you do nothing, the request expires and the tokens are released."
+        )
+    }
 }

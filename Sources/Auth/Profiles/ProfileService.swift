@@ -126,32 +126,62 @@ public struct ProfileService: Sendable {
         }
     }
 
-    /// Binds a profile to the session. A PIN profile needs its PIN: each check reserves an attempt in the profile's PIN
-    /// budget before Argon2 runs (5 in a row, then a 15-minute lock), so parallel guesses cannot exceed the limit, and a
-    /// wrong PIN writes nothing afterwards. A right PIN starts the budget again.
+    /// Binds a profile to the session. A PIN profile needs its PIN (``pinGate(profileID:pin:logger:_:)``).
     public func select(_ session: AuthenticatedSession, profileID: String, pin: String?, logger: Logger) async throws -> FamilyProfile {
         let userID = session.user.id
-        let key = BudgetKeys.pin(profileID: profileID)
-        let rule = policy.pinRule
-        let reserved: (profile: FamilyProfile, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
-            let now = clock.now()
+        let (profile, attempt) = try await pinGate(userID: userID, profileID: profileID, pin: pin, logger: logger) { tx, now in
             guard let view = try await views(tx, userID: userID, now: now).first(where: { $0.profile.id == profileID }) else {
                 throw AuthError.notFound
             }
             if view.isLocked { throw AuthError.subscriptionRequired("This profile is beyond your plan's profile limit; upgrade to use it.") }
+            return view.profile
+        }
+        try await database.transaction(logger: logger) { tx in
+            try await pinSucceeded(tx, attempt)
+            try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, session.sessionID])
+        }
+        return profile
+    }
+
+    /// The owner's consent: the session must act as the account's default (owner's) profile, and give that profile's
+    /// PIN when it has one, on the same PIN budget as selecting it.
+    public func requireOwnerConsent(_ session: AuthenticatedSession, pin: String?, logger: Logger) async throws {
+        let current = try await sessionProfile(session, logger: logger)
+        guard let owner = current.profile, owner.isDefault else {
+            throw AuthError.ownerProfileRequired
+        }
+        let (_, attempt) = try await pinGate(userID: session.user.id, profileID: owner.id, pin: pin, logger: logger) { _, _ in owner }
+        try await database.transaction(logger: logger) { tx in try await pinSucceeded(tx, attempt) }
+    }
+
+    /// A PIN attempt that was reserved and matched: ``pinSucceeded(_:_:)`` starts the budget again.
+    struct PINAttempt { let key: String; let attempt: Int }
+
+    /// The PIN gate, in one place. In one transaction `load` finds the profile (and refuses what it must); when the
+    /// profile has a PIN, an attempt is reserved in its budget before Argon2 runs (5 in a row, then a 15-minute lock), so
+    /// parallel guesses cannot exceed the limit, and a wrong PIN writes nothing afterwards. nil attempt: no PIN.
+    func pinGate<T: Sendable>(
+        userID: String, profileID: String, pin: String?, logger: Logger, _ load: @escaping @Sendable (any SQLExecutor, Date) async throws -> T
+    ) async throws -> (T, PINAttempt?) {
+        let key = BudgetKeys.pin(profileID: profileID)
+        let rule = policy.pinRule
+        let reserved: (value: T, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let value = try await load(tx, now)
             let row = try await tx.first("SELECT pin_hash FROM family_profiles WHERE id = ?", [profileID])
-            guard let pinHash = row?.optionalString("pin_hash") else { return (view.profile, nil, 0) }
+            guard let pinHash = row?.optionalString("pin_hash") else { return (value, nil, 0) }
             guard let pin, !pin.isEmpty else {
                 let (remaining, refusal) = try await AttemptBudget.peek(tx, key: key, rule: rule, now: now)
                 if case .refused(let seconds, _) = refusal { throw AuthError.pinLocked(retryAfterSeconds: seconds) }
                 throw AuthError.invalidPIN(attemptsRemaining: remaining)
             }
             switch try await AttemptBudget.reserve(tx, key: key, rule: rule, now: now) {
-            case .reserved(let attempt): return (view.profile, pinHash, attempt)
+            case .reserved(let attempt): return (value, pinHash, attempt)
             case .refused(let seconds, _): throw AuthError.pinLocked(retryAfterSeconds: seconds)
             }
         }
-        if let pinHash = reserved.pinHash, !(try await verify(pin ?? "", pinHash)) {
+        guard let pinHash = reserved.pinHash else { return (reserved.value, nil) }
+        if !(try await verify(pin ?? "", pinHash)) {
             guard reserved.attempt >= rule.limit else { throw AuthError.invalidPIN(attemptsRemaining: rule.limit - reserved.attempt) }
             try await database.transaction(logger: logger) { tx in
                 try await AuditLog.record(
@@ -159,11 +189,11 @@ public struct ProfileService: Sendable {
             }
             throw AuthError.pinLocked(retryAfterSeconds: Int(rule.lockSeconds))
         }
-        try await database.transaction(logger: logger) { tx in
-            if reserved.pinHash != nil { try await AttemptBudget.succeeded(tx, key: key, attempt: reserved.attempt, now: clock.now()) }
-            try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, session.sessionID])
-        }
-        return reserved.profile
+        return (reserved.value, PINAttempt(key: key, attempt: reserved.attempt))
+    }
+
+    func pinSucceeded(_ tx: any SQLExecutor, _ attempt: PINAttempt?) async throws {
+        if let attempt { try await AttemptBudget.succeeded(tx, key: attempt.key, attempt: attempt.attempt, now: clock.now()) }
     }
 
     public func create(userID: String, input: ProfileInput, by manager: ProfileManager, logger: Logger) async throws -> FamilyProfile {

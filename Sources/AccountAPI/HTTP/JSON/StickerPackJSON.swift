@@ -1,4 +1,5 @@
 import Entitlements
+import HTTPTypes
 import Ledger
 
 /// A pack as apps see it: the seed's `StickerPack` plus `isPremium` and `tokenPrice`.
@@ -24,16 +25,39 @@ struct StickerPackJSON: Encodable, Sendable {
 }
 
 /// What `POST /api/stickers/packs/{id}/unlock` answers.
-struct UnlockJSON: Codable, Sendable {
+struct UnlockJSON: Encodable, Sendable {
     let packId: String
     let unlocked: Bool
     let tokensSpent: Int64
     let balances: BalancesJSON?
+    /// Ask to buy: the pending request the owner approves (nothing is unlocked yet).
+    let purchaseRequest: PurchaseRequestJSON?
 
     init(_ result: UnlockResult) {
         packId = result.packID
-        unlocked = true
+        unlocked = result.purchaseRequest == nil
         tokensSpent = result.spent?.amount ?? 0
         balances = result.spent.map { BalancesJSON($0.balances) }
+        purchaseRequest = result.purchaseRequest.map(PurchaseRequestJSON.init)
+    }
+
+    /// 202 for a purchase request (accepted for the owner to decide), else 200.
+    static func status(_ result: UnlockResult) -> HTTPResponse.Status { result.purchaseRequest == nil ? .ok : .accepted }
+}
+
+/// A purchase request as the owner and the asking profile see it.
+struct PurchaseRequestJSON: Encodable, Sendable {
+    let id: String
+    let profileId: String
+    let packId: String
+    let tokens: Int64
+    let status: String
+    let createdAt: String
+    let expiresAt: String
+    let resolvedAt: String?
+
+    init(_ r: PurchaseRequest) {
+        (id, profileId, packId, tokens, status) = (r.id, r.profileId, r.packId, r.tokens, r.status)
+        (createdAt, expiresAt, resolvedAt) = (ISODate.string(r.createdAt), ISODate.string(r.expiresAt), r.resolvedAt.map(ISODate.string))
     }
 }

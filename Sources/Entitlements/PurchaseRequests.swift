@@ -1,0 +1,157 @@
+import Foundation
+import Ledger
+import Logging
+import Storage
+
+/// A profile's request to buy a premium pack, as the owner and the child see it.
+public struct PurchaseRequest: Codable, Sendable, Equatable {
+    public let id: String
+    public let userId: String
+    public let profileId: String
+    public let packId: String
+    public let tokens: Int64
+    /// `pending`, `approved`, `declined` or `expired` (a pending request past `expiresAt`).
+    public let status: String
+    public let createdAt: Date
+    public let expiresAt: Date
+    public let resolvedAt: Date?
+
+    init(row: SQLRow, now: Date) throws {
+        id = try row.string("id")
+        userId = try row.string("user_id")
+        profileId = try row.string("profile_id")
+        packId = try row.string("pack_id")
+        tokens = try row.int("tokens")
+        expiresAt = try row.date("expires_at_ms")
+        let stored = try row.string("status")
+        status = stored == "pending" && expiresAt <= now ? "expired" : stored
+        createdAt = try row.date("created_at_ms")
+        resolvedAt = row.optionalDate("resolved_at_ms")
+    }
+}
+
+/// Tells the account's owner about a new purchase request (after it committed; best effort).
+public protocol PurchaseRequestNotifier: Sendable {
+    func purchaseRequested(_ request: PurchaseRequest, profileName: String, packName: String, logger: Logger) async
+}
+
+/// Ask to buy, in one place. A profile without `canMakePurchases` that unlocks a premium pack gets a pending request
+/// instead of a refusal: the price is held (guaranteed) for ``purchaseRequestTTLSeconds``; asking again merges into the
+/// pending request (one per profile and pack, by a unique index); the owner approves (the hold is captured and the
+/// pack unlocked, exactly once however many taps: the request row is locked and its status checked) or declines (the
+/// hold is voided); past its expiry the request is `expired` and the ledger releases the hold like any other.
+extension StickerService {
+    public static let purchaseRequestTTLSeconds = 48 * 3600
+
+    /// The child's ask, in the unlock's transaction: (the request, whether it is new).
+    func requestPurchase(
+        _ tx: any SQLExecutor, userID: String, pack: StickerPack, profile: ProfilePermissions, now: Date
+    ) async throws -> (PurchaseRequest, created: Bool) {
+        try await tx.query(
+            "UPDATE purchase_requests SET status = 'expired', resolved_at_ms = ? WHERE profile_id = ? AND pack_id = ? AND status = 'pending' AND expires_at_ms <= ?",
+            [now, profile.id, pack.id, now])
+        let id = UUID().uuidString.lowercased()
+        let claimed = try await tx.query(
+            """
+            INSERT INTO purchase_requests (id, user_id, profile_id, pack_id, tokens, status, created_at_ms, expires_at_ms)
+            VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (profile_id, pack_id) WHERE status = 'pending' DO NOTHING RETURNING id
+            """, [id, userID, profile.id, pack.id, pack.tokenPrice, now, now.addingTimeInterval(Double(Self.purchaseRequestTTLSeconds))])
+        guard !claimed.isEmpty else {
+            guard
+                let pending = try await tx.first(
+                    "SELECT * FROM purchase_requests WHERE profile_id = ? AND pack_id = ? AND status = 'pending'", [profile.id, pack.id])
+            else { throw StorageError.decoding(column: "purchase_requests") }
+            return (try PurchaseRequest(row: pending, now: now), false)
+        }
+        let hold = try await ledger.hold(
+            tx, userID: userID, amountTokens: pack.tokenPrice, ttlSeconds: Self.purchaseRequestTTLSeconds, reason: "purchase_request",
+            metadata: #"{"packId":"\#(pack.id)","profileId":"\#(profile.id)","purchaseRequestId":"\#(id)"}"#,
+            ttlSecondsMax: Self.purchaseRequestTTLSeconds)
+        try await tx.query("UPDATE purchase_requests SET hold_id = ? WHERE id = ?", [hold.id, id])
+        let request = try await load(tx, id: id, userID: userID, now: now)
+        try await packs.events.emit(
+            tx,
+            DomainEvent(
+                type: "purchase_request.created", userID: userID,
+                data: [
+                    "userId": .string(userID), "purchaseRequestId": .string(id), "profileId": .string(profile.id), "packId": .string(pack.id),
+                    "tokens": .int(pack.tokenPrice), "expiresAt": .string(ISOTime.string(request.expiresAt)),
+                ]),
+            at: now)
+        return (request, true)
+    }
+
+    /// The account's requests, newest first (at most 100); with `profileID`, that profile's only.
+    public func purchaseRequests(userID: String, profileID: String?, logger: Logger) async throws -> [PurchaseRequest] {
+        try await database.withConnection(logger: logger) { tx in
+            let now = clock.now()
+            let order = " ORDER BY created_at_ms DESC, id DESC LIMIT 100"
+            let rows =
+                if let profileID {
+                    try await tx.query("SELECT * FROM purchase_requests WHERE user_id = ? AND profile_id = ?" + order, [userID, profileID])
+                } else {
+                    try await tx.query("SELECT * FROM purchase_requests WHERE user_id = ?" + order, [userID])
+                }
+            return try rows.map { try PurchaseRequest(row: $0, now: now) }
+        }
+    }
+
+    /// The owner approves: the hold is captured and the pack unlocked, once; a request approved before answers as it is.
+    public func approvePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
+        try await resolve(userID: userID, requestID: requestID, as: "approved", logger: logger) { tx, request, holdID, now in
+            let bought = try await tx.query(
+                "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
+                [userID, request.packId, request.tokens, now])
+            if let holdID {
+                // Unlocked meanwhile (bought by the owner): nothing to charge, the hold goes back.
+                if bought.isEmpty { _ = try await ledger.void(tx, holdID: holdID) } else { _ = try await ledger.capture(tx, holdID: holdID) }
+            }
+            if !bought.isEmpty {
+                try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [holdID, userID, request.packId])
+                try await packs.emitUnlocked(tx, userID: userID, packID: request.packId, tokens: request.tokens, operationID: holdID, now: now)
+            }
+        }
+    }
+
+    /// The owner declines: the hold is voided; a request declined before answers as it is.
+    public func declinePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
+        try await resolve(userID: userID, requestID: requestID, as: "declined", logger: logger) { tx, _, holdID, _ in
+            if let holdID { _ = try await ledger.void(tx, holdID: holdID) }
+        }
+    }
+
+    /// Resolves a pending request as `status` once, in one transaction with `work` (given the request, its hold and the
+    /// time): the row is locked first, so parallel taps run one after another; one already resolved as `status` answers
+    /// as it is, one resolved otherwise (or expired) is `purchaseRequestResolved`.
+    func resolve(
+        userID: String, requestID: String, as status: String, logger: Logger,
+        _ work: @escaping @Sendable (any SQLExecutor, PurchaseRequest, String?, Date) async throws -> Void
+    ) async throws -> PurchaseRequest {
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            let request = try await locked(tx, id: requestID, userID: userID, now: now)
+            if request.status == status { return request }
+            guard request.status == "pending" else { throw EntitlementError.purchaseRequestResolved(request.status) }
+            let holdID = try await tx.first("SELECT hold_id FROM purchase_requests WHERE id = ?", [requestID])?.optionalString("hold_id")
+            try await work(tx, request, holdID, now)
+            try await tx.query("UPDATE purchase_requests SET status = ?, resolved_at_ms = ? WHERE id = ?", [status, now, requestID])
+            return try await load(tx, id: requestID, userID: userID, now: now)
+        }
+    }
+
+    /// The request, its row locked (so parallel approvals and declines run one after another); another account's is
+    /// `purchaseRequestNotFound`.
+    func locked(_ tx: any SQLExecutor, id: String, userID: String, now: Date) async throws -> PurchaseRequest {
+        guard let row = try await tx.first("SELECT * FROM purchase_requests WHERE id = ? AND user_id = ?" + tx.dialect.forUpdate, [id, userID]) else {
+            throw EntitlementError.purchaseRequestNotFound
+        }
+        return try PurchaseRequest(row: row, now: now)
+    }
+
+    func load(_ tx: any SQLExecutor, id: String, userID: String, now: Date) async throws -> PurchaseRequest {
+        guard let row = try await tx.first("SELECT * FROM purchase_requests WHERE id = ? AND user_id = ?", [id, userID]) else {
+            throw EntitlementError.purchaseRequestNotFound
+        }
+        return try PurchaseRequest(row: row, now: now)
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Ledger
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+struct PurchaseRequestBody: Decodable, Equatable {
+    let id: String
+    let profileId: String
+    let packId: String
+    let tokens: Int
+    let status: String
+}
+
+/// A Pro account (150 tokens), a child profile that cannot purchase, selected on `kidToken`, and premium packs.
+struct AskFixture {
+    let client: any TestClientProtocol
+    let ownerToken: String
+    let kidToken: String
+    let kid: String
+
+    static func make(_ client: any TestClientProtocol, _ app: TestApp, email: String, packs: [String]) async throws -> AskFixture {
+        let token = try await client.signUpAndVerify(app, email: email)
+        let user = try await app.userID(token: token)
+        let admin = try await app.apiKey(["admin"])
+        #expect(try await client.comp(app, userID: user, plan: "pro_monthly", key: admin).status == .ok)
+        for pack in packs { #expect(try await client.createPack(admin, id: pack, premium: true, price: 5).status == .created) }
+        let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false}"#).json(ProfileBody.self).id
+        let kidToken = try await client.signIn(email, "correct horse battery").json(SeedSignInResponse.self).session.token
+        #expect(try await client.selectProfile(kidToken, kid).status == .ok)
+        return AskFixture(client: client, ownerToken: token, kidToken: kidToken, kid: kid)
+    }
+
+    func ask(_ pack: String) async throws -> TestResponse { try await client.send(.post, "/api/stickers/packs/\(pack)/unlock", token: kidToken) }
+
+    func list(_ token: String) async throws -> [PurchaseRequestBody] {
+        struct List: Decodable { let purchaseRequests: [PurchaseRequestBody] }
+        return try await client.get("/api/purchase-requests", token: token).json(List.self).purchaseRequests
+    }
+
+    func resolve(_ id: String, _ verb: String, token: String? = nil, json: String? = nil) async throws -> TestResponse {
+        try await client.send(.post, "/api/purchase-requests/\(id)/\(verb)", token: token ?? ownerToken, json: json)
+    }
+}
+
+@Suite("Ask to buy over HTTP")
+struct AskToBuyHTTPTests {
+    @Test("a child's unlock holds the price as a request; asking again merges; parallel approvals charge once", arguments: TestDatabase.engines)
+    func askMergeAndApproveOnce(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b1@example.com", packs: ["stars"])
+            let asked = try await f.ask("stars")
+            #expect(asked.status == .accepted)
+            let request = try #require(try asked.json(AskBody.self).purchaseRequest)
+            #expect(request.status == "pending" && request.tokens == 5)
+            #expect(try await client.balance(f.ownerToken).heldTokens == 5)
+            let again = try await f.ask("stars")
+            #expect(try again.status == .accepted && again.json(AskBody.self).purchaseRequest?.id == request.id)
+            #expect(try await client.balance(f.ownerToken).heldTokens == 5)
+            #expect(try await app.mails(to: "b1@example.com").filter { $0.contains("Kid asks to buy") }.count == 1)
+            #expect(try await f.list(f.kidToken).map(\.id) == [request.id])
+            #expect(try await f.list(f.ownerToken).map(\.status) == ["pending"])
+
+            // Only the owner's profile decides.
+            let byKid = try await f.resolve(request.id, "approve", token: f.kidToken)
+            #expect(try byKid.status == .forbidden && byKid.problem().code == "owner_profile_required")
+            let taps = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<10 { group.addTask { try await f.resolve(request.id, "approve").status.code } }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(taps == Array(repeating: 200, count: 10))
+            let balance = try await client.balance(f.ownerToken)
+            #expect(balance.heldTokens == 0 && balance.totalTokens == 148)  // 3 welcome + 150 - 5, charged once
+            #expect(try await client.send(.post, "/api/entitlements/check", token: f.kidToken, json: #"{"packId":"stars"}"#).text.contains("true"))
+            #expect(try await f.resolve(request.id, "decline").status == .conflict)
+            #expect(try await f.resolve("nope", "approve").status == .notFound)
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
+    }
+
+    @Test("decline voids the hold; an expired request cannot be approved; the owner's PIN guards approval", arguments: TestDatabase.engines)
+    func declineExpireAndPIN(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b2@example.com", packs: ["moon", "sun", "comet"])
+            let moon = try #require(try await f.ask("moon").json(AskBody.self).purchaseRequest)
+            let declined = try await f.resolve(moon.id, "decline")
+            #expect(try declined.status == .ok && declined.json(PurchaseRequestBody.self).status == "declined")
+            #expect(try await f.resolve(moon.id, "decline").status == .ok)
+            let late = try await f.resolve(moon.id, "approve")
+            #expect(try late.status == .conflict && late.problem().code == "purchase_request_resolved")
+            #expect(try await client.balance(f.ownerToken).heldTokens == 0)
+            // Declined, the child may ask again: a new request.
+            let again = try #require(try await f.ask("moon").json(AskBody.self).purchaseRequest)
+            #expect(again.id != moon.id)
+
+            // The owner's PIN, when set, is needed to approve (on the PIN budget).
+            let owner = try await client.defaultProfileID(f.ownerToken)
+            let pinned = try await client.send(
+                .put, "/api/family-profiles/\(owner)", token: f.ownerToken, json: #"{"name":"Ada","canMakePurchases":true,"pin":"1357"}"#)
+            #expect(pinned.status == .ok)
+            let sun = try #require(try await f.ask("sun").json(AskBody.self).purchaseRequest)
+            let noPIN = try await f.resolve(sun.id, "approve")
+            #expect(try noPIN.status == .forbidden && noPIN.problem().code == "invalid_pin")
+            let wrong = try await f.resolve(sun.id, "approve", json: #"{"pin":"0000"}"#)
+            #expect(try wrong.status == .forbidden && wrong.problem().code == "invalid_pin")
+            #expect(try await f.list(f.ownerToken).first { $0.id == sun.id }?.status == "pending")
+            #expect(try await f.resolve(sun.id, "approve", json: #"{"pin":"1357"}"#).status == .ok)
+
+            // Past 48 hours a request is expired: its hold is released, and it cannot be approved.
+            let comet = try #require(try await f.ask("comet").json(AskBody.self).purchaseRequest)
+            app.clock.advance(seconds: 48 * 3600 + 1)
+            let token = try await client.signIn("b2@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
+            #expect(try await f.list(token).first { $0.id == comet.id }?.status == "expired")
+            let expired = try await f.resolve(comet.id, "approve", token: token, json: #"{"pin":"1357"}"#)
+            #expect(try expired.status == .conflict && expired.problem().code == "purchase_request_resolved")
+            #expect(try await client.balance(token).heldTokens == 0)
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
+    }
+}
