@@ -54,7 +54,6 @@ extension EntitlementService {
         guard (input.action == nil) != (input.tokens == nil) else {
             throw EntitlementError.invalid(["give either action (with quantity and attributes) or tokens"])
         }
-        guard try await accounts.isActiveUser(input.userID, tx) else { throw LedgerError.userNotFound(input.userID) }
         let now = clock.now()
         let (plan, period) = try await subscriptions.planAndPeriod(userID: input.userID, now: now, tx)
         let access = try await profile(tx, input, plan: plan)
@@ -66,21 +65,34 @@ extension EntitlementService {
                 permissions: permissions)
             {
             case .success(let priced): quote = priced
-            case .failure(let refusal): throw EntitlementError.refused(refusal, detail: Self.detail(refusal, action: action.id, plan: plan))
+            case .failure(let refusal):
+                try await requireUser(tx, input.userID)
+                throw EntitlementError.refused(refusal, detail: Self.detail(refusal, action: action.id, plan: plan))
             }
         }
         if let packID = input.packID {
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
             if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: input.userID)) {
+                try await requireUser(tx, input.userID)
                 throw EntitlementError.refused(.packLocked, detail: "The user has not unlocked the premium pack '\(packID)'.")
             }
         }
-        let hold = try await ledger.hold(
-            tx, userID: input.userID, amountTokens: quote?.tokens ?? input.tokens ?? 0, ttlSeconds: input.ttlSeconds,
-            reason: quote?.action ?? "reserve", metadata: try Self.holdMetadata(quote, profileID: input.profileID, caller: input.metadata),
-            idempotencyKey: idempotencyKey,
-            attribution: access.map { Attribution($0, period: period) })
-        return Reservation(hold: hold, quote: quote, balances: try await ledger.peekBalances(tx, userID: input.userID))
+        do {
+            let (hold, balances) = try await ledger.holdWithBalances(
+                tx, userID: input.userID, amountTokens: quote?.tokens ?? input.tokens ?? 0, ttlSeconds: input.ttlSeconds,
+                reason: quote?.action ?? "reserve", metadata: try Self.holdMetadata(quote, profileID: input.profileID, caller: input.metadata),
+                idempotencyKey: idempotencyKey, attribution: access.map { Attribution($0, period: period) })
+            return Reservation(hold: hold, quote: quote, balances: balances)
+        } catch LedgerError.insufficientTokens(availableTokens: 0) {
+            // An unknown user has no tokens: only then is it worth asking whether the user exists (as the ledger does).
+            try await requireUser(tx, input.userID)
+            throw LedgerError.insufficientTokens(availableTokens: 0)
+        }
+    }
+
+    /// `userNotFound` unless `userID` is a live user. Asked only on a refusal: a reservation that holds tokens had a user.
+    func requireUser(_ tx: any SQLExecutor, _ userID: String) async throws {
+        guard try await accounts.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
     }
 
     /// The named profile (nil when none is named): one of the account's profiles, within the plan's limit.

@@ -27,6 +27,18 @@ extension Ledger {
         _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
         idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax
     ) async throws -> HoldState {
+        try await holdWithBalances(
+            tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata,
+            idempotencyKey: idempotencyKey, attribution: attribution, ttlSecondsMax: ttlSecondsMax
+        ).hold
+    }
+
+    /// ``hold(_:userID:amountTokens:ttlSeconds:reason:metadata:idempotencyKey:attribution:ttlSecondsMax:)`` and the user's
+    /// balances after it (no second read).
+    public func holdWithBalances(
+        _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
+        idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax
+    ) async throws -> (hold: HoldState, balances: BucketBalances) {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         guard (1...ttlSecondsMax).contains(ttlSeconds) else {
             throw LedgerError.invalid("ttlSeconds must be from 1 to \(ttlSecondsMax).")
@@ -57,7 +69,7 @@ extension Ledger {
         }
         let hold = try await holdState(tx, id: holdID)!
         try await emitHold(tx, .holdCreated, hold, state, change: -amountTokens, key: idempotencyKey, now: now)
-        return hold
+        return (hold, state.balances)
     }
 
     /// Posts up to the held amount (default all) to consumption and returns the rest. Resolves once.

@@ -30,21 +30,21 @@ extension Ledger {
     /// would pass the cap.
     func charge(_ tx: any SQLExecutor, _ attribution: Attribution, userID: String, held: Int64, used: Int64) async throws {
         let period = attribution.periodStart.epochMilliseconds
-        try await tx.query(
+        // One upsert: a new row counts the charge (refused in Swift first when the charge alone passes the cap); an
+        // existing row adds it only while the total stays within the cap.
+        var sql = """
+            INSERT INTO ledger_profile_usage (profile_id, period_start_ms, user_id, used, held) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (profile_id, period_start_ms) DO UPDATE SET held = ledger_profile_usage.held + excluded.held,
+                used = ledger_profile_usage.used + excluded.used
             """
-            INSERT INTO ledger_profile_usage (profile_id, period_start_ms, user_id, used, held) VALUES (?, ?, ?, 0, 0)
-            ON CONFLICT (profile_id, period_start_ms) DO NOTHING
-            """, [attribution.profileID, period, userID])
-        var sql = "UPDATE ledger_profile_usage SET held = held + ?, used = used + ? WHERE profile_id = ? AND period_start_ms = ?"
-        var binds: [any SQLBindable] = [held, used, attribution.profileID, period]
+        var binds: [any SQLBindable] = [attribution.profileID, period, userID, used, held]
         if let cap = attribution.allowance {
-            sql += " AND used + held + ? <= ?"
+            sql += " WHERE ledger_profile_usage.used + ledger_profile_usage.held + ? <= ?"
             binds += [held + used, cap]
         }
-        guard try await tx.query(sql + " RETURNING used", binds).isEmpty else { return }
+        if held + used <= (attribution.allowance ?? .max), try await !tx.query(sql + " RETURNING used", binds).isEmpty { return }
         let usage = try await usage(tx, profileID: attribution.profileID, periodStart: attribution.periodStart)
-        throw LedgerError.allowanceExceeded(
-            allowance: attribution.allowance ?? 0, remaining: max(0, (attribution.allowance ?? 0) - usage.used - usage.held))
+        throw LedgerError.allowanceExceeded(allowance: attribution.allowance ?? 0, remaining: max(0, (attribution.allowance ?? 0) - usage.used - usage.held))
     }
 
     /// A hold resolved: its amount leaves `held`, and `captured` of it joins `used`. `row` is the hold's row after the
