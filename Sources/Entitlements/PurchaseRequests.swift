@@ -10,7 +10,8 @@ public struct PurchaseRequest: Codable, Sendable, Equatable {
     public let profileId: String
     public let packId: String
     public let tokens: Int64
-    /// `pending`, `approved`, `declined` or `expired` (a pending request past `expiresAt`).
+    /// `pending`, `approved`, `declined`, `cancelled` (the pack became the account's another way) or `expired` (a
+    /// pending request past `expiresAt`).
     public let status: String
     public let createdAt: Date
     public let expiresAt: Date
@@ -67,6 +68,11 @@ extension StickerService {
             tx, userID: userID, amountTokens: pack.tokenPrice, ttlSeconds: Self.purchaseRequestTTLSeconds, reason: "purchase_request",
             metadata: #"{"packId":"\#(pack.id)","profileId":"\#(profile.id)","purchaseRequestId":"\#(id)"}"#,
             ttlSecondsMax: Self.purchaseRequestTTLSeconds)
+        // Under the user's account locks now (taken by the hold): an approval or a purchase of this pack that committed
+        // while this ask waited is seen here, and the ask is answered as for an owned pack (nothing held, no request).
+        if try await packs.unlockedIDs(tx, userID: userID).contains(pack.id) {
+            throw EntitlementError.alreadyUnlocked("This pack is unlocked already.")
+        }
         try await tx.query("UPDATE purchase_requests SET hold_id = ? WHERE id = ?", [hold.id, id])
         let request = try await load(tx, id: id, userID: userID, now: now)
         try await packs.events.emit(
@@ -99,17 +105,23 @@ extension StickerService {
     /// The owner approves: the hold is captured and the pack unlocked, once; a request approved before answers as it is.
     public func approvePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
         try await resolve(userID: userID, requestID: requestID, as: "approved", logger: logger) { tx, request, holdID, now in
-            let bought = try await tx.query(
-                "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
-                [userID, request.packId, request.tokens, now])
+            // Free now or included in the plan since: nothing to buy. Otherwise the unlock row decides (bought meanwhile:
+            // nothing to charge); either way a hold not charged goes back.
+            let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
+            let stillLocked = try await packs.pack(tx, id: request.packId).map { packs.isLocked($0, plan: plan, bought: []) } ?? true
+            let bought =
+                stillLocked
+                ? try await tx.query(
+                    "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
+                    [userID, request.packId, request.tokens, now]) : []
             if let holdID {
-                // Unlocked meanwhile (bought by the owner): nothing to charge, the hold goes back.
                 if bought.isEmpty { _ = try await ledger.void(tx, holdID: holdID) } else { _ = try await ledger.capture(tx, holdID: holdID) }
             }
             if !bought.isEmpty {
                 try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [holdID, userID, request.packId])
                 try await packs.emitUnlocked(tx, userID: userID, packID: request.packId, tokens: request.tokens, operationID: holdID, now: now)
             }
+            try await cancelPendingRequests(tx, userID: userID, packID: request.packId, except: request.id, now: now)
         }
     }
 
@@ -136,6 +148,34 @@ extension StickerService {
             try await work(tx, request, holdID, now)
             try await tx.query("UPDATE purchase_requests SET status = ?, resolved_at_ms = ? WHERE id = ?", [status, now, requestID])
             return try await load(tx, id: requestID, userID: userID, now: now)
+        }
+    }
+
+    /// Once a pack is the account's, every other pending request for it is `cancelled` and its hold voided (a hold the
+    /// ledger already released is left as it is). Runs after the unlock's own ledger work, so under the user's account
+    /// locks: an ask committed meanwhile is seen here, and a later ask sees the unlock (``requestPurchase``).
+    func cancelPendingRequests(_ tx: any SQLExecutor, userID: String, packID: String, except: String?, now: Date) async throws {
+        try await Self.cancel(tx, ledger: ledger, "user_id = ? AND pack_id = ?", [userID, packID], except: except, now: now)
+    }
+
+    /// A deleted profile's pending requests are `cancelled` and their tokens released (in the deletion's transaction).
+    public static func cancelRequests(_ tx: any SQLExecutor, ledger: Ledger, userID: String, profileID: String, now: Date) async throws {
+        try await cancel(tx, ledger: ledger, "user_id = ? AND profile_id = ?", [userID, profileID], except: nil, now: now)
+    }
+
+    /// An erased account's pending requests are `cancelled` (the ledger forfeits their holds in the same transaction).
+    public static func cancelRequests(_ tx: any SQLExecutor, ledger: Ledger, userID: String, now: Date) async throws {
+        try await cancel(tx, ledger: ledger, "user_id = ?", [userID], except: nil, now: now)
+    }
+
+    static func cancel(_ tx: any SQLExecutor, ledger: Ledger, _ condition: String, _ binds: [String], except: String?, now: Date) async throws {
+        let pending = try await tx.query("SELECT id, hold_id FROM purchase_requests WHERE \(condition) AND status = 'pending'", binds)
+        for row in pending where try row.string("id") != except {
+            if let holdID = row.optionalString("hold_id") {
+                do { _ = try await ledger.void(tx, holdID: holdID) } catch LedgerError.holdResolved {}
+            }
+            try await tx.query(
+                "UPDATE purchase_requests SET status = 'cancelled', resolved_at_ms = ? WHERE id = ?", [now, try row.string("id")])
         }
     }
 

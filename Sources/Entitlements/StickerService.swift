@@ -100,14 +100,15 @@ public struct StickerService: Sendable {
                     packID: packID, spent: nil, purchaseRequest: request, requestCreated: created,
                     notice: .init(profileName: profile.name, packName: pack.name))
             }
+            // Nothing to pay for (free, in the plan, owned already, or priced at 0): answered as for anyone below.
         }
         var attribution: Attribution?
         if let profile, let access = try await accounts.profile(userID: userID, profileID: profile.id, tx) {
             attribution = Attribution(access, period: period)
         }
         let spent = try await packs.unlock(
-            tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: profile?.canMakePurchases ?? true,
-            attribution: attribution)
+            tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: true, attribution: attribution)
+        try await cancelPendingRequests(tx, userID: userID, packID: packID, except: nil, now: now)
         return UnlockResult(packID: packID, spent: spent)
     }
 

@@ -44,7 +44,8 @@ extension Ledger {
         }
         if held + used <= (attribution.allowance ?? .max), try await !tx.query(sql + " RETURNING used", binds).isEmpty { return }
         let usage = try await usage(tx, profileID: attribution.profileID, periodStart: attribution.periodStart)
-        throw LedgerError.allowanceExceeded(allowance: attribution.allowance ?? 0, remaining: max(0, (attribution.allowance ?? 0) - usage.used - usage.held))
+        throw LedgerError.allowanceExceeded(
+            allowance: attribution.allowance ?? 0, remaining: max(0, (attribution.allowance ?? 0) - usage.used - usage.held))
     }
 
     /// A hold resolved: its amount leaves `held`, and `captured` of it joins `used`. `row` is the hold's row after the

@@ -121,4 +121,59 @@ struct AskToBuyHTTPTests {
             #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
         }
     }
+
+    @Test("once a pack is the account's, other pending requests for it are cancelled and their holds released", arguments: TestDatabase.engines)
+    func ownedPacksCancelPendingRequests(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b3@example.com", packs: ["p1", "p2"])
+            let sibling = try await client.createProfile(f.ownerToken, #"{"name":"Sib","canMakePurchases":false}"#).json(ProfileBody.self).id
+            let siblingToken = try await client.signIn("b3@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
+            #expect(try await client.selectProfile(siblingToken, sibling).status == .ok)
+            let mine = try #require(try await f.ask("p1").json(AskBody.self).purchaseRequest)
+            let theirs = try #require(
+                try await client.send(.post, "/api/stickers/packs/p1/unlock", token: siblingToken).json(AskBody.self).purchaseRequest)
+            #expect(try await client.balance(f.ownerToken).heldTokens == 10)
+            #expect(try await f.resolve(mine.id, "approve").status == .ok)
+            #expect(try await f.list(f.ownerToken).first { $0.id == theirs.id }?.status == "cancelled")
+            #expect(try await client.balance(f.ownerToken).heldTokens == 0)
+            // The owner buying the pack directly cancels the child's request too.
+            _ = try await f.ask("p2")
+            #expect(try await client.send(.post, "/api/stickers/packs/p2/unlock", token: f.ownerToken).status == .ok)
+            #expect(try await client.balance(f.ownerToken).heldTokens == 0)
+            // Asking for a pack the account owns is 409 already_unlocked, as for anyone (not "ask a parent").
+            let owned = try await f.ask("p2")
+            #expect(try owned.status == .conflict && owned.problem().code == "already_unlocked")
+            // A PIN that cannot be one is a 400 and costs no guess.
+            let owner = try await client.defaultProfileID(f.ownerToken)
+            _ = try await client.send(
+                .put, "/api/family-profiles/\(owner)", token: f.ownerToken, json: #"{"name":"Ada","canMakePurchases":true,"pin":"1357"}"#)
+            #expect(try await client.selectProfile(siblingToken, owner, pin: "١٣٥٧").status == .badRequest)
+            let wrong = try await client.selectProfile(siblingToken, owner, pin: "0000")
+            #expect(try wrong.json([String: JSONValue].self)["attemptsRemaining"] == .integer(4))
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
+    }
+
+    @Test("deleting the asking profile, or erasing the account, cancels pending requests and releases their tokens", arguments: TestDatabase.engines)
+    func deletionCancelsRequests(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b4@example.com", packs: ["p1", "p2"])
+            let first = try #require(try await f.ask("p1").json(AskBody.self).purchaseRequest)
+            #expect(try await client.send(.delete, "/api/family-profiles/\(f.kid)", token: f.ownerToken).status == .noContent)
+            #expect(try await f.list(f.ownerToken).first { $0.id == first.id }?.status == "cancelled")
+            #expect(try await client.balance(f.ownerToken).heldTokens == 0)
+            #expect(try await f.resolve(first.id, "approve").status == .conflict)
+            let kid = try await client.createProfile(f.ownerToken, #"{"name":"Kid2","canMakePurchases":false}"#).json(ProfileBody.self).id
+            #expect(try await client.selectProfile(f.kidToken, kid).status == .ok)
+            let second = try #require(try await f.ask("p2").json(AskBody.self).purchaseRequest)
+            #expect(
+                try await client.send(.delete, "/api/user/me", token: f.ownerToken, json: #"{"password":"correct horse battery"}"#).status
+                    == .noContent)
+            let status = try await app.dependencies.database.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.first("SELECT status FROM purchase_requests WHERE id = ?", [second.id])?.optionalString("status")
+            }
+            #expect(status == "cancelled")
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
+    }
 }

@@ -79,7 +79,7 @@ public struct Dependencies: Sendable {
             apiKeys: apiKeys,
             profiles: ProfileService(
                 database: database, hasher: hasher, clock: clock, policy: config.authPolicy, passwords: auth.passwords,
-                limits: CatalogProfileLimits(subscriptions: store)),
+                limits: CatalogProfileLimits(subscriptions: store), deletion: PurchaseRequestsOfDeletedProfiles(ledger: ledger)),
             ledger: LedgerService(
                 database: database, ledger: ledger, idempotency: idempotency, users: AuthDirectory(), audit: AuditLog.shared, clock: clock,
                 callerKeys: LedgerCallerKeysOfAuth(apiKeys: apiKeys), oneStatementSpends: config.oneStatementSpends),

@@ -24,6 +24,15 @@ struct LedgerErasureHook: AccountErasureHook {
     let ledger: Ledger
     func accountErased(userID: String, at: Date, executor: any SQLExecutor) async throws {
         try await ledger.forfeitAll(executor, userID: userID)
+        try await StickerService.cancelRequests(executor, ledger: ledger, userID: userID, now: at)
+    }
+}
+
+/// A profile's deletion hook, filled by Entitlements: its pending purchase requests are cancelled, their tokens released.
+struct PurchaseRequestsOfDeletedProfiles: ProfileDeletionHook {
+    let ledger: Ledger
+    func profileDeleted(userID: String, profileID: String, at: Date, executor: any SQLExecutor) async throws {
+        try await StickerService.cancelRequests(executor, ledger: ledger, userID: userID, profileID: profileID, now: at)
     }
 }
 

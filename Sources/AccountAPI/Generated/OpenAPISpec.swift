@@ -3194,7 +3194,7 @@ components:
         profileId: { type: string }
         packId: { type: string }
         tokens: { type: integer, description: The price, held while pending. }
-        status: { type: string, enum: [pending, approved, declined, expired] }
+        status: { type: string, enum: [pending, approved, declined, cancelled, expired], description: "cancelled: the pack became the account's another way (another request approved, bought by the owner)." }
         createdAt: { type: string, format: date-time }
         expiresAt: { type: string, format: date-time }
         resolvedAt: { type: string, format: date-time }

@@ -76,6 +76,17 @@ public enum ProfileManager: Sendable {
     case operatorActor(String, ip: String?)
 }
 
+/// Called inside a profile's deletion transaction so other modules can close what they keep for it (its pending
+/// purchase requests are cancelled and their tokens released).
+public protocol ProfileDeletionHook: Sendable {
+    func profileDeleted(userID: String, profileID: String, at: Date, executor: any SQLExecutor) async throws
+}
+
+public struct NoProfileDeletionHook: ProfileDeletionHook {
+    public init() {}
+    public func profileDeleted(userID: String, profileID: String, at: Date, executor: any SQLExecutor) async throws {}
+}
+
 /// Family profiles: plan-limited, owner-managed, PIN-protected with a stored lockout.
 public struct ProfileService: Sendable {
     let database: any Database
@@ -84,12 +95,14 @@ public struct ProfileService: Sendable {
     let policy: AuthPolicy
     let limits: any ProfilePlanLimits
     let passwords: PasswordCheck
+    let deletion: any ProfileDeletionHook
 
     /// `passwords` is the auth service's (``AuthService/passwords``): PIN changes check the password in the same budget.
     public init(
         database: any Database, hasher: PasswordHasher, clock: any TimeSource, policy: AuthPolicy, passwords: PasswordCheck,
-        limits: any ProfilePlanLimits
+        limits: any ProfilePlanLimits, deletion: any ProfileDeletionHook = NoProfileDeletionHook()
     ) {
+        self.deletion = deletion
         self.database = database
         self.hasher = hasher
         self.clock = clock
@@ -174,6 +187,10 @@ public struct ProfileService: Sendable {
                 let (remaining, refusal) = try await AttemptBudget.peek(tx, key: key, rule: rule, now: now)
                 if case .refused(let seconds, _) = refusal { throw AuthError.pinLocked(retryAfterSeconds: seconds) }
                 throw AuthError.invalidPIN(attemptsRemaining: remaining)
+            }
+            // A PIN that cannot be one (not 4 to 6 ASCII digits) is refused without costing a guess.
+            guard (4...6).contains(pin.utf8.count), pin.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
+                throw AuthError.validation("PIN must be 4 to 6 digits.")
             }
             switch try await AttemptBudget.reserve(tx, key: key, rule: rule, now: now) {
             case .reserved(let attempt): return (value, pinHash, attempt)
@@ -277,6 +294,7 @@ public struct ProfileService: Sendable {
             let profile = try await load(tx, id: profileID, userID: userID)
             if profile.isDefault { throw AuthError.forbidden("The default profile cannot be deleted.") }
             try await tx.query("DELETE FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
+            try await deletion.profileDeleted(userID: userID, profileID: profileID, at: now, executor: tx)
             try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
             try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_deleted", profileID: profileID, now: now)
         }
