@@ -70,7 +70,7 @@ public enum RateCard {
     ) throws(EntitlementError) -> Result<PricedQuote, Refusal> {
         guard let action = catalog.pricedActions.first(where: { $0.id == actionID }) else {
             let known = catalog.pricedActions.map(\.id).joined(separator: ", ")
-            throw .invalid(["unknown action '\(actionID.prefix(valueBytesMax))'; known: \(known.isEmpty ? "none" : known)"])
+            throw .invalid(["unknown action '\(quoted(actionID))'; known: \(known.isEmpty ? "none" : known)"])
         }
         let quantity = quantity ?? 1
         guard (1...action.maxQuantity).contains(quantity) else {
@@ -79,7 +79,7 @@ public enum RateCard {
         guard attributes.count <= attributesMax else { throw .invalid(["at most \(attributesMax) attributes"]) }
         for name in attributes.keys.sorted() where !action.attributes.contains(where: { $0.name == name }) {
             let known = action.attributes.map(\.name).joined(separator: ", ")
-            throw .invalid(["\(action.id) has no attribute '\(name.prefix(valueBytesMax))'; known: \(known.isEmpty ? "none" : known)"])
+            throw .invalid(["\(action.id) has no attribute '\(quoted(name))'; known: \(known.isEmpty ? "none" : known)"])
         }
         if !allows(action.plans, plan) { return .failure(refusal(plan)) }
         var perUnit = Int64(action.tokensPerUnit)
@@ -89,7 +89,7 @@ public enum RateCard {
             let value = attributes[attribute.name] ?? attribute.defaultValue
             guard let priced = attribute.values.first(where: { $0.value == value }) else {
                 throw .invalid([
-                    "\(attribute.name) must be one of \(attribute.values.map(\.value).joined(separator: ", ")), not '\(value.prefix(valueBytesMax))'"
+                    "\(attribute.name) must be one of \(attribute.values.map(\.value).joined(separator: ", ")), not '\(quoted(value))'"
                 ])
             }
             if !allows(priced.plans, plan) { return .failure(refusal(plan)) }
@@ -117,6 +117,11 @@ public enum RateCard {
     }
 
     static func allows(_ plans: [String]?, _ plan: SubscriptionPlan) -> Bool { plans?.contains(plan.id) ?? true }
+
+    /// A caller's value as a detail quotes it: at most 64 characters, control characters left out.
+    static func quoted(_ value: String) -> String {
+        String(String.UnicodeScalarView(value.unicodeScalars.filter { !CharacterSet.controlCharacters.contains($0) }.prefix(valueBytesMax)))
+    }
 
     /// A free plan needs a subscription; a paid one needs another plan.
     static func refusal(_ plan: SubscriptionPlan) -> Refusal { plan.isFreeTier ? .subscriptionRequired : .featureNotInPlan }

@@ -176,6 +176,9 @@ struct ReserveHTTPTests {
             let one = try await check(#"{"action":"generate.coloring_pages"}"#)
             #expect(one.allowed && one.tokens == 1)
             #expect(try await client.send(.post, "/api/entitlements/check", token: token, json: #"{"action":"generate.none"}"#).status == .badRequest)
+            // A detail quotes the caller's value without its control characters.
+            let nul = try await client.send(.post, "/api/entitlements/check", token: token, json: #"{"action":"gen\u0000\u001bx"}"#)
+            #expect(try nul.status == .badRequest && nul.problem().detail.contains("'genx'"))
 
             #expect(try await client.comp(app, userID: user, plan: "business_monthly", key: admin).status == .ok)
             let business = try await client.get("/api/entitlements", token: token).json(Snapshot.self)
