@@ -16,7 +16,7 @@ public struct ProfileUsageView: Sendable, Equatable {
     public let allowance: Int64?
     public let usage: ProfileUsage
     /// What the profile may still use this period (nil: no cap).
-    public var remaining: Int64? { allowance.map { max(0, $0 - usage.used - usage.held) } }
+    public var remaining: Int64? { allowance.map(usage.remaining(under:)) }
 }
 
 /// The allowance rules that depend on the subscription, in one place (the counting is the ledger's, `ProfileUsage.swift`).
@@ -66,7 +66,7 @@ extension EntitlementService {
             return nil
         }
         let usage = try await ledger.usage(tx, profileID: profileID, periodStart: period.start)
-        return max(0, cap - usage.used - usage.held)
+        return usage.remaining(under: cap)
     }
 
     /// The profile's allowance, usage and what remains this period; `profileNotFound` for a profile not of this account.

@@ -17,6 +17,9 @@ public struct Attribution: Sendable, Equatable {
 public struct ProfileUsage: Sendable, Equatable, Codable {
     public let used: Int64
     public let held: Int64
+
+    /// What may still be used under `cap` (never below zero: a lowered cap can be passed already).
+    public func remaining(under cap: Int64) -> Int64 { max(0, cap - used - held) }
 }
 
 /// The allowance rules, in one place. A profile's usage row per period (`ledger_profile_usage`) is changed only under
@@ -44,8 +47,8 @@ extension Ledger {
         }
         if held + used <= (attribution.allowance ?? .max), try await !tx.query(sql + " RETURNING used", binds).isEmpty { return }
         let usage = try await usage(tx, profileID: attribution.profileID, periodStart: attribution.periodStart)
-        throw LedgerError.allowanceExceeded(
-            allowance: attribution.allowance ?? 0, remaining: max(0, (attribution.allowance ?? 0) - usage.used - usage.held))
+        let cap = attribution.allowance ?? 0
+        throw LedgerError.allowanceExceeded(allowance: cap, remaining: usage.remaining(under: cap))
     }
 
     /// A hold resolved: its amount leaves `held`, and `captured` of it joins `used`. `row` is the hold's row after the
