@@ -39,7 +39,9 @@ struct FoundationHTTPTests {
             #expect(ready.status == .serviceUnavailable)
             #expect(try ready.problem().code == "unavailable")
             #expect(ready.headers[.retryAfter] != nil)
-            #expect(ContinuousClock.now - started < .seconds(5))
+            // The readiness check gives up after 2 s; the bound only tells it from waiting out the pool's lease (a loaded
+            // CI machine has taken 7 s to answer).
+            #expect(ContinuousClock.now - started < .seconds(TestDatabase.leaseTimeoutSeconds * 0.8))
         }
     }
 
