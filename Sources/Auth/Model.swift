@@ -33,6 +33,8 @@ public struct FamilyProfile: Codable, Sendable, Equatable {
     public let hasPin: Bool
     /// Tokens this profile may use per allowance period (nil: no cap); set by the owner.
     public let monthlyTokenAllowance: Int64?
+    /// The highest content rating the profile may see (nil: no maximum); set by the owner, validated by the caller's scale.
+    public let maxContentRating: String?
 
     init(row: SQLRow) throws {
         id = try row.string("id")
@@ -43,9 +45,11 @@ public struct FamilyProfile: Codable, Sendable, Equatable {
         canUseCustomContentTypes = try row.bool("can_use_custom_content_types")
         hasPin = row.optionalString("pin_hash") != nil
         monthlyTokenAllowance = row.optionalInt("monthly_token_allowance")
+        maxContentRating = row.optionalString("max_content_rating")
     }
 
-    static let columns = "id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash, monthly_token_allowance"
+    static let columns =
+        "id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash, monthly_token_allowance, max_content_rating"
 }
 
 /// A freshly issued session: the only moment the bearer token exists outside the client.

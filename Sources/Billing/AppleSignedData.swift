@@ -73,6 +73,8 @@ public struct AppleTransaction: Codable, Sendable, Equatable {
     public let quantity: Int?
     public let appAccountToken: String?
     public let inAppOwnershipType: String?
+    /// A family member's access through Family Sharing (`inAppOwnershipType` FAMILY_SHARED), not the purchaser's own.
+    public var isFamilyShared: Bool { inAppOwnershipType == "FAMILY_SHARED" }
     public let environment: String
     public let signedDate: Int64?
     public let revocationDate: Int64?

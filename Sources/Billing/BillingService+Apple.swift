@@ -30,7 +30,10 @@ extension BillingService {
     public func applyVerifiedPurchase(
         _ tx: any SQLExecutor, userID: String, transaction: AppleTransaction, environment: AppleEnvironment, raw: String
     ) async throws -> BillingVerdict {
-        if let token = transaction.appAccountToken, token.lowercased() != userID.lowercased() { throw BillingError.accountTokenMismatch }
+        // A family member's transaction may carry the purchaser's appAccountToken: it is bound to the member who verifies it.
+        if let token = transaction.appAccountToken, !transaction.isFamilyShared, token.lowercased() != userID.lowercased() {
+            throw BillingError.accountTokenMismatch
+        }
         guard transaction.revocationDate == nil else { throw BillingError.transactionRevoked }
         guard
             catalog.plans.contains(where: { $0.appleProductId == transaction.productId })
@@ -73,7 +76,9 @@ extension BillingService {
     /// originalTransactionId was bound to. A token naming another account than the binding is a conflict.
     func appleOwner(_ tx: any SQLExecutor, _ transaction: AppleTransaction, environment: AppleEnvironment) async throws -> AppleOwner {
         let bound = try await boundUser(tx, provider: "apple", externalID: transaction.originalTransactionId)
-        if let token = try await existingUser(tx, transaction.appAccountToken) {
+        // A family member's transaction names no account of its own (its token, if any, is the purchaser's): only the
+        // member's verify binds it, so a member's REVOKE never reaches the purchaser.
+        if !transaction.isFamilyShared, let token = try await existingUser(tx, transaction.appAccountToken) {
             if let bound, bound != token { return .conflict("appAccountToken names another account than the one this purchase is bound to") }
             if bound == nil {
                 _ = try await bind(
@@ -123,6 +128,7 @@ extension BillingService {
         case "EXPIRED":
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .expire)
         case "REFUND", "REVOKE":
+            if let verdict = try await otherSubscription(tx, userID: userID, transaction: transaction) { return verdict }
             if let verdict = try await clawPack(
                 tx, provider: "apple", sourceID: transaction.transactionId, share: Int64(transaction.revocationPercentage ?? 100_000))
             {
@@ -149,6 +155,10 @@ extension BillingService {
     func applyAppleTransaction(_ tx: any SQLExecutor, userID: String, transaction: AppleTransaction, at: Date) async throws -> BillingVerdict {
         if transaction.revocationDate != nil { return BillingVerdict(outcome: .ignored, detail: "the transaction is revoked", userID: userID) }
         if let pack = catalog.tokenPacks.first(where: { $0.appleProductId == transaction.productId }) {
+            // Consumables are never shared by Apple; a shared one would multiply tokens by the family's size.
+            if transaction.isFamilyShared {
+                return BillingVerdict(outcome: .ignored, detail: "a family-shared transaction grants no token pack", userID: userID)
+            }
             return try await grantPack(
                 tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, pack: pack, quantity: transaction.quantity ?? 1,
                 paymentRef: nil)
@@ -156,6 +166,7 @@ extension BillingService {
         guard let plan = catalog.plans.first(where: { $0.appleProductId == transaction.productId }) else {
             return BillingVerdict(outcome: .ignored, detail: "unknown productId \(transaction.productId)", userID: userID)
         }
+        if let verdict = try await otherSubscription(tx, userID: userID, transaction: transaction) { return verdict }
         let start = Date(epochMilliseconds: transaction.purchaseDate)
         let end = transaction.expiresDate.map(Date.init(epochMilliseconds:))
         let trial = transaction.offerType == 1 && (transaction.price ?? 0) == 0
@@ -164,12 +175,23 @@ extension BillingService {
             trial: trial)
         let verdict = try await applyMachine(
             tx, provider: .apple, eventID: "txn:\(transaction.transactionId)", userID: userID, at: at, event,
-            providerSubscriptionID: transaction.originalTransactionId)
+            providerSubscriptionID: transaction.originalTransactionId, familyShared: transaction.isFamilyShared)
         if verdict.outcome == .applied || verdict.outcome == .stale {
             try await recordPeriod(
                 tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, planID: plan.id, paymentRef: nil, start: start)
         }
         return verdict
+    }
+
+    /// For a family-shared transaction: nil when it may change the member's subscription, else why not. A subscription of
+    /// the member's own (another purchase, live) outranks what the family shares; a refund or revocation of the shared
+    /// access touches only the subscription that came from it.
+    func otherSubscription(_ tx: any SQLExecutor, userID: String, transaction: AppleTransaction) async throws -> BillingVerdict? {
+        guard transaction.isFamilyShared, let current = try await machine.store.subscription(userID: userID, tx),
+            current.providerSubscriptionID != transaction.originalTransactionId, current.isEntitled(at: clock.now())
+        else { return nil }
+        return BillingVerdict(
+            outcome: .ignored, detail: "family-shared access not applied: the account has a subscription of its own", userID: userID)
     }
 
     /// Notifications stored as unmatched for this purchase, applied now that it has an account (oldest first).

@@ -281,11 +281,11 @@ public struct BillingService: Sendable {
     /// Applies one subscription event through the state machine and maps its outcome to a verdict.
     func applyMachine(
         _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, at: Date, _ event: SubscriptionEvent,
-        providerSubscriptionID: String? = nil, providerCustomerID: String? = nil
+        providerSubscriptionID: String? = nil, providerCustomerID: String? = nil, familyShared: Bool = false
     ) async throws -> BillingVerdict {
         let result = try await machine.apply(
             tx, provider: provider, eventID: eventID, userID: userID, occurredAt: at, event: event,
-            binding: ProviderBinding(subscriptionID: providerSubscriptionID, customerID: providerCustomerID))
+            binding: ProviderBinding(subscriptionID: providerSubscriptionID, customerID: providerCustomerID), familyShared: familyShared)
         return BillingVerdict(outcome: BillingOutcome(result.outcome), detail: result.detail, userID: userID)
     }
 

@@ -732,6 +732,7 @@ enum BuiltInPlans {
         "business_yearly"
       ],
       "requiresProfilePermission": "canUseCustomContentTypes",
+      "contentRating": "9+",
       "attributes": []
     }
   ]

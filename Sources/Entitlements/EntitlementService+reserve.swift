@@ -72,6 +72,7 @@ extension EntitlementService {
         }
         if let packID = input.packID {
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+            try StickerPackStore.requireRating(pack, under: permissions?.maxContentRating)
             if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: input.userID)) {
                 try await requireUser(tx, input.userID)
                 throw EntitlementError.refused(.packLocked, detail: "The user has not unlocked the premium pack '\(packID)'.")
@@ -113,6 +114,7 @@ extension EntitlementService {
         case .subscriptionRequired: "'\(action)' with these attributes needs a subscription (see GET /api/pricing)."
         case .featureNotInPlan: "'\(action)' with these attributes is not in the plan '\(plan.id)' (see GET /api/pricing)."
         case .profileRestricted: "This profile may not use '\(action)'."
+        case .contentRestricted: "'\(action)' is rated above this profile's maximum content rating."
         case .packLocked, .purchaseNotAllowed: "'\(action)' is not allowed."
         }
     }

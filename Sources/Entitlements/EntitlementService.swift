@@ -11,8 +11,11 @@ public struct ProfilePermissions: Codable, Sendable, Equatable {
     public let name: String
     public let canMakePurchases: Bool
     public let canUseCustomContentTypes: Bool
+    /// The highest content rating the profile may see; nil: no maximum.
+    public var maxContentRating: ContentRating?
 
-    public init(id: String, name: String, canMakePurchases: Bool, canUseCustomContentTypes: Bool) {
+    public init(id: String, name: String, canMakePurchases: Bool, canUseCustomContentTypes: Bool, maxContentRating: ContentRating? = nil) {
+        self.maxContentRating = maxContentRating
         self.id = id
         self.name = name
         self.canMakePurchases = canMakePurchases
@@ -279,6 +282,9 @@ public struct EntitlementService: Sendable {
             }
             if let packID {
                 guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+                if !StickerPackStore.isVisible(pack, to: profile?.maxContentRating) {
+                    return CheckResult(allowed: false, reason: Refusal.contentRestricted.rawValue)
+                }
                 if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
                     return CheckResult(allowed: false, reason: profile?.canMakePurchases == false ? "purchase_not_allowed" : "pack_locked")
                 }

@@ -48,6 +48,9 @@ public struct SubscriptionPlan: Codable, Sendable, Equatable {
     public let maxRollover: Int
     /// Premium sticker packs this plan includes while it is current.
     public let includedStickerPacks: [String]?
+    /// Whether a family member who receives the plan through Apple Family Sharing also receives its monthly tokens
+    /// (absent: no, only the purchaser does; the member gets the features).
+    public let familySharedTokens: Bool?
 }
 
 /// A consumable bundle of tokens.
@@ -146,13 +149,13 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
         "plan": [
             "id", "name", "description", "monthlyTokens", "price", "currency", "interval", "features", "platform", "appleProductId", "stripePriceId",
             "trialDays", "isActive", "sortOrder", "hasQualitySelector", "hasCommercialLicense", "hasModelSelector", "hasImageUpload",
-            "maxFamilyProfiles", "isFreeTier", "maxRollover", "includedStickerPacks",
+            "maxFamilyProfiles", "isFreeTier", "maxRollover", "includedStickerPacks", "familySharedTokens",
         ],
         "features": [
             "allStyles", "familyProfiles", "qualitySelector", "modelSelector", "commercialLicense", "prioritySupport", "tokenRollover", "savings",
         ],
         "tokenPack": ["id", "tokens", "price", "currency", "appleProductId", "stripePriceId"],
-        "action": ["id", "name", "tokensPerUnit", "maxQuantity", "plans", "requiresProfilePermission", "attributes"],
+        "action": ["id", "name", "tokensPerUnit", "maxQuantity", "plans", "requiresProfilePermission", "contentRating", "attributes"],
         "attribute": ["name", "defaultValue", "values"],
         "value": ["value", "extraTokensPerUnit", "plans"],
     ]

@@ -15,6 +15,8 @@ public struct PricedAction: Codable, Sendable, Equatable {
     public let plans: [String]?
     /// A profile permission the acting profile needs (`canUseCustomContentTypes` or `canMakePurchases`).
     public let requiresProfilePermission: String?
+    /// Who may take it (``ContentRating``); nil: open to every profile.
+    public let contentRating: ContentRating?
     public let attributes: [PricedAttribute]
 }
 
@@ -39,6 +41,8 @@ public enum Refusal: String, Error, Sendable, Equatable, Codable, CaseIterable {
     case profileRestricted = "profile_restricted"
     case packLocked = "pack_locked"
     case purchaseNotAllowed = "purchase_not_allowed"
+    /// Rated above the acting profile's maximum content rating.
+    case contentRestricted = "content_restricted"
 }
 
 /// What one call of a priced action costs, and what history says of it.
@@ -99,6 +103,9 @@ public enum RateCard {
         }
         if let permission = action.requiresProfilePermission, let permissions, !has(permissions, permission) {
             return .failure(.profileRestricted)
+        }
+        if let rating = action.contentRating, !ContentRating.allows(rating, under: permissions?.maxContentRating) {
+            return .failure(.contentRestricted)
         }
         let description = ([action.name] + named).joined(separator: ", ") + (quantity > 1 ? " ×\(quantity)" : "")
         return .success(

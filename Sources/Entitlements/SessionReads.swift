@@ -9,6 +9,9 @@ public protocol SessionRows: Sendable {
     var sessionQuery: String { get }
     /// SQL finding the sessions for several token hashes joined by commas (PostgreSQL); each row also carries `token_hash`.
     var sessionsQuery: String { get }
+    /// A column `profile_max_content_rating` for a statement over those rows (aliased `x`): the acting profile's maximum
+    /// content rating; NULL when none is selected (the owner's), '' when it has none, `!` when the selection is gone.
+    var profileRatingColumn: String { get }
     /// Auth's checks on the row found (nil: no such session): throws unless the session is live, as every
     /// authenticated request does; returns the row.
     func check(_ row: SQLRow?, logger: Logger) async throws -> SQLRow
@@ -47,7 +50,8 @@ public struct SessionReads: Sendable {
             return (entitlements.binds(subject, now: now), { try Self.byTokenHash($0, now: now) })
         }
         versions = content.database.sharedReads(
-            sql: StickerStore.versionsQuery(sessions: sessions.sessionsQuery), maxBatch: 64, logger: Logger(label: "account-service.stickers")
+            sql: StickerStore.versionsQuery(sessions: sessions.sessionsQuery, profileRating: sessions.profileRatingColumn, engine: .postgres),
+            maxBatch: 64, logger: Logger(label: "account-service.stickers")
         ) { hashes in
             let now = clock.now()
             return ([.text(hashes.joined(separator: ","))], { try Self.byTokenHash($0, now: now) })
@@ -75,14 +79,23 @@ public struct SessionReads: Sendable {
         return try await entitlements.render(row, now: found?.now ?? entitlements.clock.now(), withProfile: true, logger: logger)
     }
 
-    /// The signed-in user's id and sticker catalog version (see ``StickerContentService/catalogVersion(userID:logger:)``).
-    public func catalogVersion(sessionTokenHash hash: String, logger: Logger) async throws -> (userID: String, version: String) {
+    /// The signed-in user's id and sticker catalog version (see ``StickerContentService/catalogVersion(userID:maxRating:logger:)``),
+    /// the acting profile's maximum rating included; nil version when the session's profile selection is gone (the
+    /// caller answers as every profile route does).
+    public func catalogVersion(sessionTokenHash hash: String, logger: Logger) async throws -> (userID: String, version: String?) {
+        let found: SQLRow?
         if let versions {
-            let row = try await sessions.check(try await versions.load(hash)?.row, logger: logger)
-            return (try row.string("id"), try content.catalogVersion(row: row))
+            found = try await versions.load(hash)?.row
+        } else {
+            let sql = StickerStore.versionsQuery(
+                sessions: sessions.sessionQuery, profileRating: sessions.profileRatingColumn, engine: content.database.engine)
+            found = try await content.database.quickQuery(sql, [hash], logger: logger).first
         }
-        let row = try await sessions.check(try await content.database.quickQuery(sessions.sessionQuery, [hash], logger: logger).first, logger: logger)
-        let userID = try row.string("id")
-        return (userID, try await content.catalogVersion(userID: userID, logger: logger))
+        let row = try await sessions.check(found, logger: logger)
+        let rating = row.optionalString("profile_max_content_rating")
+        guard rating != "!" else { return (try row.string("id"), nil) }
+        // '' is a selected profile without a maximum; a stored maximum off the scale counts as the strictest, as everywhere.
+        let maximum = rating.flatMap { $0.isEmpty ? nil : ContentRating(text: $0) ?? .all }
+        return (try row.string("id"), try content.catalogVersion(row: row, maxRating: maximum))
     }
 }

@@ -16,16 +16,19 @@ public struct StickerPack: Codable, Sendable, Equatable {
     public var sortOrder: Int64
     public var stickerCount: Int64
     public var previewStickers: [String]
+    /// Who may see it (``ContentRating``); `all` unless the operator says otherwise.
+    public var contentRating: ContentRating
 
     public static let categories: Set<String> = ["emoji", "custom", "seasonal", "branded"]
 
     enum CodingKeys: String, CodingKey {
         case id, name, description, iconUrl, category, isPremium, tokenPrice, includedInPlans, isActive, sortOrder, stickerCount, previewStickers
+        case contentRating
     }
 
     /// Operators give `id`, `name` and `category`; the rest has defaults: `description` "", no `iconUrl`, `tokenPrice` 0,
     /// `includedInPlans` [], `isPremium` true when a `tokenPrice` or `includedInPlans` is given, `isActive` true,
-    /// `sortOrder` 0, `stickerCount` 0, `previewStickers` [].
+    /// `sortOrder` 0, `stickerCount` 0, `previewStickers` [], `contentRating` `all`.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(String.self, forKey: .id)
@@ -40,6 +43,7 @@ public struct StickerPack: Codable, Sendable, Equatable {
         sortOrder = try c.decodeIfPresent(Int64.self, forKey: .sortOrder) ?? 0
         stickerCount = try c.decodeIfPresent(Int64.self, forKey: .stickerCount) ?? 0
         previewStickers = try c.decodeIfPresent([String].self, forKey: .previewStickers) ?? []
+        contentRating = try c.decodeIfPresent(ContentRating.self, forKey: .contentRating) ?? .all
     }
 
     /// What locking needs of an active premium pack.
@@ -58,6 +62,8 @@ public struct StickerPack: Codable, Sendable, Equatable {
         sortOrder = try row.int("sort_order")
         stickerCount = try row.int("sticker_count")
         previewStickers = (try? JSONDecoder().decode([String].self, from: Data(try row.string("preview_stickers").utf8))) ?? []
+        // Only validated ratings are stored; an unknown one would be the strictest, never the most open.
+        contentRating = ContentRating(text: row.optionalString("content_rating")) ?? .age18
     }
 
     /// Every problem with the pack's fields, given the plan catalog.
@@ -154,21 +160,21 @@ public struct StickerPackStore: Sendable {
         let previews = String(decoding: try JSONEncoder().encode(pack.previewStickers), as: UTF8.self)
         let values: [any SQLBindable] = [
             pack.name, pack.description, pack.iconUrl, pack.category, pack.isPremium, pack.tokenPrice, plans, pack.isActive, pack.sortOrder,
-            pack.stickerCount, previews, now,
+            pack.stickerCount, previews, pack.contentRating.rawValue, now,
         ]
         if create {
             let inserted = try await tx.query(
                 """
                 INSERT INTO sticker_packs (name, description, icon_url, category, is_premium, token_price, included_in_plans, is_active, sort_order,
-                                           sticker_count, preview_stickers, updated_at_ms, id, created_at_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
+                                           sticker_count, preview_stickers, content_rating, updated_at_ms, id, created_at_ms)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
                 """, values + [pack.id, now])
             return !inserted.isEmpty
         }
         let updated = try await tx.query(
             """
             UPDATE sticker_packs SET name = ?, description = ?, icon_url = ?, category = ?, is_premium = ?, token_price = ?, included_in_plans = ?,
-                is_active = ?, sort_order = ?, sticker_count = ?, preview_stickers = ?, updated_at_ms = ? WHERE id = ? RETURNING id
+                is_active = ?, sort_order = ?, sticker_count = ?, preview_stickers = ?, content_rating = ?, updated_at_ms = ? WHERE id = ? RETURNING id
             """, values + [pack.id])
         if updated.isEmpty { throw EntitlementError.packNotFound }
         try await touch(tx, pack.id)
@@ -211,6 +217,18 @@ public struct StickerPackStore: Sendable {
     func isLocked(id: String, isPremium: Bool, includedInPlans: [String], plan: SubscriptionPlan, bought: Set<String>) -> Bool {
         guard isPremium else { return false }
         return !bought.contains(id) && !includedInPlans.contains(plan.id) && !(plan.includedStickerPacks ?? []).contains(id)
+    }
+
+    /// `contentRestricted` when the pack is rated above the profile's maximum (nil: no profile, nothing to respect).
+    public static func requireRating(_ pack: StickerPack, under maxRating: ContentRating?) throws {
+        guard !ContentRating.allows(pack.contentRating, under: maxRating) else { return }
+        throw EntitlementError.refused(
+            .contentRestricted, detail: "The pack '\(pack.id)' is rated \(pack.contentRating.rawValue), above this profile's maximum content rating.")
+    }
+
+    /// Whether a profile may see the pack.
+    public static func isVisible(_ pack: StickerPack, to maxRating: ContentRating?) -> Bool {
+        ContentRating.allows(pack.contentRating, under: maxRating)
     }
 
     /// Buys a pack: records the unlock and spends its price in the same transaction. The unlock row is written

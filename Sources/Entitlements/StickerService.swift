@@ -51,12 +51,13 @@ public struct StickerService: Sendable {
         self.clock = clock
     }
 
-    /// Active packs in catalog order, each locked or not for this user.
-    public func packs(for userID: String, logger: Logger) async throws -> [PackView] {
+    /// Active packs in catalog order that a profile with `maxRating` may see, each locked or not for this user.
+    public func packs(for userID: String, maxRating: ContentRating?, logger: Logger) async throws -> [PackView] {
         try await database.readTransaction(logger: logger) { tx in
             let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
             let bought = try await packs.unlockedIDs(tx, userID: userID)
-            return try await packs.all(tx, activeOnly: true).map { PackView(pack: $0, isLocked: packs.isLocked($0, plan: plan, bought: bought)) }
+            return try await packs.all(tx, activeOnly: true).filter { StickerPackStore.isVisible($0, to: maxRating) }
+                .map { PackView(pack: $0, isLocked: packs.isLocked($0, plan: plan, bought: bought)) }
         }
     }
 
@@ -91,6 +92,9 @@ public struct StickerService: Sendable {
     func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile: ProfilePermissions?) async throws -> UnlockResult {
         let now = clock.now()
         let (plan, period) = try await subscriptions.planAndPeriod(userID: userID, now: now, tx)
+        if let profile, profile.maxContentRating != nil, let pack = try await packs.pack(tx, id: packID), pack.isActive {
+            try StickerPackStore.requireRating(pack, under: profile.maxContentRating)
+        }
         if let profile, !profile.canMakePurchases {
             // Ask to buy: a locked premium pack with a price becomes a pending request holding the price.
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }

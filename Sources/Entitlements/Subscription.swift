@@ -33,6 +33,8 @@ public struct Subscription: Sendable, Equatable {
     public let pendingPlanID: String?
     /// The provider's id for the subscription (Apple originalTransactionId, Stripe subscription id).
     public let providerSubscriptionID: String?
+    /// Received through Apple Family Sharing (another family member pays): features, and tokens only when the plan says.
+    public let familyShared: Bool
 
     /// Whether the plan's features apply at `now`: trialing, active, in grace, or canceled at period end,
     /// and the period has not ended. Past-due and expired subscriptions fall back to the free plan.
@@ -51,6 +53,8 @@ public struct Subscription: Sendable, Equatable {
         willRenew = try row.bool("will_renew")
         pendingPlanID = row.optionalString("pending_plan_id")
         providerSubscriptionID = row.optionalString("provider_subscription_id")
+        // Reads that list their columns (the catalog version) leave it out: they need no more than the plan and status.
+        familyShared = (try? row.bool("family_shared")) ?? false
     }
 }
 
@@ -92,7 +96,7 @@ public struct SubscriptionStore: Sendable {
             ON CONFLICT (user_id) DO UPDATE SET plan_id = excluded.plan_id, status = 'active', provider = 'manual',
                 current_period_start_ms = excluded.current_period_start_ms, current_period_end_ms = excluded.current_period_end_ms,
                 will_renew = excluded.will_renew, pending_plan_id = NULL, provider_subscription_id = NULL, provider_customer_id = NULL,
-                updated_at_ms = excluded.updated_at_ms, next_drip_at_ms = 0
+                updated_at_ms = excluded.updated_at_ms, next_drip_at_ms = 0, family_shared = FALSE
             """, [userID, planID, now, periodEnd, false, now])
         guard let subscription = try await subscription(userID: userID, tx) else { throw StorageError.decoding(column: "user_id") }
         return subscription

@@ -100,7 +100,7 @@ public struct SubscriptionMachine: Sendable {
 
     public func apply(
         _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, occurredAt: Date, event: SubscriptionEvent,
-        binding: ProviderBinding? = nil
+        binding: ProviderBinding? = nil, familyShared: Bool = false
     ) async throws -> EventResult {
         let now = clock.now()
         let claimed = try await tx.query(
@@ -127,7 +127,8 @@ public struct SubscriptionMachine: Sendable {
                 result = EventResult(.stale, "late period: tokens granted, newer state kept")
             }
         } else {
-            result = try await transition(tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt)
+            result = try await transition(
+                tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt, familyShared: familyShared)
             if result.outcome == .applied {
                 // Any applied event may change what the yearly drip owes: due again now (``dripYearlyPlans``).
                 try await tx.query(
@@ -154,20 +155,24 @@ public struct SubscriptionMachine: Sendable {
     }
 
     func transition(
-        _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date
+        _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date,
+        familyShared: Bool = false
     ) async throws -> EventResult {
         switch event {
         case .start, .renew, .changePlanNow:
-            try await periodTransition(tx, provider: provider, userID: userID, current: current, event: event, at: at)
+            try await periodTransition(
+                tx, provider: provider, userID: userID, current: current, event: event, at: at, familyShared: familyShared)
         case .refund: try await refund(tx, userID: userID, current: current, at: at)
         case .reverseRefund: try await reverseRefund(tx, userID: userID, current: current, at: at)
         default: try await stateTransition(tx, userID: userID, current: current, event: event)
         }
     }
 
-    /// Events that start a paid period: a start, a renewal, a plan change that applies now.
+    /// Events that start a paid period: a start, a renewal, a plan change that applies now. `familyShared`: the period
+    /// is a family member's through Apple Family Sharing (recorded on the subscription; see ``startPeriod``).
     func periodTransition(
-        _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date
+        _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date,
+        familyShared: Bool
     ) async throws -> EventResult {
         switch event {
         case .start(let planID, let start, let end, let trial, let willRenew):
@@ -175,13 +180,14 @@ public struct SubscriptionMachine: Sendable {
             let periodEnd = end ?? Self.defaultEnd(start: start, plan: plan, trial: trial)
             try await upsert(
                 tx, userID: userID, planID: plan.id, status: trial ? .trialing : .active, provider: provider, start: start, end: periodEnd,
-                willRenew: willRenew, pending: nil)
+                willRenew: willRenew, pending: nil, familyShared: familyShared)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         case .renew(let start, let end, let planID):
             guard let current else { return EventResult(.ignored, "no subscription to renew") }
             let plan = try requirePlan(planID ?? current.pendingPlanID ?? current.planID)
             try await upsert(
-                tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end, willRenew: true, pending: nil)
+                tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end, willRenew: true, pending: nil,
+                familyShared: familyShared)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         case .changePlanNow(let planID, let end, let start):
             guard let current else { return EventResult(.ignored, "no subscription to change") }
@@ -189,7 +195,7 @@ public struct SubscriptionMachine: Sendable {
             let start = start ?? at
             try await upsert(
                 tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end ?? current.currentPeriodEnd,
-                willRenew: current.willRenew, pending: nil)
+                willRenew: current.willRenew, pending: nil, familyShared: familyShared)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         default:
             preconditionFailure("not a period event: \(event.kind)")
@@ -278,24 +284,29 @@ public struct SubscriptionMachine: Sendable {
 
     func upsert(
         _ tx: any SQLExecutor, userID: String, planID: String, status: SubscriptionStatus, provider: SubscriptionProvider, start: Date, end: Date,
-        willRenew: Bool, pending: String?
+        willRenew: Bool, pending: String?, familyShared: Bool = false
     ) async throws {
         try await tx.query(
             """
-            INSERT INTO subscriptions (user_id, plan_id, status, provider, current_period_start_ms, current_period_end_ms, will_renew, pending_plan_id, updated_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO subscriptions (user_id, plan_id, status, provider, current_period_start_ms, current_period_end_ms, will_renew, pending_plan_id,
+                                       updated_at_ms, family_shared)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (user_id) DO UPDATE SET plan_id = excluded.plan_id, status = excluded.status, provider = excluded.provider,
                 current_period_start_ms = excluded.current_period_start_ms, current_period_end_ms = excluded.current_period_end_ms,
                 will_renew = excluded.will_renew, pending_plan_id = excluded.pending_plan_id, updated_at_ms = excluded.updated_at_ms,
-                next_drip_at_ms = 0
-            """, [userID, planID, status.rawValue, provider.rawValue, start, end, willRenew, pending, clock.now()])
+                next_drip_at_ms = 0, family_shared = excluded.family_shared
+            """, [userID, planID, status.rawValue, provider.rawValue, start, end, willRenew, pending, clock.now(), familyShared])
     }
 
     /// Rollover then the plan's monthly tokens, once per period month (the key every path uses: comps, drips, events).
+    /// A subscription received through Family Sharing gets the tokens only when the plan says so (``SubscriptionPlan/familySharedTokens``):
+    /// the purchaser's own subscription grants them once, not once per family member.
     @discardableResult
     func startPeriod(_ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, start: Date, month: Int = 0) async throws -> Bool {
-        try await ledger.startPeriod(
-            tx, userID: userID, periodKey: Self.periodKey(start, month: month), planID: plan.id, monthlyTokens: Int64(plan.monthlyTokens),
+        let shared = try await tx.first("SELECT family_shared FROM subscriptions WHERE user_id = ?", [userID]).map { try $0.bool("family_shared") }
+        let tokens = shared == true && plan.familySharedTokens != true ? 0 : Int64(plan.monthlyTokens)
+        return try await ledger.startPeriod(
+            tx, userID: userID, periodKey: Self.periodKey(start, month: month), planID: plan.id, monthlyTokens: tokens,
             maxRolloverTokens: Int64(plan.maxRollover))
     }
 

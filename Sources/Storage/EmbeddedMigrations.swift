@@ -584,6 +584,21 @@ CREATE UNIQUE INDEX purchase_requests_pending ON purchase_requests (profile_id, 
 CREATE INDEX purchase_requests_user ON purchase_requests (user_id, created_at_ms);
 
 """#),
+        Migration(version: 24, file: "0024_content_ratings.sql", sql: #"""
+-- Why: maturity ratings (issue 36). A sticker pack carries a content rating on the App Store's scale ('all', '9+',
+-- '13+', '16+', '18+'; existing packs are open to all); a family profile may carry the highest rating it may see (Auth's
+-- column, NULL = no maximum), set by the owner. Listings, the catalog, search, use, unlock and reserve respect it.
+ALTER TABLE sticker_packs ADD COLUMN content_rating TEXT NOT NULL DEFAULT 'all';
+ALTER TABLE family_profiles ADD COLUMN max_content_rating TEXT;
+
+"""#),
+        Migration(version: 25, file: "0025_family_shared_subscriptions.sql", sql: #"""
+-- Why: Apple Family Sharing (issue 36). A subscription a family member receives through Family Sharing
+-- (`inAppOwnershipType` FAMILY_SHARED) gives the plan's features; its periods grant no tokens unless the plan says so
+-- (`familySharedTokens`), so the purchaser's tokens are not multiplied by the family's size.
+ALTER TABLE subscriptions ADD COLUMN family_shared BOOLEAN NOT NULL DEFAULT FALSE;
+
+"""#),
     ]
     /// `migrations/sqlite/*.sql`: SQLite's version of a shared migration, or a migration only SQLite needs.
     static let sqliteOverrides: [Migration] = [

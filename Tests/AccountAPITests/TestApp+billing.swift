@@ -37,12 +37,12 @@ struct BillingFixture: Sendable {
 
     func transaction(
         id: String, original: String? = nil, product: String, purchase: Date, expires: Date? = nil, token: String?, signed: Date? = nil,
-        revocationPercentage: Int? = nil, revoked: Date? = nil, environment: String = "Sandbox"
+        revocationPercentage: Int? = nil, revoked: Date? = nil, environment: String = "Sandbox", ownership: String = "PURCHASED"
     ) throws -> String {
         var payload: [String: any Sendable] = [
             "transactionId": id, "originalTransactionId": original ?? id, "bundleId": Self.bundle, "productId": product,
             "purchaseDate": Self.ms(purchase), "signedDate": Self.ms(signed ?? purchase), "environment": environment, "quantity": 1,
-            "type": expires == nil ? "Consumable" : "Auto-Renewable Subscription", "inAppOwnershipType": "PURCHASED",
+            "type": expires == nil ? "Consumable" : "Auto-Renewable Subscription", "inAppOwnershipType": ownership,
         ]
         if let expires { payload["expiresDate"] = Self.ms(expires) }
         if let token { payload["appAccountToken"] = token.uppercased() }

@@ -43,11 +43,9 @@ struct AuthDirectory: LedgerUserDirectory, AccountDirectory {
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
     func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> ProfileAccess? {
         try await ProfileService.ranked(userID: userID, profileID: profileID, tx).map { profile, rank in
-            let permissions = ProfilePermissions(
-                id: profile.id, name: profile.name, canMakePurchases: profile.canMakePurchases,
-                canUseCustomContentTypes: profile.canUseCustomContentTypes)
-            return ProfileAccess(
-                permissions: permissions, rank: rank, isDefault: profile.isDefault, monthlyTokenAllowance: profile.monthlyTokenAllowance)
+            ProfileAccess(
+                permissions: ProfilePermissions(profile), rank: rank, isDefault: profile.isDefault,
+                monthlyTokenAllowance: profile.monthlyTokenAllowance)
         }
     }
 }
@@ -71,6 +69,7 @@ struct AuthSessionRows: SessionRows {
     let auth: AuthService
     var sessionQuery: String { AuthService.checkedSessionQuery }
     var sessionsQuery: String { AuthService.checkedSessionsQuery }
+    var profileRatingColumn: String { ProfileService.sessionRatingColumn }
     func check(_ row: SQLRow?, logger: Logger) async throws -> SQLRow { try await auth.checkSession(row: row, logger: logger).row }
 }
 

@@ -48,24 +48,28 @@ struct StickerContentController: Sendable {
 
     @Sendable func packStickers(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
         let session = try await authenticator.session(request, context)
+        let maxRating = try await authenticator.permissions(session, context)?.maxContentRating
         do {
-            let list = try await content.stickers(userID: session.user.id, packID: try context.pathParameter("packId"), logger: context.logger)
+            let list = try await content.stickers(
+                userID: session.user.id, packID: try context.pathParameter("packId"), maxRating: maxRating, logger: context.logger)
             return JSONResponse(StickersResponse(stickers: media.json(list)))
         } catch EntitlementError.packLocked(let previews) {
             throw EntitlementError.packLocked(previewKeys: previews).problem.with("previewStickers", .strings(previews.map(media.signer.publicURL)))
         }
     }
 
-    /// The profile acting (the owner's when none is selected); a selection that is gone must be made again.
-    func profileID(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> String {
-        try await authenticator.permissions(session, context)?.id ?? "account"
+    /// The profile acting (the owner's when none is selected) and its maximum content rating; a selection that is gone
+    /// must be made again.
+    func profile(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> (id: String, maxRating: ContentRating?) {
+        let permissions = try await authenticator.permissions(session, context)
+        return (permissions?.id ?? "account", permissions?.maxContentRating)
     }
 
     @Sendable func recent(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
         let session = try await authenticator.session(request, context)
-        let profile = try await profileID(session, context)
-        return JSONResponse(
-            StickersResponse(stickers: media.json(try await content.recent(userID: session.user.id, profileID: profile, logger: context.logger))))
+        let profile = try await profile(session, context)
+        let list = try await content.recent(userID: session.user.id, profileID: profile.id, maxRating: profile.maxRating, logger: context.logger)
+        return JSONResponse(StickersResponse(stickers: media.json(list)))
     }
 
     /// `q` (1–100 characters) in names and tags; `limit` 1–100 (default 30); `cursor` from the previous page.
@@ -86,15 +90,18 @@ struct StickerContentController: Sendable {
                 }
                 return n
             } ?? 0
-        let found = try await content.search(userID: session.user.id, query: q, limit: limit, offset: offset, logger: context.logger)
+        let maxRating = try await authenticator.permissions(session, context)?.maxContentRating
+        let found = try await content.search(
+            userID: session.user.id, maxRating: maxRating, query: q, limit: limit, offset: offset, logger: context.logger)
         return JSONResponse(SearchResponse(stickers: media.json(found), nextCursor: found.stickers.count == limit ? String(offset + limit) : nil))
     }
 
     @Sendable func use(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<Success> {
         let session = try await authenticator.session(request, context)
-        let profile = try await profileID(session, context)
+        let profile = try await profile(session, context)
         try await content.use(
-            userID: session.user.id, profileID: profile, stickerID: try context.pathParameter("stickerId"), logger: context.logger)
+            userID: session.user.id, profileID: profile.id, maxRating: profile.maxRating, stickerID: try context.pathParameter("stickerId"),
+            logger: context.logger)
         return JSONResponse(Success(success: true))
     }
 
@@ -104,16 +111,18 @@ struct StickerContentController: Sendable {
     @Sendable func catalog(_ request: Request, context: AppRequestContext) async throws -> Response {
         if let match = request.headers[.ifNoneMatch] {
             let hash = try await authenticator.sessionTokenHash(request, context)
-            let (userID, version) = try await reads.catalogVersion(sessionTokenHash: hash, logger: context.logger)
-            let etag = catalogETag(version)
-            if match == etag { return Response(status: .notModified, headers: [.eTag: etag]) }
-            return try await renderCatalog(userID: userID, context: context)
+            // The acting profile's maximum rating is part of the version; a gone selection never matches (answered below).
+            if let version = try await reads.catalogVersion(sessionTokenHash: hash, logger: context.logger).version, match == catalogETag(version) {
+                return Response(status: .notModified, headers: [.eTag: catalogETag(version)])
+            }
         }
-        return try await renderCatalog(userID: try await authenticator.session(request, context).user.id, context: context)
+        let session = try await authenticator.session(request, context)
+        let maxRating = try await authenticator.permissions(session, context)?.maxContentRating
+        return try await renderCatalog(userID: session.user.id, maxRating: maxRating, context: context)
     }
 
-    func renderCatalog(userID: String, context: AppRequestContext) async throws -> Response {
-        let usable = try await content.usable(userID: userID, logger: context.logger)
+    func renderCatalog(userID: String, maxRating: ContentRating?, context: AppRequestContext) async throws -> Response {
+        let usable = try await content.usable(userID: userID, maxRating: maxRating, logger: context.logger)
         let body = try StickerCatalog.render(packs: usable.packs, list: usable.list, media: media)
         return Response(
             status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: catalogETag(usable.version)],

@@ -20,7 +20,8 @@ struct StickerController: Sendable {
 
     @Sendable func packs(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<PacksResponse> {
         let session = try await authenticator.session(request, context)
-        let views = try await stickers.packs(for: session.user.id, logger: context.logger)
+        let profile = try await authenticator.permissions(session, context)
+        let views = try await stickers.packs(for: session.user.id, maxRating: profile?.maxContentRating, logger: context.logger)
         let summaries = try await content.summaries(logger: context.logger)
         return JSONResponse(
             PacksResponse(

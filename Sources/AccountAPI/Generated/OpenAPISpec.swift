@@ -1776,7 +1776,7 @@ paths:
                 required: [allowed]
                 properties:
                   allowed: { type: boolean }
-                  reason: { type: [string, "null"], enum: [subscription_required, feature_not_in_plan, pack_locked, insufficient_tokens, allowance_exceeded, purchase_not_allowed, profile_restricted, null] }
+                  reason: { type: [string, "null"], enum: [subscription_required, feature_not_in_plan, pack_locked, insufficient_tokens, allowance_exceeded, purchase_not_allowed, profile_restricted, content_restricted, null] }
                   tokens: { type: integer, description: "The priced action's price (only when the check named an action)." }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
@@ -1792,7 +1792,7 @@ paths:
         permission the action needs), the action's price and plan gates, the pack, then a hold of the price. Resolve the
         hold with the ledger's capture or void (`/api/ledger/holds/{id}/capture`). A refusal is a 403 whose `code` is the
         reason `/api/entitlements/check` gives (`subscription_required`, `feature_not_in_plan`, `profile_restricted`,
-        `pack_locked`); past the profile's monthly allowance 403 `allowance_exceeded` (with `remainingTokens`); too few
+        `pack_locked`, `content_restricted` when the action or the pack is rated above the profile's `maxContentRating`); past the profile's monthly allowance 403 `allowance_exceeded` (with `remainingTokens`); too few
         tokens is 402 `insufficient_tokens`. A refusal writes nothing and is not remembered under the Idempotency-Key
         (the same key may succeed after an upgrade or in the next period); `insufficient_tokens` is. With `profileId` the
         hold counts on that profile's allowance until it resolves.
@@ -1869,7 +1869,7 @@ paths:
       tags: [stickers]
       operationId: listStickerPacks
       summary: Active packs in sortOrder with isLocked for this user (decodes with the app's StickerPacksResponse).
-      description: Free packs are never locked; premium packs are unlocked when bought or included in the current plan (bought ones stay after a downgrade; plan-included ones lock again).
+      description: Free packs are never locked; premium packs are unlocked when bought or included in the current plan (bought ones stay after a downgrade; plan-included ones lock again). Packs rated above the acting profile's `maxContentRating` are left out (as from the catalog, search and recent stickers).
       security: [{ session: [] }]
       responses:
         "200":
@@ -1895,7 +1895,8 @@ paths:
         signed URLs that expire after about an hour (`?exp=…&sig=…`, HMAC under the server secret); fetch the list
         again for fresh ones. A locked premium pack answers 403 `pack_locked` with `previewStickers`: public URLs of
         its first three thumbnails. JSON names are camelCase (the seed's `image_url` is `imageUrl`, `thumbnail_url`
-        is `thumbnailUrl`). Ids are `packId:slug`, stable across devices (send them in messages).
+        is `thumbnailUrl`). Ids are `packId:slug`, stable across devices (send them in messages). A pack rated above the
+        acting profile's `maxContentRating` answers 403 `content_restricted`.
       security: [{ session: [] }]
       parameters:
         - { name: packId, in: path, required: true, schema: { type: string, maxLength: 64 } }
@@ -1911,7 +1912,7 @@ paths:
                   stickers: { type: array, items: { $ref: "#/components/schemas/Sticker" } }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403":
-          description: "`pack_locked` (with `previewStickers`), or `session_required`."
+          description: "`pack_locked` (with `previewStickers`), `content_restricted`, or `session_required`."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
@@ -2237,7 +2238,8 @@ paths:
         Already unlocked (bought, included in the plan, or free) → 409 `already_unlocked`. With an `Idempotency-Key`
         header, a retry replays the original answer instead. On a profile that cannot make purchases, a locked priced pack
         becomes a purchase request for the owner (ask to buy): 202 with `purchaseRequest` (pending, the price held for 48
-        hours); asking again while it is pending answers the same request.
+        hours); asking again while it is pending answers the same request. A pack rated above the profile's
+        `maxContentRating` is 403 `content_restricted`.
       security: [{ session: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
@@ -2435,7 +2437,10 @@ paths:
         a plan's `appleProductId` starts, renews or changes the subscription, a token pack's grants purchased tokens.
         Idempotent per `transactionId` (a repeat answers `outcome: duplicate`). The purchase is bound to this account by
         its `originalTransactionId`; notifications for it that arrived earlier apply now. The selected profile must be
-        allowed to purchase. Without Apple configuration → 503.
+        allowed to purchase. A Family Sharing transaction (`inAppOwnershipType` FAMILY_SHARED) is bound to the family
+        member who verifies it (its `appAccountToken` may be the purchaser's): the member gets the plan's features and,
+        unless the plan's `familySharedTokens` is true, no tokens; a live subscription of the member's own outranks it
+        (`outcome: ignored`). Without Apple configuration → 503.
       security: [{ session: [] }]
       requestBody:
         required: true
@@ -2488,7 +2493,9 @@ paths:
         keeps access until `gracePeriodExpiresDate`), GRACE_PERIOD_EXPIRED, EXPIRED, REFUND / REVOKE (claw back, never below
         zero), REFUND_REVERSED, ONE_TIME_CHARGE, TEST; other types are stored and acknowledged. 200 only after the effect is
         committed; an older notification never overwrites newer state (`outcome: stale`); an unknown account is stored
-        (`unmatched`) and applied when the purchase is verified. Verification failure → 400; database down → 503 so Apple retries.
+        (`unmatched`) and applied when the purchase is verified. A family member's notification (FAMILY_SHARED) applies to
+        the member who verified that shared purchase, never by its `appAccountToken`; its REVOKE ends only the member's
+        shared access. Verification failure → 400; database down → 503 so Apple retries.
       requestBody:
         required: true
         content:
@@ -2994,7 +3001,7 @@ components:
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
             upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required, feature_not_in_plan,
-            profile_restricted, allowance_exceeded, purchase_request_resolved]
+            profile_restricted, allowance_exceeded, purchase_request_resolved, content_restricted]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -3072,6 +3079,7 @@ components:
         canUseCustomContentTypes: { type: boolean }
         hasPin: { type: boolean, description: The PIN itself is never returned. }
         monthlyTokenAllowance: { type: integer, description: "Tokens this profile may use per allowance period; absent: no cap." }
+        maxContentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "The highest content rating this profile sees (sticker packs, priced actions); absent: no maximum." }
     ListedProfile:
       allOf:
         - { $ref: "#/components/schemas/FamilyProfile" }
@@ -3093,6 +3101,8 @@ components:
         currentPassword: { type: string, description: Proof of the owner for PIN changes, unless signed in within 10 minutes. }
         monthlyTokenAllowance: { type: integer, minimum: 0, maximum: 1000000000, description: "Cap the profile's tokens per allowance period (not on the default profile). Absent on an update: unchanged." }
         removeMonthlyTokenAllowance: { type: boolean, description: Remove the cap. }
+        maxContentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "The highest content rating the profile may see (not on the default profile); packs rated above it are hidden from its listings, catalog and search, and unlock and reserve answer 403 content_restricted. Absent on an update: unchanged." }
+        removeMaxContentRating: { type: boolean, description: Remove the maximum (the profile sees everything). }
     AdminUser:
       type: object
       required: [id, name, role, emailVerified, createdAt, deleted]
@@ -3106,7 +3116,7 @@ components:
         deleted: { type: boolean }
     SubscriptionState:
       type: object
-      required: [planId, willRenew, isEntitled, plan]
+      required: [planId, willRenew, familyShared, isEntitled, plan]
       properties:
         planId: { type: string }
         status: { type: [string, "null"], enum: [trialing, active, grace, past_due, canceled, expired, null] }
@@ -3115,6 +3125,7 @@ components:
         currentPeriodEnd: { type: [string, "null"], format: date-time }
         willRenew: { type: boolean }
         pendingPlanId: { type: [string, "null"] }
+        familyShared: { type: boolean, description: "Received through Apple Family Sharing (a family member pays): the plan's features; its monthly tokens only when the plan's familySharedTokens is true." }
         isEntitled: { type: boolean, description: Whether the subscribed plan applies now. }
         plan: { $ref: "#/components/schemas/SubscriptionPlan" }
     Metadata:
@@ -3169,6 +3180,7 @@ components:
         maxQuantity: { type: integer }
         plans: { type: array, items: { type: string }, description: "The plans that may use it; absent: every plan." }
         requiresProfilePermission: { type: string, enum: [canUseCustomContentTypes, canMakePurchases] }
+        contentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "Profiles whose maxContentRating is lower may not take it (content_restricted); absent: open to every profile." }
         attributes:
           type: array
           items:
@@ -3312,7 +3324,7 @@ components:
             - { type: "null" }
     StickerPack:
       type: object
-      required: [id, name, description, category, isPremium, tokenPrice, includedInPlans, isActive, sortOrder, stickerCount, previewStickers]
+      required: [id, name, description, category, isPremium, tokenPrice, includedInPlans, isActive, sortOrder, stickerCount, previewStickers, contentRating]
       properties:
         id: { type: string, pattern: "^[a-z0-9-]{1,64}$" }
         name: { type: string, minLength: 1, maxLength: 100 }
@@ -3326,6 +3338,7 @@ components:
         sortOrder: { type: integer }
         stickerCount: { type: integer, minimum: 0 }
         previewStickers: { type: array, maxItems: 50, items: { type: string } }
+        contentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"] }
     StickerPackInput:
       type: object
       description: A pack as an operator writes it; only id, name and category are required, the rest have defaults.
@@ -3343,6 +3356,7 @@ components:
         sortOrder: { type: integer, default: 0 }
         stickerCount: { type: integer, minimum: 0, default: 0 }
         previewStickers: { type: array, maxItems: 50, items: { type: string }, default: [], description: https URLs. }
+        contentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], default: all, description: "Profiles whose maxContentRating is lower do not see the pack." }
     StickerPackChanges:
       type: object
       description: The fields to change; omitted ones keep their current values. `id`, when given, must match the path.
@@ -3359,6 +3373,7 @@ components:
         sortOrder: { type: integer }
         stickerCount: { type: integer, minimum: 0 }
         previewStickers: { type: array, maxItems: 50, items: { type: string }, description: https URLs. }
+        contentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"] }
     Sticker:
       type: object
       required: [id, packId, name, imageUrl, thumbnailUrl, width, height, fileType, tags, isAnimated, sortOrder, usageCount]
@@ -3377,7 +3392,7 @@ components:
         usageCount: { type: integer }
     UserStickerPack:
       type: object
-      required: [id, name, category, stickerCount, isLocked, previewStickers, isPremium, tokenPrice]
+      required: [id, name, category, stickerCount, isLocked, previewStickers, isPremium, tokenPrice, contentRating]
       properties:
         id: { type: string }
         name: { type: string }
@@ -3389,6 +3404,7 @@ components:
         previewStickers: { type: array, items: { type: string } }
         isPremium: { type: boolean }
         tokenPrice: { type: integer }
+        contentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"] }
     SubscriptionFeatures:
       type: object
       required: [allStyles, familyProfiles, qualitySelector, modelSelector, commercialLicense, prioritySupport]
@@ -3428,6 +3444,7 @@ components:
         isFreeTier: { type: boolean }
         maxRollover: { type: integer, minimum: 0, description: Subscription tokens kept at a period change. }
         includedStickerPacks: { type: [array, "null"], items: { type: string } }
+        familySharedTokens: { type: [boolean, "null"], description: "Whether family members who receive the plan through Apple Family Sharing also receive its monthly tokens (absent: only the purchaser does)." }
     AdminDebitRequest:
       type: object
       required: [amount, reason]

@@ -90,9 +90,7 @@ struct Authenticator: Sendable {
     func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
         let current = try await profile(of: session, context)
         if current == .selectionRequired { throw AuthError.profileSelectionRequired }
-        return current.profile.map {
-            ProfilePermissions(id: $0.id, name: $0.name, canMakePurchases: $0.canMakePurchases, canUseCustomContentTypes: $0.canUseCustomContentTypes)
-        }
+        return current.profile.map(ProfilePermissions.init)
     }
 
     /// The profile the session acts as, re-checked against the current plan.

@@ -1,3 +1,4 @@
+import Entitlements
 import Foundation
 import Hummingbird
 import Ledger
@@ -95,7 +96,9 @@ extension Request {
 
     /// The enumerations request bodies decode, by type name: Foundation reports a bad value as "Cannot initialize Bucket
     /// from invalid String value gold", which is rewritten to name the allowed values instead of a Swift type.
-    static let enumerations: [String: [String]] = ["Bucket": Bucket.allCases.map(\.rawValue)]
+    static let enumerations: [String: [String]] = [
+        "Bucket": Bucket.allCases.map(\.rawValue), "ContentRating": ContentRating.allCases.map(\.rawValue),
+    ]
 
     static func allowedValues(_ debugDescription: String) -> String? {
         guard let match = debugDescription.firstMatch(of: /^Cannot initialize (\w+) from invalid \w+ value (.*)$/) else { return nil }

@@ -23,6 +23,15 @@ extension ProfileService {
         return (profile, Int(rank ?? 0))
     }
 
+    /// The maximum content rating of the profile a session acts as, as a column `profile_max_content_rating` of a
+    /// statement over ``AuthService/checkedSessionQuery`` rows aliased `x`: NULL with no selection (the owner's default
+    /// profile), '' for a selected profile without a maximum, `!` when the selected profile is gone.
+    public static let sessionRatingColumn = """
+        CASE WHEN x.selected_profile_id IS NULL THEN NULL ELSE COALESCE(
+          (SELECT COALESCE(max_content_rating, '') FROM family_profiles WHERE id = x.selected_profile_id AND user_id = x.id), '!') END
+          AS profile_max_content_rating
+        """
+
     /// The profile part of the entitlement snapshot statement. The embedding statement provides `x.id` (the user),
     /// `x.selected_profile_id` and `n.with_profile`. Yields the selected profile, or the account's default one when none
     /// is selected; all NULL without `with_profile` or when the selected profile is gone (the session must select again,

@@ -54,11 +54,18 @@ public struct ProfileInput: Sendable {
     public var monthlyTokenAllowance: Int64?
     /// Remove the allowance (no cap).
     public var removeMonthlyTokenAllowance: Bool
+    /// A new maximum content rating (nil: leave it as it is; a new profile has none). The caller checks it is on its scale.
+    public var maxContentRating: String?
+    /// Remove the maximum (the profile sees everything).
+    public var removeMaxContentRating: Bool
 
     public init(
         name: String, avatar: String?, pin: String?, removePin: Bool, canMakePurchases: Bool, canUseCustomContentTypes: Bool,
-        monthlyTokenAllowance: Int64? = nil, removeMonthlyTokenAllowance: Bool = false
+        monthlyTokenAllowance: Int64? = nil, removeMonthlyTokenAllowance: Bool = false, maxContentRating: String? = nil,
+        removeMaxContentRating: Bool = false
     ) {
+        self.maxContentRating = maxContentRating
+        self.removeMaxContentRating = removeMaxContentRating
         self.monthlyTokenAllowance = monthlyTokenAllowance
         self.removeMonthlyTokenAllowance = removeMonthlyTokenAllowance
         self.name = name
@@ -232,12 +239,12 @@ public struct ProfileService: Sendable {
                 try await tx.query(
                     """
                     INSERT INTO family_profiles (id, user_id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash,
-                                                 created_at_ms, updated_at_ms, monthly_token_allowance)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                                 created_at_ms, updated_at_ms, monthly_token_allowance, max_content_rating)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
                         id, userID, Self.trimmed(input.name), input.avatar, false, input.canMakePurchases, input.canUseCustomContentTypes, pinHash,
-                        now, now, input.monthlyTokenAllowance,
+                        now, now, input.monthlyTokenAllowance, input.maxContentRating,
                     ])
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_created", profileID: id, now: now)
                 return try await load(tx, id: id, userID: userID)
@@ -261,6 +268,9 @@ public struct ProfileService: Sendable {
                 if current.isDefault && input.monthlyTokenAllowance != nil {
                     throw AuthError.validation("The default profile is the owner's and has no allowance.")
                 }
+                if current.isDefault && input.maxContentRating != nil {
+                    throw AuthError.validation("The default profile is the owner's and has no maximum content rating.")
+                }
                 let others = try await tx.query("SELECT name FROM family_profiles WHERE user_id = ? AND id <> ?", [userID, profileID])
                 try Self.checkUniqueName(input.name, among: try others.map { try $0.string("name") })
                 try await tx.query(
@@ -278,6 +288,9 @@ public struct ProfileService: Sendable {
                 if input.monthlyTokenAllowance != nil || input.removeMonthlyTokenAllowance {
                     try await tx.query(
                         "UPDATE family_profiles SET monthly_token_allowance = ? WHERE id = ?", [input.monthlyTokenAllowance, profileID])
+                }
+                if input.maxContentRating != nil || input.removeMaxContentRating {
+                    try await tx.query("UPDATE family_profiles SET max_content_rating = ? WHERE id = ?", [input.maxContentRating, profileID])
                 }
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_updated", profileID: profileID, now: now)
                 return try await load(tx, id: profileID, userID: userID)
@@ -350,6 +363,9 @@ public struct ProfileService: Sendable {
         }
         if input.monthlyTokenAllowance != nil && input.removeMonthlyTokenAllowance {
             throw AuthError.validation("Give either monthlyTokenAllowance or removeMonthlyTokenAllowance, not both.")
+        }
+        if input.maxContentRating != nil && input.removeMaxContentRating {
+            throw AuthError.validation("Give either maxContentRating or removeMaxContentRating, not both.")
         }
     }
 

@@ -91,14 +91,15 @@ struct StickerStore: Sendable {
             """
     }
 
-    /// ``versionQuery(_:)`` for many sessions at once (PostgreSQL): `sessions` is the session owner's exported query for
-    /// several token hashes (one bind: the hashes joined by commas), whose rows carry `token_hash`, the session's
-    /// columns and the user's `id`; each row adds the subscription's columns and the version columns.
-    public static func versionsQuery(sessions: String) -> String {
+    /// ``versionQuery(_:)`` found with the session (for one token hash, or on PostgreSQL for several): `sessions` is the
+    /// session owner's exported query (one bind: the hash, or the hashes joined by commas), whose rows carry the session's
+    /// columns and the user's `id`; `profileRating` is its column of the acting profile's maximum content rating. Each row
+    /// adds the subscription's columns and the version columns.
+    public static func versionsQuery(sessions: String, profileRating: String, engine: Engine) -> String {
         """
         SELECT x.*, sub.user_id, sub.plan_id, sub.status, sub.provider, sub.current_period_start_ms, sub.current_period_end_ms,
-               sub.will_renew, sub.pending_plan_id, sub.provider_subscription_id,
-          (SELECT string_agg(pack_id, ',') FROM pack_unlocks WHERE user_id = x.id) AS bought,
+               sub.will_renew, sub.pending_plan_id, sub.provider_subscription_id, \(profileRating),
+          (SELECT \(SQLDialect(engine: engine).joined("pack_id")) FROM pack_unlocks WHERE user_id = x.id) AS bought,
           c.packs_changed, c.packs,
           (SELECT COUNT(*) FROM stickers WHERE pack_id = 'custom:' || x.id) AS own,
           (SELECT COALESCE(MAX(created_at_ms), 0) + COALESCE(SUM(bytes), 0) FROM stickers WHERE pack_id = 'custom:' || x.id) AS own_changed

@@ -165,14 +165,15 @@ public struct StickerContentService: Sendable {
     }
 
     /// The stickers of a pack the user can use (`custom`: their own uploads); a locked premium pack answers `packLocked`
-    /// with its preview thumbnails.
-    public func stickers(userID: String, packID: String, logger: Logger) async throws -> StickerList {
+    /// with its preview thumbnails, a pack rated above `maxRating` (the acting profile's) `contentRestricted`.
+    public func stickers(userID: String, packID: String, maxRating: ContentRating?, logger: Logger) async throws -> StickerList {
         try await database.readTransaction(logger: logger) { tx in
             if packID == Sticker.customPackID {
                 let own = try await store.stickers(tx, packID: StickerStore.customPack(userID))
                 return StickerList(stickers: own, signed: Set(own.map(\.id)))
             }
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
+            try StickerPackStore.requireRating(pack, under: maxRating)
             let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
             let stickers = try await store.stickers(tx, packID: packID)
             if packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
@@ -184,33 +185,36 @@ public struct StickerContentService: Sendable {
 
     /// What the user's catalog depends on, in one statement: the plan that applies now, the packs they bought, every
     /// pack's last change (a sticker added, changed or deleted touches its pack) and their own uploads. Equal versions
-    /// mean equal catalogs within one URL-signing window, so a revalidation reads no stickers and renders nothing.
-    public func catalogVersion(userID: String, logger: Logger) async throws -> String {
+    /// mean equal catalogs within one URL-signing window, so a revalidation reads no stickers and renders nothing. The
+    /// acting profile's maximum rating is part of it: two profiles of one account see different catalogs.
+    public func catalogVersion(userID: String, maxRating: ContentRating?, logger: Logger) async throws -> String {
         let engine = database.engine
         let rows = try await database.quickQuery(
             StickerStore.versionQuery(engine), [userID, StickerStore.customPack(userID), StickerStore.customPack(userID), userID], logger: logger)
         guard let row = rows.first else { return "" }
-        return try catalogVersion(row: row)
+        return try catalogVersion(row: row, maxRating: maxRating)
     }
 
     /// The version from a row of ``StickerStore/versionQuery(_:)`` or ``StickerStore/versionsQuery(sessions:)``.
-    func catalogVersion(row: SQLRow) throws -> String {
+    func catalogVersion(row: SQLRow, maxRating: ContentRating?) throws -> String {
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
         let entitled = subscription.flatMap { $0.isEntitled(at: clock.now()) ? $0.planID : nil } ?? subscriptions.catalog.freePlan.id
         let parts =
-            [entitled, row.optionalString("bought") ?? ""]
+            [entitled, row.optionalString("bought") ?? "", maxRating?.rawValue ?? "any"]
             + ["packs_changed", "packs", "own", "own_changed"].map { String(row.optionalInt($0) ?? 0) }
         return parts.joined(separator: "|")
     }
 
     /// Every sticker the user can use now, by pack in catalog order (the editor catalog), plus their own uploads, and the
-    /// catalog's version (``catalogVersion(userID:logger:)``) read in the same transaction.
-    public func usable(userID: String, logger: Logger) async throws -> (packs: [StickerPack], list: StickerList, version: String) {
+    /// catalog's version (``catalogVersion(userID:maxRating:logger:)``) read in the same transaction.
+    public func usable(
+        userID: String, maxRating: ContentRating?, logger: Logger
+    ) async throws -> (packs: [StickerPack], list: StickerList, version: String) {
         // The version first: a change between the two reads makes the ETag older than the body, never newer (the next
         // revalidation then answers 200 again instead of a wrong 304).
-        let version = try await catalogVersion(userID: userID, logger: logger)
+        let version = try await catalogVersion(userID: userID, maxRating: maxRating, logger: logger)
         return try await database.readTransaction(logger: logger) { tx in
-            let open = try await usablePacks(tx, userID: userID)
+            let open = try await usablePacks(tx, userID: userID, maxRating: maxRating)
             let stickers = try await store.stickers(tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)])
             let premium = Set(open.filter(\.isPremium).map(\.id))
             let order = Dictionary(uniqueKeysWithValues: open.enumerated().map { ($1.id, $0) })
@@ -220,10 +224,13 @@ public struct StickerContentService: Sendable {
         }
     }
 
-    /// Records a use by a profile: 404 for a sticker the user cannot use (a locked pack's, another user's upload).
-    public func use(userID: String, profileID: String, stickerID: String, logger: Logger) async throws {
+    /// Records a use by a profile: 404 for a sticker it cannot use (a locked pack's, one rated above `maxRating`, another
+    /// user's upload).
+    public func use(userID: String, profileID: String, maxRating: ContentRating?, stickerID: String, logger: Logger) async throws {
         try await database.transaction(logger: logger) { tx in
-            guard let sticker = try await store.sticker(tx, id: stickerID), try await canUse(tx, sticker: sticker, userID: userID) else {
+            guard let sticker = try await store.sticker(tx, id: stickerID),
+                try await canUse(tx, sticker: sticker, userID: userID, maxRating: maxRating)
+            else {
                 throw EntitlementError.stickerNotFound
             }
             try await store.recordUse(tx, stickerID: stickerID, userID: userID, profileID: profileID, now: clock.now())
@@ -231,9 +238,9 @@ public struct StickerContentService: Sendable {
     }
 
     /// The profile's last 20 used stickers that it can still use.
-    public func recent(userID: String, profileID: String, logger: Logger) async throws -> StickerList {
+    public func recent(userID: String, profileID: String, maxRating: ContentRating?, logger: Logger) async throws -> StickerList {
         try await database.readTransaction(logger: logger) { tx in
-            let open = try await usablePacks(tx, userID: userID)
+            let open = try await usablePacks(tx, userID: userID, maxRating: maxRating)
             let ids = Set(open.map(\.id))
             let premium = Set(open.filter(\.isPremium).map(\.id))
             let recent = try await store.recent(tx, userID: userID, profileID: profileID, limit: 60)
@@ -245,9 +252,11 @@ public struct StickerContentService: Sendable {
     }
 
     /// Stickers whose name or tags contain `query`, among packs the user can use and their own uploads; most used first.
-    public func search(userID: String, query: String, limit: Int, offset: Int, logger: Logger) async throws -> StickerList {
+    public func search(
+        userID: String, maxRating: ContentRating?, query: String, limit: Int, offset: Int, logger: Logger
+    ) async throws -> StickerList {
         try await database.readTransaction(logger: logger) { tx in
-            let open = try await usablePacks(tx, userID: userID)
+            let open = try await usablePacks(tx, userID: userID, maxRating: maxRating)
             let premium = Set(open.filter(\.isPremium).map(\.id))
             let found = try await store.search(
                 tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)], query: query, limit: limit, offset: offset)
@@ -276,15 +285,18 @@ public struct StickerContentService: Sendable {
         }
     }
 
-    func usablePacks(_ tx: any SQLExecutor, userID: String) async throws -> [StickerPack] {
+    /// The active packs open to the user (free, in the plan or bought) that a profile with `maxRating` may see.
+    func usablePacks(_ tx: any SQLExecutor, userID: String, maxRating: ContentRating?) async throws -> [StickerPack] {
         let plan = try await subscriptions.currentPlan(userID: userID, now: clock.now(), tx)
         let bought = try await packs.unlockedIDs(tx, userID: userID)
-        return try await packs.all(tx, activeOnly: true).filter { !packs.isLocked($0, plan: plan, bought: bought) }
+        return try await packs.all(tx, activeOnly: true).filter {
+            !packs.isLocked($0, plan: plan, bought: bought) && StickerPackStore.isVisible($0, to: maxRating)
+        }
     }
 
-    func canUse(_ tx: any SQLExecutor, sticker: Sticker, userID: String) async throws -> Bool {
+    func canUse(_ tx: any SQLExecutor, sticker: Sticker, userID: String, maxRating: ContentRating?) async throws -> Bool {
         if sticker.packID == Sticker.customPackID { return try await isOwn(sticker, userID: userID, tx) }
-        return try await usablePacks(tx, userID: userID).contains { $0.id == sticker.packID }
+        return try await usablePacks(tx, userID: userID, maxRating: maxRating).contains { $0.id == sticker.packID }
     }
 
     func isOwn(_ sticker: Sticker, userID: String, _ tx: any SQLExecutor) async throws -> Bool {

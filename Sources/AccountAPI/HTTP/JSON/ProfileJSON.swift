@@ -13,6 +13,7 @@ struct ProfileJSON: Encodable, Sendable {
     let hasPin: Bool
     let isLocked: Bool
     let monthlyTokenAllowance: Int64?
+    let maxContentRating: String?
 
     init(_ profile: FamilyProfile, isLocked: Bool = false) {
         id = profile.id
@@ -24,6 +25,7 @@ struct ProfileJSON: Encodable, Sendable {
         hasPin = profile.hasPin
         self.isLocked = isLocked
         monthlyTokenAllowance = profile.monthlyTokenAllowance
+        maxContentRating = profile.maxContentRating
     }
 
     init(_ view: ProfileView) { self.init(view.profile, isLocked: view.isLocked) }
@@ -40,12 +42,15 @@ struct ProfileRequest: Decodable {
     let currentPassword: String?
     let monthlyTokenAllowance: Int64?
     let removeMonthlyTokenAllowance: Bool?
+    let maxContentRating: ContentRating?
+    let removeMaxContentRating: Bool?
 
     var input: ProfileInput {
         ProfileInput(
             name: name, avatar: avatar, pin: pin, removePin: removePin ?? false, canMakePurchases: canMakePurchases ?? false,
             canUseCustomContentTypes: canUseCustomContentTypes ?? false, monthlyTokenAllowance: monthlyTokenAllowance,
-            removeMonthlyTokenAllowance: removeMonthlyTokenAllowance ?? false)
+            removeMonthlyTokenAllowance: removeMonthlyTokenAllowance ?? false, maxContentRating: maxContentRating?.rawValue,
+            removeMaxContentRating: removeMaxContentRating ?? false)
     }
 }
 
@@ -63,5 +68,15 @@ struct ProfileUsageJSON: ExplicitNulls, Sendable {
         profileId = view.profileID
         period = Period(start: ISODate.string(view.period.start), end: ISODate.string(view.period.end))
         (allowance, used, held, remaining) = (view.allowance, view.usage.used, view.usage.held, view.remaining)
+    }
+}
+
+extension ProfilePermissions {
+    /// What Entitlements needs of an Auth profile; a stored maximum off the scale counts as the strictest (`all`).
+    init(_ profile: FamilyProfile) {
+        self.init(
+            id: profile.id, name: profile.name, canMakePurchases: profile.canMakePurchases,
+            canUseCustomContentTypes: profile.canUseCustomContentTypes,
+            maxContentRating: profile.maxContentRating.map { ContentRating(text: $0) ?? .all })
     }
 }

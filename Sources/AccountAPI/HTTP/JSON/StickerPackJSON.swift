@@ -5,7 +5,7 @@ import Ledger
 /// A pack as apps see it: the seed's `StickerPack` plus `isPremium` and `tokenPrice`.
 struct StickerPackJSON: Encodable, Sendable {
     let id: String; let name: String; let description: String?; let iconUrl: String?; let category: String; let stickerCount: Int64
-    let isLocked: Bool; let previewStickers: [String]; let isPremium: Bool; let tokenPrice: Int64
+    let isLocked: Bool; let previewStickers: [String]; let isPremium: Bool; let tokenPrice: Int64; let contentRating: String
 
     /// `summary`: the pack's stickers, when it has any (their count and the public URLs of the first three thumbnails
     /// replace the operator-written `stickerCount` and `previewStickers`).
@@ -21,6 +21,7 @@ struct StickerPackJSON: Encodable, Sendable {
         previewStickers = summary?.previews ?? p.previewStickers
         isPremium = p.isPremium
         tokenPrice = p.tokenPrice
+        contentRating = p.contentRating.rawValue
     }
 }
 

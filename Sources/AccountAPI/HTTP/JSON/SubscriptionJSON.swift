@@ -10,6 +10,8 @@ struct SubscriptionJSON: Encodable, Sendable {
     let currentPeriodEnd: String?
     let willRenew: Bool
     let pendingPlanId: String?
+    /// Received through Apple Family Sharing: the plan's features, its tokens only when the plan grants them to members.
+    let familyShared: Bool
     /// Whether the plan's features apply now (false → the free plan applies).
     let isEntitled: Bool
     /// The plan whose features apply now.
@@ -24,6 +26,7 @@ struct SubscriptionJSON: Encodable, Sendable {
         currentPeriodEnd = subscription.map { ISODate.string($0.currentPeriodEnd) }
         willRenew = subscription?.willRenew ?? false
         pendingPlanId = subscription?.pendingPlanID
+        familyShared = subscription?.familyShared ?? false
         isEntitled = view.isEntitled
         plan = view.plan
     }
