@@ -104,6 +104,9 @@ extension BillingService {
         let at = Date(epochMilliseconds: notification.signedDate)
         let eventID = "notification:\(notification.notificationUUID)"
         let renewal = notification.renewalInfo
+        if let verdict = try await anotherChain(tx, userID: userID, type: type, subtype: notification.subtype, transaction: transaction) {
+            return verdict
+        }
         switch type {
         case "SUBSCRIBED", "DID_RENEW", "OFFER_REDEEMED", "ONE_TIME_CHARGE", "RENEWAL_EXTENDED":
             return try await applyAppleTransaction(tx, userID: userID, transaction: transaction, at: at)
@@ -128,7 +131,6 @@ extension BillingService {
         case "EXPIRED":
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .expire)
         case "REFUND", "REVOKE":
-            if let verdict = try await otherSubscription(tx, userID: userID, transaction: transaction) { return verdict }
             if let verdict = try await clawPack(
                 tx, provider: "apple", sourceID: transaction.transactionId, share: Int64(transaction.revocationPercentage ?? 100_000))
             {
@@ -192,6 +194,24 @@ extension BillingService {
         else { return nil }
         return BillingVerdict(
             outcome: .ignored, detail: "family-shared access not applied: the account has a subscription of its own", userID: userID)
+    }
+
+    /// Notification types that start or change a paid period (a new purchase of the chain may replace the subscription).
+    static let periodTypes: Set<String> = ["SUBSCRIBED", "DID_RENEW", "OFFER_REDEEMED", "ONE_TIME_CHARGE", "RENEWAL_EXTENDED"]
+
+    /// For a notification that changes the state of a subscription (renewal status or preference, billing failure,
+    /// expiry, refund, revocation, reversal): nil when it concerns the user's current subscription, else why it is not
+    /// applied. An event of one purchase chain never ends, downgrades or refunds another one of the same account (a
+    /// family member's own subscription when the shared access lapses, a Stripe subscription after an old Apple one).
+    func anotherChain(
+        _ tx: any SQLExecutor, userID: String, type: String, subtype: String?, transaction: AppleTransaction
+    ) async throws -> BillingVerdict? {
+        if Self.periodTypes.contains(type) || (type == "DID_CHANGE_RENEWAL_PREF" && subtype == "UPGRADE") { return nil }
+        guard !catalog.tokenPacks.contains(where: { $0.appleProductId == transaction.productId }),
+            let current = try await machine.store.subscription(userID: userID, tx), let bound = current.providerSubscriptionID,
+            bound != transaction.originalTransactionId
+        else { return nil }
+        return BillingVerdict(outcome: .ignored, detail: "\(type) concerns another purchase than the account's current subscription", userID: userID)
     }
 
     /// Notifications stored as unmatched for this purchase, applied now that it has an account (oldest first).

@@ -89,9 +89,14 @@ public struct StickerService: Sendable {
         await notifier?.purchaseRequested(request, profileName: notice.profileName, packName: notice.packName, logger: logger)
     }
 
-    func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile: ProfilePermissions?) async throws -> UnlockResult {
+    func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile session: ProfilePermissions?) async throws -> UnlockResult {
         let now = clock.now()
         let (plan, period) = try await subscriptions.planAndPeriod(userID: userID, now: now, tx)
+        // The profile as it is now, in this transaction (an owner's change of its rating or purchases since the session
+        // read it applies); a profile deleted meanwhile acts with what the session read.
+        var access: ProfileAccess?
+        if let session { access = try await accounts.profile(userID: userID, profileID: session.id, tx) }
+        let profile = access?.permissions ?? session
         if let profile, profile.maxContentRating != nil, let pack = try await packs.pack(tx, id: packID), pack.isActive {
             try StickerPackStore.requireRating(pack, under: profile.maxContentRating)
         }
@@ -106,12 +111,9 @@ public struct StickerService: Sendable {
             }
             // Nothing to pay for (free, in the plan, owned already, or priced at 0): answered as for anyone below.
         }
-        var attribution: Attribution?
-        if let profile, let access = try await accounts.profile(userID: userID, profileID: profile.id, tx) {
-            attribution = Attribution(access, period: period)
-        }
         let spent = try await packs.unlock(
-            tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: true, attribution: attribution)
+            tx, ledger: ledger, userID: userID, packID: packID, plan: plan, canMakePurchases: true,
+            attribution: access.map { Attribution($0, period: period) })
         try await cancelPendingRequests(tx, userID: userID, packID: packID, except: nil, now: now)
         return UnlockResult(packID: packID, spent: spent)
     }

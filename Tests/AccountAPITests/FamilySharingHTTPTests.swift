@@ -91,8 +91,32 @@ struct FamilySharingHTTPTests {
                 revoked: now.addingTimeInterval(60), ownership: "FAMILY_SHARED")
             let revoke = try await client.appleNotify(try fx.notification("REVOKE", signed: now.addingTimeInterval(60), transaction: revoked))
             #expect(try revoke.json(ReceivedBody.self).outcome == "ignored")
-            let state = try await Self.subscription(client, member)
+            var state = try await Self.subscription(client, member)
             #expect(state.planId == "basic_monthly" && state.isEntitled && !state.familyShared)
+            #expect(try await client.balance(member).subscriptionTokens == tokens)
+            // The shared chain's other state events (the purchaser's card failing, the share expiring) never reach the
+            // member's own subscription, not even once it is past due itself.
+            for (index, type) in ["DID_FAIL_TO_RENEW", "EXPIRED", "DID_CHANGE_RENEWAL_STATUS"].enumerated() {
+                let signed = now.addingTimeInterval(Double(120 + index))
+                let txn = try fx.transaction(
+                    id: "S1", product: Self.product, purchase: now, expires: month, token: nil, signed: signed, ownership: "FAMILY_SHARED")
+                #expect(
+                    try await client.appleNotify(try fx.notification(type, signed: signed, transaction: txn)).json(ReceivedBody.self).outcome
+                        == "ignored")
+            }
+            let ownFails = try fx.transaction(
+                id: "O1", product: "com.yourapp.basic.monthly", purchase: now, expires: month, token: memberID, signed: now.addingTimeInterval(200))
+            let failed = try await client.appleNotify(
+                try fx.notification("DID_FAIL_TO_RENEW", signed: now.addingTimeInterval(200), transaction: ownFails))
+            #expect(try failed.json(ReceivedBody.self).outcome == "applied")
+            #expect(try await Self.subscription(client, member).status == "past_due")
+            let lateRevoke = try fx.transaction(
+                id: "S1", product: Self.product, purchase: now, expires: month, token: nil, signed: now.addingTimeInterval(300),
+                revoked: now.addingTimeInterval(300), ownership: "FAMILY_SHARED")
+            let revoked2 = try await client.appleNotify(try fx.notification("REVOKE", signed: now.addingTimeInterval(300), transaction: lateRevoke))
+            #expect(try revoked2.json(ReceivedBody.self).outcome == "ignored")
+            state = try await Self.subscription(client, member)
+            #expect(state.planId == "basic_monthly" && state.status == "past_due")
             #expect(try await client.balance(member).subscriptionTokens == tokens)
         }
     }

@@ -158,6 +158,14 @@ struct MaturityRatingHTTPTests {
             let bad = try await client.send(
                 .post, "/api/admin/stickers/packs", token: admin, json: #"{"id":"x","name":"X","category":"emoji","contentRating":"PG"}"#)
             #expect(try bad.status == .badRequest && (bad.problem().detail).contains("18+"))
+            // A change body's null never resets a field to its default (a rated pack to `all`); only the icon may be removed.
+            for field in ["contentRating", "tokenPrice", "isPremium"] {
+                let nulled = try await client.send(.put, "/api/admin/stickers/packs/teen", token: admin, json: #"{"\#(field)":null}"#)
+                #expect(try nulled.status == .badRequest && nulled.problem().detail.contains(field), "\(field)")
+            }
+            #expect(try await client.send(.put, "/api/admin/stickers/packs/teen", token: admin, json: #"{"iconUrl":null}"#).status == .ok)
+            #expect(
+                try await client.get("/api/stickers/packs", token: owner).json(Packs.self).packs.first { $0.id == "teen" }?.contentRating == "13+")
         }
     }
 }

@@ -53,6 +53,11 @@ struct AdminCatalogController: Sendable {
         var request = request
         let changes = try await request.decodeJSON([String: JSONValue].self, context: context)
         if let given = changes["id"], given != .string(id) { throw Problem.validation("The body's id must match the path (or be left out).") }
+        // Only the icon may be removed with null; any other null would quietly reset a field to its default (a rated pack
+        // to `all`, a paid one to free), so it is refused, as a value of the wrong type is.
+        if let field = changes.keys.sorted().first(where: { changes[$0] == .null && $0 != "iconUrl" }) {
+            throw Problem.validation("Field '\(field.prefix(64))' must not be null (leave it out to keep its value; only iconUrl may be null).")
+        }
         guard let current = try await stickers.catalog(logger: context.logger).first(where: { $0.id == id }) else {
             throw Problem.notFound("No sticker pack with this id.")
         }

@@ -3359,7 +3359,7 @@ components:
         contentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], default: all, description: "Profiles whose maxContentRating is lower do not see the pack." }
     StickerPackChanges:
       type: object
-      description: The fields to change; omitted ones keep their current values. `id`, when given, must match the path.
+      description: The fields to change; omitted ones keep their current values. `id`, when given, must match the path. Only `iconUrl` may be null (no icon); null for any other field is 400.
       properties:
         id: { type: string, pattern: "^[a-z0-9-]{1,64}$" }
         name: { type: string, minLength: 1, maxLength: 100 }

@@ -11,16 +11,18 @@ extension ProfileService {
     /// The account's profile `profileID` and its place in the account's order (0 = the default profile, then oldest
     /// first, as ``snapshotFragment(engine:)`` counts it); nil when the account has no such profile.
     public static func ranked(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> (FamilyProfile, rank: Int)? {
-        guard let row = try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
+        // One statement (a reserve for a profile runs it on every call): the row and how many profiles come before it.
+        let columns = FamilyProfile.columns.split(separator: ",").map { "p." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", ")
+        guard
+            let row = try await tx.first(
+                """
+                SELECT \(columns), CASE WHEN p.is_default THEN 0 ELSE (
+                  SELECT COUNT(*) FROM family_profiles o WHERE o.user_id = p.user_id
+                    AND (o.is_default OR o.created_at_ms < p.created_at_ms OR (o.created_at_ms = p.created_at_ms AND o.id < p.id))) END AS profile_rank
+                FROM family_profiles p WHERE p.id = ? AND p.user_id = ?
+                """, [profileID, userID])
         else { return nil }
-        let profile = try FamilyProfile(row: row)
-        guard !profile.isDefault else { return (profile, 0) }
-        let rank = try await tx.first(
-            """
-            SELECT COUNT(*) AS n FROM family_profiles o, family_profiles p WHERE p.id = ? AND o.user_id = p.user_id
-              AND (o.is_default OR o.created_at_ms < p.created_at_ms OR (o.created_at_ms = p.created_at_ms AND o.id < p.id))
-            """, [profileID])?.optionalInt("n")
-        return (profile, Int(rank ?? 0))
+        return (try FamilyProfile(row: row), Int(try row.int("profile_rank")))
     }
 
     /// The maximum content rating of the profile a session acts as, as a column `profile_max_content_rating` of a
