@@ -136,7 +136,7 @@ public struct EntitlementService: Sendable {
         let balances = try await ledger.peekBalances(tx, userID: userID)
         let bought = try await packs.unlockedIDs(tx, userID: userID)
         let premium = try await packs.all(tx, activeOnly: true).filter(\.isPremium).map {
-            StickerPack.Premium(id: $0.id, includedInPlans: $0.includedInPlans)
+            StickerPack.Premium(id: $0.id, includedInPlans: $0.includedInPlans, contentRating: $0.contentRating)
         }
         return assemble(
             userID: userID, subscription: subscription.map(SubscriptionTerms.init), now: now, balances: balances, premium: premium, bought: bought,
@@ -211,7 +211,8 @@ public struct EntitlementService: Sendable {
         guard let id = row.optionalString("profile_id") else { return .missing }
         let permissions = ProfilePermissions(
             id: id, name: try row.string("profile_name"), canMakePurchases: try row.bool("profile_can_make_purchases"),
-            canUseCustomContentTypes: try row.bool("profile_can_use_custom_content_types"))
+            canUseCustomContentTypes: try row.bool("profile_can_use_custom_content_types"),
+            maxContentRating: row.optionalString("profile_max_content_rating").map { ContentRating(text: $0) ?? .all })
         return .found(permissions, rank: Int(try row.int("profile_rank")))
     }
 
@@ -241,21 +242,25 @@ public struct EntitlementService: Sendable {
     ) -> EntitlementSnapshot {
         let entitled = subscription?.isEntitled(at: now) ?? false
         let plan = (entitled ? subscription.flatMap { subscriptions.catalog.plan(id: $0.planID) } : nil) ?? subscriptions.catalog.freePlan
-        let unlocked = premium.filter { !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought) }
-            .map(\.id)
         let (shown, selectionRequired): (ProfilePermissions?, Bool) =
             switch profile {
             case .notRequested: (nil, false)
             case .missing: (nil, true)
             case .found(let permissions, let rank): rank < plan.maxFamilyProfiles ? (permissions, false) : (nil, true)
             }
+        // What the profile may see: packs and actions rated above its maximum are left out (as from every listing).
+        let maximum = shown?.maxContentRating
+        let unlocked = premium.filter {
+            ContentRating.allows($0.contentRating, under: maximum)
+                && !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought)
+        }.map(\.id)
         return EntitlementSnapshot(
             userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
             periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil,
             features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
             tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(),
-            actions: RateCard.allowed(subscriptions.catalog, plan: plan), profile: shown,
+            actions: RateCard.allowed(subscriptions.catalog, plan: plan, maxRating: maximum), profile: shown,
             profileSelectionRequired: selectionRequired)
     }
 

@@ -112,10 +112,12 @@ public enum RateCard {
             PricedQuote(action: action.id, quantity: quantity, attributes: chosen, tokens: perUnit * Int64(quantity), description: description))
     }
 
-    /// What `plan` allows: each action it may use, with the values of each attribute it may choose.
-    public static func allowed(_ catalog: PlanCatalog, plan: SubscriptionPlan) -> [String: [String: [String]]] {
+    /// What `plan` allows a profile with `maxRating` (nil: no maximum): each action it may use, with the values of each
+    /// attribute it may choose.
+    public static func allowed(_ catalog: PlanCatalog, plan: SubscriptionPlan, maxRating: ContentRating? = nil) -> [String: [String: [String]]] {
         var allowed: [String: [String: [String]]] = [:]
-        for action in catalog.pricedActions where allows(action.plans, plan) {
+        for action in catalog.pricedActions
+        where allows(action.plans, plan) && ContentRating.allows(action.contentRating ?? .all, under: maxRating) {
             var values: [String: [String]] = [:]
             for attribute in action.attributes { values[attribute.name] = attribute.values.filter { allows($0.plans, plan) }.map(\.value) }
             allowed[action.id] = values

@@ -16,7 +16,7 @@ enum SnapshotStatement {
     static let columns = [
         "user_id", "plan_id", "status", "current_period_end_ms", "bonus_balance", "subscription_balance", "purchased_balance", "held",
         "expired_holds", "lapsed", "bought", "premium", "profile_id", "profile_name", "profile_can_make_purchases",
-        "profile_can_use_custom_content_types", "profile_rank",
+        "profile_can_use_custom_content_types", "profile_max_content_rating", "profile_rank",
     ]
 
     /// Built once per subject query and engine: the subject queries are a few constants (their values are binds), and
@@ -37,7 +37,8 @@ enum SnapshotStatement {
         return """
             SELECT x.*, s.user_id, s.plan_id, s.status, s.current_period_end_ms, \(ledger.select),
               (SELECT \(dialect.joined("pack_id")) FROM pack_unlocks WHERE user_id = x.id) AS bought,
-              (SELECT \(dialect.joined("id || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium) AS premium,
+              (SELECT \(dialect.joined("id || ' ' || content_rating || ' ' || included_in_plans")) FROM sticker_packs WHERE is_active AND is_premium)
+                AS premium,
               \(profile.select)
             FROM (SELECT CAST(? AS BIGINT) AS now_ms, CAST(? AS BOOLEAN) AS with_profile) n CROSS JOIN (\(subject)) x
             LEFT JOIN subscriptions s ON s.user_id = x.id
@@ -46,12 +47,14 @@ enum SnapshotStatement {
             """
     }
 
-    /// The active premium packs in a row of the statement (`id plans-json` entries joined by `|`).
+    /// The active premium packs in a row of the statement (`id rating plans-json` entries joined by `|`; ids and ratings
+    /// hold no spaces).
     static func premium(_ row: SQLRow) throws -> [StickerPack.Premium] {
         try (row.optionalString("premium") ?? "").split(separator: "|").map { entry -> StickerPack.Premium in
-            let parts = entry.split(separator: " ", maxSplits: 1)
-            let plans = parts.count == 2 ? try JSONDecoder().decode([String].self, from: Data(parts[1].utf8)) : []
-            return StickerPack.Premium(id: String(parts[0]), includedInPlans: plans)
+            let parts = entry.split(separator: " ", maxSplits: 2)
+            let plans = parts.count == 3 ? try JSONDecoder().decode([String].self, from: Data(parts[2].utf8)) : []
+            let rating = parts.count >= 2 ? ContentRating(text: String(parts[1])) ?? .age18 : .age18
+            return StickerPack.Premium(id: String(parts[0]), includedInPlans: plans, contentRating: rating)
         }
     }
 }

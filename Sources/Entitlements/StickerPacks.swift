@@ -47,7 +47,7 @@ public struct StickerPack: Codable, Sendable, Equatable {
     }
 
     /// What locking needs of an active premium pack.
-    struct Premium: Sendable { let id: String; let includedInPlans: [String] }
+    struct Premium: Sendable { let id: String; let includedInPlans: [String]; let contentRating: ContentRating }
 
     init(row: SQLRow) throws {
         id = try row.string("id")

@@ -70,8 +70,24 @@ struct MaturityRatingHTTPTests {
             #expect(try await client.send(.post, "/api/stickers/\(teenSticker)/use", token: kid).status == .notFound)
             #expect(try await client.send(.post, "/api/stickers/\(teenSticker)/use", token: owner).status == .ok)
 
+            // The entitlement snapshot shows the maximum and leaves out what is rated above it (grown is the owner's now).
+            struct Snapshot: Decodable {
+                struct Profile: Decodable { let maxContentRating: String? }
+                let unlockedStickerPacks: [String]; let actions: [String: [String: [String]]]; let profile: Profile?
+            }
+            #expect(try await client.send(.post, "/api/stickers/packs/grown/unlock", token: owner).status == .ok)
+            let ownerView = try await client.get("/api/entitlements", token: owner).json(Snapshot.self)
+            #expect(ownerView.unlockedStickerPacks.contains("grown") && ownerView.actions["generate.custom_content"] != nil)
+            let kidView = try await client.get("/api/entitlements", token: kid).json(Snapshot.self)
+            #expect(!kidView.unlockedStickerPacks.contains("grown") && kidView.profile?.maxContentRating == "9+")
+
             // Unlock: refused before ask to buy (no purchase request, nothing held).
-            let unlock = try await client.send(.post, "/api/stickers/packs/grown/unlock", token: kid)
+            #expect(
+                try await client.send(
+                    .post, "/api/admin/stickers/packs", token: try await app.apiKey(["admin"]),
+                    json: #"{"id":"adult","name":"A","category":"emoji","contentRating":"18+","tokenPrice":3}"#
+                ).status == .created)
+            let unlock = try await client.send(.post, "/api/stickers/packs/adult/unlock", token: kid)
             #expect(try unlock.status == .forbidden && (unlock.problem().code) == "content_restricted")
             #expect(try await client.balance(owner).heldTokens == 0)
             #expect(try await app.rows("SELECT id FROM purchase_requests").isEmpty)
@@ -87,6 +103,7 @@ struct MaturityRatingHTTPTests {
                 ).status == .ok)
             let refused = try await client.send(.post, "/api/entitlements/check", token: kid, json: #"{"action":"generate.custom_content"}"#)
             #expect(try refused.json(Check.self).reason == "content_restricted" && !refused.json(Check.self).allowed)
+            #expect(try await client.get("/api/entitlements", token: kid).json(Snapshot.self).actions["generate.custom_content"] == nil)
             let service = try await app.apiKey(["entitlements:read", "ledger:write"])
             let user = try await app.userID(token: owner)
             #expect(

@@ -37,7 +37,8 @@ struct AuthFragmentTests {
             let fragment = ProfileService.snapshotFragment(engine: engine)
             #expect(
                 fragment.columns == [
-                    "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types", "profile_rank",
+                    "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types",
+                    "profile_max_content_rating", "profile_rank",
                 ])
             let sql = """
                 SELECT \(fragment.select) FROM (SELECT CAST(? AS BOOLEAN) AS with_profile) n

@@ -149,23 +149,7 @@ struct LedgerModelTests {
                 try await withThrowingTaskGroup(of: Bool.self) { group in
                     for i in 0..<60 {
                         let target = i.isMultiple(of: 2) ? db : other
-                        group.addTask {
-                            do {
-                                if i.isMultiple(of: 3) {
-                                    let hold = try await target.transaction(logger: TestDatabase.logger) { tx in
-                                        try await ledger.hold(tx, userID: "hot", amountTokens: 3, ttlSeconds: 60, reason: "job")
-                                    }
-                                    _ = try await target.transaction(logger: TestDatabase.logger) { tx in
-                                        try await ledger.capture(tx, holdID: hold.id)
-                                    }
-                                } else {
-                                    _ = try await target.transaction(logger: TestDatabase.logger) { tx in
-                                        try await ledger.spend(tx, userID: "hot", amountTokens: 3, reason: "spend")
-                                    }
-                                }
-                                return true
-                            } catch LedgerError.insufficientTokens { return false }
-                        }
+                        group.addTask { try await Self.spendOrHold(i, target: target, ledger: ledger) }
                     }
                     return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
                 }
@@ -175,6 +159,28 @@ struct LedgerModelTests {
             #expect(balance.totalTokens == 1 && balance.heldTokens == 0)
             #expect(try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }.ok)
         }
+    }
+
+    /// Every third task holds then captures 3 tokens, the others spend 3; false when the tokens ran out.
+    static func spendOrHold(_ i: Int, target: any Database, ledger: Ledger) async throws -> Bool {
+        do {
+            if i.isMultiple(of: 3) {
+                let hold = try await leased(target) { tx in try await ledger.hold(tx, userID: "hot", amountTokens: 3, ttlSeconds: 60, reason: "job") }
+                _ = try await leased(target) { tx in try await ledger.capture(tx, holdID: hold.id) }
+            } else {
+                _ = try await leased(target) { tx in try await ledger.spend(tx, userID: "hot", amountTokens: 3, reason: "spend") }
+            }
+            return true
+        } catch LedgerError.insufficientTokens { return false }
+    }
+
+    /// One transaction; a lease that found no connection ran nothing (`StorageError.unavailable`) and is tried again, as
+    /// a client retries a 503: under the whole suite's load a pool can stay busy past its 15 s lease.
+    static func leased<T: Sendable>(_ db: any Database, _ work: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
+        for _ in 1..<5 {
+            do { return try await db.transaction(logger: TestDatabase.logger, work) } catch StorageError.unavailable {}
+        }
+        return try await db.transaction(logger: TestDatabase.logger, work)
     }
 
     @Test(arguments: TestDatabase.engines)

@@ -3321,6 +3321,7 @@ components:
                 name: { type: string }
                 canMakePurchases: { type: boolean }
                 canUseCustomContentTypes: { type: boolean }
+                maxContentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "Absent: no maximum. unlockedStickerPacks and actions leave out what is rated above it." }
             - { type: "null" }
     StickerPack:
       type: object

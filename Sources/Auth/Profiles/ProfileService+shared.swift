@@ -38,7 +38,7 @@ extension ProfileService {
     /// `x.selected_profile_id` and `n.with_profile`. Yields the selected profile, or the account's default one when none
     /// is selected; all NULL without `with_profile` or when the selected profile is gone (the session must select again,
     /// it never falls back to the owner's profile). Columns: `profile_id`, `profile_name`, `profile_can_make_purchases`,
-    /// `profile_can_use_custom_content_types` and `profile_rank`, the profile's place in the account's order (0 = the
+    /// `profile_can_use_custom_content_types`, `profile_max_content_rating` and `profile_rank`, the profile's place in the account's order (0 = the
     /// default profile, then oldest first): a profile is usable while `profile_rank` < the plan's `maxFamilyProfiles`, the
     /// rule ``ProfileService/available(userID:logger:)`` applies (`ProfileFragmentTests` pins both).
     ///
@@ -52,11 +52,15 @@ extension ProfileService {
             COALESCE(ps.id, pd.id) AS profile_id, COALESCE(ps.name, pd.name) AS profile_name,
               COALESCE(ps.can_make_purchases, pd.can_make_purchases) AS profile_can_make_purchases,
               COALESCE(ps.can_use_custom_content_types, pd.can_use_custom_content_types) AS profile_can_use_custom_content_types,
+              COALESCE(ps.max_content_rating, pd.max_content_rating) AS profile_max_content_rating,
               CASE WHEN ps.id IS NULL OR ps.is_default THEN 0 ELSE (
                 SELECT COUNT(*) FROM family_profiles o WHERE o.user_id = x.id
                   AND (o.is_default OR o.created_at_ms < ps.created_at_ms OR (o.created_at_ms = ps.created_at_ms AND o.id < ps.id))) END AS profile_rank
             """
-        let columns = ["profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types", "profile_rank"]
+        let columns = [
+            "profile_id", "profile_name", "profile_can_make_purchases", "profile_can_use_custom_content_types", "profile_max_content_rating",
+            "profile_rank",
+        ]
         guard engine == .postgres else {
             return SQLJoinFragment(
                 select: select,
@@ -65,7 +69,7 @@ extension ProfileService {
                     LEFT JOIN family_profiles pd ON n.with_profile AND x.selected_profile_id IS NULL AND pd.user_id = x.id AND pd.is_default
                     """, columns: columns)
         }
-        let profile = "id, name, can_make_purchases, can_use_custom_content_types, is_default, created_at_ms"
+        let profile = "id, name, can_make_purchases, can_use_custom_content_types, max_content_rating, is_default, created_at_ms"
         return SQLJoinFragment(
             select: select,
             joins: """
