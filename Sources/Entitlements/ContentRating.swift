@@ -27,3 +27,18 @@ public enum ContentRating: String, Sendable, Codable, CaseIterable, Comparable {
         self = rating
     }
 }
+
+/// Who looks at sticker content: the acting profile (nil: none) and its maximum content rating. Packs follow their
+/// rating (``ContentRating/allows(_:under:)``); the account's own uploads carry none, so a profile with a maximum sees
+/// only the uploads it made itself, and a profile without one (the owner's, or one left open) sees them all.
+public struct ContentViewer: Sendable, Equatable {
+    public let profileID: String?
+    public let maxRating: ContentRating?
+
+    public init(profileID: String?, maxRating: ContentRating?) { (self.profileID, self.maxRating) = (profileID, maxRating) }
+
+    /// Whether this viewer may see `sticker` as far as uploads go (a catalog pack's rules apply elsewhere).
+    public func sees(_ sticker: Sticker) -> Bool {
+        sticker.packID != Sticker.customPackID || maxRating == nil || (profileID != nil && sticker.ownerProfileID == profileID)
+    }
+}

@@ -14,20 +14,28 @@ public struct ReserveInput: Sendable {
     public let ttlSeconds: Int
     /// The caller's metadata as canonical JSON text, kept on the hold under `metadata`.
     public let metadata: String?
+    /// For a profile that cannot make purchases: ask the owner instead of refusing (a pending purchase request holds
+    /// the price for 48 hours).
+    public let askToBuy: Bool
 
     public init(
-        userID: String, profileID: String?, action: PricedCall?, tokens: Int64?, packID: String?, ttlSeconds: Int, metadata: String?
+        userID: String, profileID: String?, action: PricedCall?, tokens: Int64?, packID: String?, ttlSeconds: Int, metadata: String?,
+        askToBuy: Bool = false
     ) {
         (self.userID, self.profileID, self.action, self.tokens) = (userID, profileID, action, tokens)
-        (self.packID, self.ttlSeconds, self.metadata) = (packID, ttlSeconds, metadata)
+        (self.packID, self.ttlSeconds, self.metadata, self.askToBuy) = (packID, ttlSeconds, metadata, askToBuy)
     }
 }
 
-/// A reservation: the hold it made, the priced action it is for (nil for a plain amount) and the balances after it.
+/// A reservation: the hold it made, the priced action it is for (nil for a plain amount) and the balances after it; for
+/// an ask to buy, the pending request whose hold it is (the service learns of the answer from `purchase_request.resolved`).
 public struct Reservation: Codable, Sendable, Equatable {
     public let hold: HoldState
     public let quote: PricedQuote?
     public let balances: BucketBalances
+    public var purchaseRequest: PurchaseRequest? = nil
+    /// For the owner's mail: the asking profile's name.
+    var askedBy: String? = nil
 }
 
 /// What the hold of a priced action remembers (its metadata), so history says what the tokens were for.
@@ -37,6 +45,7 @@ struct ReservedFor: Encodable {
     let attributes: [String: String]
     let description: String
     let profileId: String?
+    let purchaseRequestId: String?
 }
 
 extension EntitlementService {
@@ -45,9 +54,13 @@ extension EntitlementService {
     /// the pack, then the hold. A refusal (``EntitlementError/refused(_:detail:)``) writes nothing and is not remembered:
     /// the same key may succeed once the user upgrades. Too few tokens is the ledger's remembered `insufficient_tokens`.
     public func reserve(_ request: IdempotentRequest, _ input: ReserveInput, logger: Logger) async throws -> IdempotentResult<Reservation> {
-        try await IdempotencyStore(clock: clock).run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) {
-            tx in try await reserve(tx, input, idempotencyKey: request.key)
+        let result = try await IdempotencyStore(clock: clock).run(
+            database, caller: request.caller, key: request.key, request: request.fields, logger: logger
+        ) { tx in try await reserve(tx, input, idempotencyKey: request.key) }
+        if !result.replayed, case .succeeded(let reservation) = result.outcome, let asked = reservation.purchaseRequest {
+            await notifier?.purchaseRequested(asked, profileName: reservation.askedBy ?? "", item: asked.description ?? "", logger: logger)
         }
+        return result
     }
 
     func reserve(_ tx: any SQLExecutor, _ input: ReserveInput, idempotencyKey: String) async throws -> Reservation {
@@ -78,11 +91,15 @@ extension EntitlementService {
                 throw EntitlementError.refused(.packLocked, detail: "The user has not unlocked the premium pack '\(packID)'.")
             }
         }
+        let attribution = access.map { Attribution($0, period: period) }
         do {
+            if input.askToBuy, let profile = permissions, !profile.canMakePurchases {
+                return try await askToBuy(tx, input, profile: profile, quote: quote, attribution: attribution, idempotencyKey: idempotencyKey)
+            }
             let (hold, balances) = try await ledger.holdWithBalances(
                 tx, userID: input.userID, amountTokens: quote?.tokens ?? input.tokens ?? 0, ttlSeconds: input.ttlSeconds,
                 reason: quote?.action ?? "reserve", metadata: try Self.holdMetadata(quote, profileID: input.profileID, caller: input.metadata),
-                idempotencyKey: idempotencyKey, attribution: access.map { Attribution($0, period: period) })
+                idempotencyKey: idempotencyKey, attribution: attribution)
             return Reservation(hold: hold, quote: quote, balances: balances)
         } catch LedgerError.insufficientTokens(availableTokens: 0) {
             // An unknown user has no tokens: only then is it worth asking whether the user exists (as the ledger does).
@@ -120,13 +137,16 @@ extension EntitlementService {
     }
 
     /// The hold's metadata: what it is for, and the caller's own metadata (already canonical JSON) under `metadata`.
-    static func holdMetadata(_ quote: PricedQuote?, profileID: String?, caller: String?) throws -> String? {
+    static func holdMetadata(_ quote: PricedQuote?, profileID: String?, caller: String?, purchaseRequestID: String? = nil) throws -> String? {
         guard let quote else {
             guard let profileID else { return caller }
-            return try Self.json(["profileId": profileID], caller: caller)
+            var fields = ["profileId": profileID]
+            fields["purchaseRequestId"] = purchaseRequestID
+            return try Self.json(fields, caller: caller)
         }
         let reserved = ReservedFor(
-            action: quote.action, quantity: quote.quantity, attributes: quote.attributes, description: quote.description, profileId: profileID)
+            action: quote.action, quantity: quote.quantity, attributes: quote.attributes, description: quote.description, profileId: profileID,
+            purchaseRequestId: purchaseRequestID)
         return try json(reserved, caller: caller)
     }
 

@@ -93,12 +93,15 @@ public struct EntitlementService: Sendable {
     let ledger: Ledger
     let accounts: any AccountDirectory
     public let clock: any TimeSource
+    /// Mails the owner about a reservation that asks to buy (``reserve(_:_:logger:)`` with `askToBuy`).
+    let notifier: (any PurchaseRequestNotifier)?
     let renderings = SnapshotRenderings()
 
     public init(
         database: any Database, subscriptions: SubscriptionStore, packs: StickerPackStore, ledger: Ledger, accounts: any AccountDirectory,
-        clock: any TimeSource
+        clock: any TimeSource, notifier: (any PurchaseRequestNotifier)? = nil
     ) {
+        self.notifier = notifier
         self.database = database
         self.subscriptions = subscriptions
         self.packs = packs

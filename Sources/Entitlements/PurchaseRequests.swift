@@ -3,12 +3,18 @@ import Ledger
 import Logging
 import Storage
 
-/// A profile's request to buy a premium pack, as the owner and the child see it.
+/// A profile's request to buy a premium pack, or to take a priced action a service reserved for it (`askToBuy`), as the
+/// owner and the child see it.
 public struct PurchaseRequest: Codable, Sendable, Equatable {
     public let id: String
     public let userId: String
     public let profileId: String
-    public let packId: String
+    /// The pack asked for; nil for an action.
+    public let packId: String?
+    /// The priced action a service asked for (its id, or `reserve` for a plain amount); nil for a pack.
+    public let action: String?
+    /// What history says of the action, e.g. "Coloring page, ultra ×2"; nil for a pack.
+    public let description: String?
     public let tokens: Int64
     /// `pending`, `approved`, `declined`, `cancelled` (the pack became the account's another way) or `expired` (a
     /// pending request past `expiresAt`).
@@ -21,7 +27,9 @@ public struct PurchaseRequest: Codable, Sendable, Equatable {
         id = try row.string("id")
         userId = try row.string("user_id")
         profileId = try row.string("profile_id")
-        packId = try row.string("pack_id")
+        packId = row.optionalString("pack_id")
+        action = row.optionalString("action")
+        description = row.optionalString("description")
         tokens = try row.int("tokens")
         expiresAt = try row.date("expires_at_ms")
         let stored = try row.string("status")
@@ -31,9 +39,10 @@ public struct PurchaseRequest: Codable, Sendable, Equatable {
     }
 }
 
-/// Tells the account's owner about a new purchase request (after it committed; best effort).
+/// Tells the account's owner about a new purchase request (after it committed; best effort). `item` names what is
+/// asked for ("the sticker pack Dinos", "Coloring page ×2").
 public protocol PurchaseRequestNotifier: Sendable {
-    func purchaseRequested(_ request: PurchaseRequest, profileName: String, packName: String, logger: Logger) async
+    func purchaseRequested(_ request: PurchaseRequest, profileName: String, item: String, logger: Logger) async
 }
 
 /// Ask to buy, in one place. A profile without `canMakePurchases` that unlocks a premium pack gets a pending request
@@ -102,26 +111,29 @@ extension StickerService {
         }
     }
 
-    /// The owner approves: the hold is captured and the pack unlocked, once; a request approved before answers as it is.
+    /// The owner approves: for a pack, the hold is captured and the pack unlocked, once; for an action, the hold stays for
+    /// the service, which learns of the approval from `purchase_request.resolved` (with the hold's id) and captures or
+    /// voids it as for any reservation. A request approved before answers as it is.
     public func approvePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
         try await resolve(userID: userID, requestID: requestID, as: "approved", logger: logger) { tx, request, holdID, now in
+            guard let packID = request.packId else { return }
             // Free now or included in the plan since: nothing to buy. Otherwise the unlock row decides (bought meanwhile:
             // nothing to charge); either way a hold not charged goes back.
             let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
-            let stillLocked = try await packs.pack(tx, id: request.packId).map { packs.isLocked($0, plan: plan, bought: []) } ?? true
+            let stillLocked = try await packs.pack(tx, id: packID).map { packs.isLocked($0, plan: plan, bought: []) } ?? true
             let bought =
                 stillLocked
                 ? try await tx.query(
                     "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
-                    [userID, request.packId, request.tokens, now]) : []
+                    [userID, packID, request.tokens, now]) : []
             if let holdID {
                 if bought.isEmpty { _ = try await ledger.void(tx, holdID: holdID) } else { _ = try await ledger.capture(tx, holdID: holdID) }
             }
             if !bought.isEmpty {
-                try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [holdID, userID, request.packId])
-                try await packs.emitUnlocked(tx, userID: userID, packID: request.packId, tokens: request.tokens, operationID: holdID, now: now)
+                try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [holdID, userID, packID])
+                try await packs.emitUnlocked(tx, userID: userID, packID: packID, tokens: request.tokens, operationID: holdID, now: now)
             }
-            try await cancelPendingRequests(tx, userID: userID, packID: request.packId, except: request.id, now: now)
+            try await cancelPendingRequests(tx, userID: userID, packID: packID, except: request.id, now: now)
         }
     }
 
@@ -147,8 +159,21 @@ extension StickerService {
             let holdID = try await tx.first("SELECT hold_id FROM purchase_requests WHERE id = ?", [requestID])?.optionalString("hold_id")
             try await work(tx, request, holdID, now)
             try await tx.query("UPDATE purchase_requests SET status = ?, resolved_at_ms = ? WHERE id = ?", [status, now, requestID])
-            return try await load(tx, id: requestID, userID: userID, now: now)
+            let resolved = try await load(tx, id: requestID, userID: userID, now: now)
+            try await packs.events.emit(tx, Self.resolvedEvent(resolved, holdID: holdID), at: now)
+            return resolved
         }
+    }
+
+    /// `purchase_request.resolved`: how the owner answered, and for an approved action the hold the service may now capture.
+    static func resolvedEvent(_ request: PurchaseRequest, holdID: String?) -> DomainEvent {
+        DomainEvent(
+            type: "purchase_request.resolved", userID: request.userId,
+            data: [
+                "userId": .string(request.userId), "purchaseRequestId": .string(request.id), "profileId": .string(request.profileId),
+                "status": .string(request.status), "packId": .optional(request.packId), "action": .optional(request.action),
+                "tokens": .int(request.tokens), "holdId": .optional(request.action != nil && request.status == "approved" ? holdID : nil),
+            ])
     }
 
     /// Once a pack is the account's, every other pending request for it is `cancelled` and its hold voided (a hold the
@@ -193,5 +218,50 @@ extension StickerService {
             throw EntitlementError.purchaseRequestNotFound
         }
         return try PurchaseRequest(row: row, now: now)
+    }
+}
+
+extension EntitlementService {
+    /// A service's reservation with `askToBuy` for a profile that cannot make purchases: instead of a refusal, a pending
+    /// request for the owner holds the price for ``StickerService/purchaseRequestTTLSeconds`` (the caller's `ttlSeconds`
+    /// does not apply), counted on the profile's allowance like any hold. Each ask is its own request (no merge: two
+    /// generations are two things); a retry with the same `Idempotency-Key` replays it. The owner approves (the hold stays
+    /// for the service to capture) or declines (voided); `purchase_request.resolved` tells the service either way.
+    func askToBuy(
+        _ tx: any SQLExecutor, _ input: ReserveInput, profile: ProfilePermissions, quote: PricedQuote?, attribution: Attribution?,
+        idempotencyKey: String
+    ) async throws -> Reservation {
+        let now = clock.now()
+        let id = UUID().uuidString.lowercased()
+        let tokens = quote?.tokens ?? input.tokens ?? 0
+        let (action, description) = (quote?.action ?? "reserve", quote?.description ?? "\(tokens) tokens")
+        let ttl = StickerService.purchaseRequestTTLSeconds
+        try await tx.query(
+            """
+            INSERT INTO purchase_requests (id, user_id, profile_id, pack_id, action, description, tokens, status, created_at_ms, expires_at_ms)
+            VALUES (?, ?, ?, NULL, ?, ?, ?, 'pending', ?, ?)
+            """, [id, input.userID, profile.id, action, description, tokens, now, now.addingTimeInterval(Double(ttl))])
+        let (hold, balances) = try await ledger.holdWithBalances(
+            tx, userID: input.userID, amountTokens: tokens, ttlSeconds: ttl, reason: action,
+            metadata: try Self.holdMetadata(quote, profileID: profile.id, caller: input.metadata, purchaseRequestID: id),
+            idempotencyKey: idempotencyKey, attribution: attribution, ttlSecondsMax: ttl)
+        try await tx.query("UPDATE purchase_requests SET hold_id = ? WHERE id = ?", [hold.id, id])
+        guard let row = try await tx.first("SELECT * FROM purchase_requests WHERE id = ?", [id]) else {
+            throw StorageError.decoding(column: "purchase_requests")
+        }
+        let request = try PurchaseRequest(row: row, now: now)
+        try await packs.events.emit(
+            tx,
+            DomainEvent(
+                type: "purchase_request.created", userID: input.userID,
+                data: [
+                    "userId": .string(input.userID), "purchaseRequestId": .string(id), "profileId": .string(profile.id), "packId": .null,
+                    "action": .string(action), "description": .string(description), "tokens": .int(tokens),
+                    "expiresAt": .string(ISOTime.string(request.expiresAt)),
+                ]),
+            at: now)
+        var reservation = Reservation(hold: hold, quote: quote, balances: balances, purchaseRequest: request)
+        reservation.askedBy = profile.name
+        return reservation
     }
 }

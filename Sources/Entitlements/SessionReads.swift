@@ -79,7 +79,7 @@ public struct SessionReads: Sendable {
         return try await entitlements.render(row, now: found?.now ?? entitlements.clock.now(), withProfile: true, logger: logger)
     }
 
-    /// The signed-in user's id and sticker catalog version (see ``StickerContentService/catalogVersion(userID:maxRating:logger:)``),
+    /// The signed-in user's id and sticker catalog version (see ``StickerContentService/catalogVersion(userID:viewer:logger:)``),
     /// the acting profile's maximum rating included; nil version when the session's profile selection is gone (the
     /// caller answers as every profile route does).
     public func catalogVersion(sessionTokenHash hash: String, logger: Logger) async throws -> (userID: String, version: String?) {
@@ -96,6 +96,7 @@ public struct SessionReads: Sendable {
         guard rating != "!" else { return (try row.string("id"), nil) }
         // '' is a selected profile without a maximum; a stored maximum off the scale counts as the strictest, as everywhere.
         let maximum = rating.flatMap { $0.isEmpty ? nil : ContentRating(text: $0) ?? .all }
-        return (try row.string("id"), try content.catalogVersion(row: row, maxRating: maximum))
+        let viewer = ContentViewer(profileID: row.optionalString("selected_profile_id"), maxRating: maximum)
+        return (try row.string("id"), try content.catalogVersion(row: row, viewer: viewer))
     }
 }

@@ -86,7 +86,7 @@ public struct StickerService: Sendable {
     /// Mails the owner about a request this call created (after the commit).
     func notify(_ result: UnlockResult, logger: Logger) async {
         guard result.requestCreated == true, let request = result.purchaseRequest, let notice = result.notice else { return }
-        await notifier?.purchaseRequested(request, profileName: notice.profileName, packName: notice.packName, logger: logger)
+        await notifier?.purchaseRequested(request, profileName: notice.profileName, item: "the sticker pack \(notice.packName)", logger: logger)
     }
 
     func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile session: ProfilePermissions?) async throws -> UnlockResult {

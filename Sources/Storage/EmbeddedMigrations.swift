@@ -599,6 +599,13 @@ ALTER TABLE family_profiles ADD COLUMN max_content_rating TEXT;
 ALTER TABLE subscriptions ADD COLUMN family_shared BOOLEAN NOT NULL DEFAULT FALSE;
 
 """#),
+        Migration(version: 27, file: "0027_upload_profiles.sql", sql: #"""
+-- Why: maturity ratings (issue 36). An account's own uploads carry no rating, so a profile with a maximum content rating
+-- sees only the uploads it made itself: each upload remembers the profile that made it (NULL: made with no profile, or
+-- before this migration — seen only by profiles without a maximum).
+ALTER TABLE stickers ADD COLUMN owner_profile_id TEXT;
+
+"""#),
     ]
     /// `migrations/sqlite/*.sql`: SQLite's version of a shared migration, or a migration only SQLite needs.
     static let sqliteOverrides: [Migration] = [
@@ -834,6 +841,33 @@ INSERT INTO idempotency_records (caller, idempotency_key, request_json, status, 
     SELECT caller, idempotency_key, request_json, status, response_json, created_at_ms FROM idempotency_records_before_0017;
 DROP TABLE idempotency_records_before_0017;
 CREATE INDEX idempotency_records_created ON idempotency_records (created_at_ms);
+
+"""#),
+        Migration(version: 26, file: "sqlite/0026_purchase_requests_for_actions.sql", sql: #"""
+-- Why: ask to buy for priced actions (issue 36). A service reserving for a profile that cannot make purchases may ask
+-- the owner instead (`askToBuy`): the request names the action and what history says of it instead of a pack, so
+-- `pack_id` may be NULL (the unique index of pending requests per profile and pack leaves such rows alone: each ask is
+-- its own request). SQLite cannot drop a NOT NULL in place: the table is rebuilt with its rows and indexes.
+CREATE TABLE purchase_requests_new (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    profile_id TEXT NOT NULL,
+    pack_id TEXT,
+    tokens BIGINT NOT NULL,
+    hold_id TEXT,
+    status TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    expires_at_ms BIGINT NOT NULL,
+    resolved_at_ms BIGINT,
+    action TEXT,
+    description TEXT
+);
+INSERT INTO purchase_requests_new (id, user_id, profile_id, pack_id, tokens, hold_id, status, created_at_ms, expires_at_ms, resolved_at_ms)
+SELECT id, user_id, profile_id, pack_id, tokens, hold_id, status, created_at_ms, expires_at_ms, resolved_at_ms FROM purchase_requests;
+DROP TABLE purchase_requests;
+ALTER TABLE purchase_requests_new RENAME TO purchase_requests;
+CREATE UNIQUE INDEX purchase_requests_pending ON purchase_requests (profile_id, pack_id) WHERE status = 'pending';
+CREATE INDEX purchase_requests_user ON purchase_requests (user_id, created_at_ms);
 
 """#),
     ]
@@ -1184,6 +1218,16 @@ $$;
 -- that expression (with the generic plans the service uses, where LIKE 'prefix%' could not use an index). SQLite
 -- compares bytes by default, so its unique index on email already serves the same query.
 CREATE INDEX users_email_bytewise ON users ((email COLLATE "C"));
+
+"""#),
+        Migration(version: 26, file: "postgres/0026_purchase_requests_for_actions.sql", sql: #"""
+-- Why: ask to buy for priced actions (issue 36). A service reserving for a profile that cannot make purchases may ask
+-- the owner instead (`askToBuy`): the request names the action and what history says of it instead of a pack, so
+-- `pack_id` may be NULL (the unique index of pending requests per profile and pack leaves such rows alone: each ask is
+-- its own request).
+ALTER TABLE purchase_requests ALTER COLUMN pack_id DROP NOT NULL;
+ALTER TABLE purchase_requests ADD COLUMN action TEXT;
+ALTER TABLE purchase_requests ADD COLUMN description TEXT;
 
 """#),
     ]

@@ -17,6 +17,7 @@ public enum WebhookEventType: String, Sendable, CaseIterable {
     case holdExpired = "hold.expired"
     case packUnlocked = "pack.unlocked"
     case purchaseRequestCreated = "purchase_request.created"
+    case purchaseRequestResolved = "purchase_request.resolved"
     case balanceLow = "balance.low"
     case refundClawedBack = "refund.clawed_back"
     /// Sent only by `POST /api/admin/webhooks/{id}/test`, to that endpoint.

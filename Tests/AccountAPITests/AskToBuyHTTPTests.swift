@@ -11,7 +11,9 @@ import Testing
 struct PurchaseRequestBody: Decodable, Equatable {
     let id: String
     let profileId: String
-    let packId: String
+    let packId: String?
+    let action: String?
+    let description: String?
     let tokens: Int
     let status: String
 }
@@ -175,5 +177,74 @@ struct AskToBuyHTTPTests {
             #expect(status == "cancelled")
             #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
         }
+    }
+
+    @Test(
+        "a service's reserve with askToBuy asks the owner: approval hands the hold to the service once, decline voids it",
+        arguments: TestDatabase.engines)
+    func reserveAsksToBuy(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: TestApp.webhookConfig) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b9@example.com", packs: [])
+            let user = try await app.userID(token: f.ownerToken)
+            let admin = try await app.apiKey(["admin"])
+            let hook = #"{"url":"http://127.0.0.1:9/hook","events":["purchase_request.created","purchase_request.resolved"]}"#
+            #expect(try await client.send(.post, "/api/admin/webhooks", token: admin, json: hook).status == .created)
+            let service = try await app.apiKey(["entitlements:read", "ledger:write"])
+            struct Asked: Decodable { let holdId: String?; let tokens: Int; let purchaseRequest: PurchaseRequestBody }
+            func ask(_ key: String) async throws -> TestResponse {
+                let body = #"{"userId":"\#(user)","profileId":"\#(f.kid)","action":"generate.coloring_pages","quantity":2,"askToBuy":true}"#
+                return try await client.reserve(service, body, idempotencyKey: key)
+            }
+            let asked = try await ask("ask-1")
+            let first = try asked.json(Asked.self)
+            #expect(asked.status == .accepted && first.holdId == nil && first.tokens == 2)
+            #expect(first.purchaseRequest.status == "pending" && first.purchaseRequest.packId == nil)
+            #expect(first.purchaseRequest.action == "generate.coloring_pages" && first.purchaseRequest.description == "Coloring page ×2")
+            let replay = try await ask("ask-1")
+            #expect(replay.status == .accepted && replay.text == asked.text)
+            #expect(try await client.balance(f.ownerToken).heldTokens == 2)
+            #expect(try await app.mails(to: "b9@example.com").filter { $0.contains("Coloring page") }.count == 1)
+            #expect(try await f.list(f.ownerToken).map(\.id) == [first.purchaseRequest.id])
+
+            // Ten parallel approvals resolve it once; the service learns the hold from the event and captures it.
+            let taps = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<10 { group.addTask { try await f.resolve(first.purchaseRequest.id, "approve").status.code } }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(taps == Array(repeating: 200, count: 10))
+            #expect(try await client.balance(f.ownerToken).heldTokens == 2)  // approved, not yet captured: the service decides
+            let events = try await Self.events(app, "purchase_request.resolved")
+            #expect(events.count == 1)
+            let holdID = try #require(Self.holdID(in: events[0]))
+            let captured = try await client.ledger("/api/ledger/holds/\(holdID)/capture", key: service, idempotencyKey: "cap-1", json: "{}")
+            #expect(captured.status == .ok)
+            let after = try await client.balance(f.ownerToken)
+            #expect(after.heldTokens == 0 && after.totalTokens == 151)  // 3 welcome + 150 Pro - 2
+
+            // Declined: the hold goes back and the event names no hold.
+            let second = try await ask("ask-2").json(Asked.self)
+            #expect(try await f.resolve(second.purchaseRequest.id, "decline").status == .ok)
+            #expect(try await client.balance(f.ownerToken).heldTokens == 0)
+            let resolved = try await Self.events(app, "purchase_request.resolved")
+            #expect(resolved.count == 2 && resolved.filter { Self.holdID(in: $0) == nil }.count == 1)
+            #expect(try await Self.events(app, "purchase_request.created").count == 2)
+            // A profile that may purchase (the owner's) is reserved for at once; askToBuy changes nothing.
+            let owner = try await client.defaultProfileID(f.ownerToken)
+            let direct = try await client.reserve(
+                service, #"{"userId":"\#(user)","profileId":"\#(owner)","tokens":1,"askToBuy":true}"#, idempotencyKey: "ask-3")
+            #expect(try direct.status == .created && direct.json(ReservationBody.self).tokens == 1)
+        }
+    }
+
+    /// The bodies of `type` events, whether still in the outbox or fanned out to deliveries.
+    static func events(_ app: TestApp, _ type: String) async throws -> [String] {
+        let rows = try await app.rows(
+            "SELECT data AS body FROM outbox_events WHERE type = ? UNION ALL SELECT body FROM webhook_deliveries WHERE event_type = ?", [type, type])
+        return try rows.map { try $0.string("body") }
+    }
+
+    static func holdID(in body: String) -> String? {
+        guard let range = body.range(of: #""holdId":"[0-9a-f-]+""#, options: .regularExpression) else { return nil }
+        return String(body[range].dropFirst(10).dropLast())
     }
 }

@@ -113,8 +113,12 @@ struct WebhookHTTPTests {
         let owner = try await client.defaultProfileID(token)
         let kid = try await client.createProfile(token, #"{"name":"Kid","canMakePurchases":false}"#).json(ProfileBody.self).id
         #expect(try await client.selectProfile(token, kid).status == .ok)
-        #expect(try await client.send(.post, "/api/stickers/packs/comet/unlock", token: token).status == .accepted)
+        let asked = try await client.send(.post, "/api/stickers/packs/comet/unlock", token: token)
+        #expect(asked.status == .accepted)
         #expect(try await client.selectProfile(token, owner).status == .ok)
+        struct Asked: Decodable { struct Request: Decodable { let id: String }; let purchaseRequest: Request }
+        let request = try asked.json(Asked.self).purchaseRequest.id
+        #expect(try await client.send(.post, "/api/purchase-requests/\(request)/decline", token: token).status == .ok)
         try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
             _ = try await app.dependencies.ledger.ledger.clawback(tx, userID: user, amountTokens: 2, bucket: .purchased, reason: "refund")
         }

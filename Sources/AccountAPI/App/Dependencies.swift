@@ -84,7 +84,8 @@ public struct Dependencies: Sendable {
                 database: database, ledger: ledger, idempotency: idempotency, users: AuthDirectory(), audit: AuditLog.shared, clock: clock,
                 callerKeys: LedgerCallerKeysOfAuth(apiKeys: apiKeys), oneStatementSpends: config.oneStatementSpends),
             entitlements: EntitlementService(
-                database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock),
+                database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock,
+                notifier: OwnerPurchaseMail(auth: auth)),
             subscriptions: SubscriptionService(database: database, machine: machine),
             stickers: StickerService(
                 database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared,

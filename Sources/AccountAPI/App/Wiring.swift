@@ -84,8 +84,8 @@ struct CatalogProfileLimits: ProfilePlanLimits {
 /// Auth's mail to the account's owner, for a profile's purchase request.
 struct OwnerPurchaseMail: PurchaseRequestNotifier {
     let auth: AuthService
-    func purchaseRequested(_ request: PurchaseRequest, profileName: String, packName: String, logger: Logger) async {
+    func purchaseRequested(_ request: PurchaseRequest, profileName: String, item: String, logger: Logger) async {
         await auth.mailPurchaseRequest(
-            userID: request.userId, profileName: profileName, item: "the sticker pack \(packName)", tokens: request.tokens, logger: logger)
+            userID: request.userId, profileName: profileName, item: item, tokens: request.tokens, logger: logger)
     }
 }

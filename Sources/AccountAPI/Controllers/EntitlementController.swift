@@ -21,7 +21,7 @@ struct EntitlementController: Sendable {
     }
     struct ReserveRequest: Codable {
         let userId: String; let profileId: String?; let action: String?; let quantity: Int?; let attributes: [String: String]?
-        let tokens: Int64?; let packId: String?; let ttlSeconds: Int?; let metadata: JSONValue?
+        let tokens: Int64?; let packId: String?; let ttlSeconds: Int?; let metadata: JSONValue?; let askToBuy: Bool?
     }
 
     func addRoutes(to router: Router<AppRequestContext>) {
@@ -55,7 +55,8 @@ struct EntitlementController: Sendable {
     }
 
     /// Check and reserve for a service (an API key with `entitlements:read` and `ledger:write`, `Idempotency-Key`):
-    /// 201 with the hold, or the refusal as a problem whose code is the reason `/api/entitlements/check` gives.
+    /// 201 with the hold, or the refusal as a problem whose code is the reason `/api/entitlements/check` gives; with
+    /// `askToBuy` for a profile that cannot make purchases, 202 with the pending purchase request.
     @Sendable func reserve(_ request: Request, context: AppRequestContext) async throws -> Response {
         let key = try await authenticator.requireScopes(["entitlements:read", LedgerCallerKeysOfAuth.scope], request, context)
         var request = request
@@ -65,12 +66,13 @@ struct EntitlementController: Sendable {
             fields: canonicalFields(body, extra: ["endpoint": "reserve"]))
         let input = ReserveInput(
             userID: body.userId, profileID: body.profileId, action: Self.call(body.action, body.quantity, body.attributes), tokens: body.tokens,
-            packID: body.packId, ttlSeconds: body.ttlSeconds ?? LedgerLimits.holdTTLSecondsDefault, metadata: body.metadata?.canonicalText)
+            packID: body.packId, ttlSeconds: body.ttlSeconds ?? LedgerLimits.holdTTLSecondsDefault, metadata: body.metadata?.canonicalText,
+            askToBuy: body.askToBuy ?? false)
         if body.action == nil, body.quantity != nil || body.attributes != nil {
             throw Problem.validation("quantity and attributes go with an action.")
         }
         return try IdempotentResponse.response(
-            try await entitlements.reserve(identity, input, logger: context.logger), .created, ReservationJSON.init)
+            try await entitlements.reserve(identity, input, logger: context.logger), ReservationJSON.status, ReservationJSON.init)
     }
 
     static func call(_ action: String?, _ quantity: Int?, _ attributes: [String: String]?) -> PricedCall? {

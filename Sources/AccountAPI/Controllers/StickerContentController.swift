@@ -48,27 +48,27 @@ struct StickerContentController: Sendable {
 
     @Sendable func packStickers(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
         let session = try await authenticator.session(request, context)
-        let maxRating = try await authenticator.permissions(session, context)?.maxContentRating
+        let viewer = try await profile(session, context).viewer
         do {
             let list = try await content.stickers(
-                userID: session.user.id, packID: try context.pathParameter("packId"), maxRating: maxRating, logger: context.logger)
+                userID: session.user.id, packID: try context.pathParameter("packId"), viewer: viewer, logger: context.logger)
             return JSONResponse(StickersResponse(stickers: media.json(list)))
         } catch EntitlementError.packLocked(let previews) {
             throw EntitlementError.packLocked(previewKeys: previews).problem.with("previewStickers", .strings(previews.map(media.signer.publicURL)))
         }
     }
 
-    /// The profile acting (the owner's when none is selected) and its maximum content rating; a selection that is gone
-    /// must be made again.
-    func profile(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> (id: String, maxRating: ContentRating?) {
+    /// The profile acting (the owner's when none is selected; "account" for uses when there is none) and what it may
+    /// see; a selection that is gone must be made again.
+    func profile(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> (id: String, viewer: ContentViewer) {
         let permissions = try await authenticator.permissions(session, context)
-        return (permissions?.id ?? "account", permissions?.maxContentRating)
+        return (permissions?.id ?? "account", ContentViewer(profileID: permissions?.id, maxRating: permissions?.maxContentRating))
     }
 
     @Sendable func recent(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickersResponse> {
         let session = try await authenticator.session(request, context)
         let profile = try await profile(session, context)
-        let list = try await content.recent(userID: session.user.id, profileID: profile.id, maxRating: profile.maxRating, logger: context.logger)
+        let list = try await content.recent(userID: session.user.id, profileID: profile.id, viewer: profile.viewer, logger: context.logger)
         return JSONResponse(StickersResponse(stickers: media.json(list)))
     }
 
@@ -90,9 +90,9 @@ struct StickerContentController: Sendable {
                 }
                 return n
             } ?? 0
-        let maxRating = try await authenticator.permissions(session, context)?.maxContentRating
+        let viewer = try await profile(session, context).viewer
         let found = try await content.search(
-            userID: session.user.id, maxRating: maxRating, query: q, limit: limit, offset: offset, logger: context.logger)
+            userID: session.user.id, viewer: viewer, query: q, limit: limit, offset: offset, logger: context.logger)
         return JSONResponse(SearchResponse(stickers: media.json(found), nextCursor: found.stickers.count == limit ? String(offset + limit) : nil))
     }
 
@@ -100,7 +100,7 @@ struct StickerContentController: Sendable {
         let session = try await authenticator.session(request, context)
         let profile = try await profile(session, context)
         try await content.use(
-            userID: session.user.id, profileID: profile.id, maxRating: profile.maxRating, stickerID: try context.pathParameter("stickerId"),
+            userID: session.user.id, profileID: profile.id, viewer: profile.viewer, stickerID: try context.pathParameter("stickerId"),
             logger: context.logger)
         return JSONResponse(Success(success: true))
     }
@@ -117,12 +117,11 @@ struct StickerContentController: Sendable {
             }
         }
         let session = try await authenticator.session(request, context)
-        let maxRating = try await authenticator.permissions(session, context)?.maxContentRating
-        return try await renderCatalog(userID: session.user.id, maxRating: maxRating, context: context)
+        return try await renderCatalog(userID: session.user.id, viewer: try await profile(session, context).viewer, context: context)
     }
 
-    func renderCatalog(userID: String, maxRating: ContentRating?, context: AppRequestContext) async throws -> Response {
-        let usable = try await content.usable(userID: userID, maxRating: maxRating, logger: context.logger)
+    func renderCatalog(userID: String, viewer: ContentViewer, context: AppRequestContext) async throws -> Response {
+        let usable = try await content.usable(userID: userID, viewer: viewer, logger: context.logger)
         let body = try StickerCatalog.render(packs: usable.packs, list: usable.list, media: media)
         return Response(
             status: .ok, headers: [.contentType: "application/json; charset=utf-8", .eTag: catalogETag(usable.version)],
@@ -138,9 +137,8 @@ struct StickerContentController: Sendable {
     /// One image (a part named `file`, optional `name`) into the user's own pack, within their allowance (reserved first).
     @Sendable func upload(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
-        guard try await authenticator.permissions(session, context)?.canUseCustomContentTypes ?? true else {
-            throw Problem.forbidden("This profile cannot add its own stickers.")
-        }
+        let permissions = try await authenticator.permissions(session, context)
+        guard permissions?.canUseCustomContentTypes ?? true else { throw Problem.forbidden("This profile cannot add its own stickers.") }
         var request = request
         let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }), parts.filter({ $0.name == "file" }).count == 1 else {
@@ -152,7 +150,8 @@ struct StickerContentController: Sendable {
         do {
             let stored = try await media.store(data, owner: userID, logger: context.logger)
             let name = Multipart.text(parts, "name").flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
-            let sticker = try await content.addUpload(userID: userID, name: name, image: stored, reservedBytes: data.count, logger: context.logger)
+            let sticker = try await content.addUpload(
+                userID: userID, profileID: permissions?.id, name: name, image: stored, reservedBytes: data.count, logger: context.logger)
             return try JSONResponse(UploadResponse(sticker: media.json(sticker, signed: true)), status: .created).response(
                 from: request, context: context)
         } catch {

@@ -1817,6 +1817,7 @@ paths:
                 packId: { type: string, description: "A premium sticker pack the user must have unlocked." }
                 ttlSeconds: { type: integer, minimum: 1, maximum: 86400, description: "Default 600." }
                 metadata: { description: "Any JSON (at most 4 KiB with what the hold records); kept on the hold under metadata." }
+                askToBuy: { type: boolean, default: false, description: "For a profile that cannot make purchases: ask the owner instead of refusing (202 with a pending purchaseRequest; the price is held for 48 hours, ttlSeconds does not apply). Ignored for a profile that may purchase." }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -1837,6 +1838,23 @@ paths:
                   attributes: { type: object, additionalProperties: { type: string }, description: "Every attribute, defaults filled in." }
                   description: { type: string, description: "What history shows, e.g. \"Coloring page, ultra ×2\"." }
                   balances: { $ref: "#/components/schemas/Balances" }
+        "202":
+          description: "Asked to buy (askToBuy, a profile that cannot make purchases): the price is held for the owner's answer. No holdId yet: purchase_request.resolved carries it once the owner approves; capture or void it then."
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [userId, tokens, expiresAt, balances, purchaseRequest]
+                properties:
+                  userId: { type: string }
+                  tokens: { type: integer }
+                  expiresAt: { type: string, format: date-time }
+                  action: { type: string }
+                  quantity: { type: integer }
+                  attributes: { type: object, additionalProperties: { type: string } }
+                  description: { type: string }
+                  balances: { $ref: "#/components/schemas/Balances" }
+                  purchaseRequest: { $ref: "#/components/schemas/PurchaseRequest" }
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "402": { $ref: "#/components/responses/InsufficientTokens" }
@@ -3101,7 +3119,7 @@ components:
         currentPassword: { type: string, description: Proof of the owner for PIN changes, unless signed in within 10 minutes. }
         monthlyTokenAllowance: { type: integer, minimum: 0, maximum: 1000000000, description: "Cap the profile's tokens per allowance period (not on the default profile). Absent on an update: unchanged." }
         removeMonthlyTokenAllowance: { type: boolean, description: Remove the cap. }
-        maxContentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "The highest content rating the profile may see (not on the default profile); packs rated above it are hidden from its listings, catalog and search, and unlock and reserve answer 403 content_restricted. Absent on an update: unchanged." }
+        maxContentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "The highest content rating the profile may see (not on the default profile); packs rated above it are hidden from its listings, catalog and search, and unlock and reserve answer 403 content_restricted; of the account's uploads (unrated) it sees only its own. Absent on an update: unchanged." }
         removeMaxContentRating: { type: boolean, description: Remove the maximum (the profile sees everything). }
     AdminUser:
       type: object
@@ -3200,11 +3218,13 @@ components:
                     plans: { type: array, items: { type: string }, description: "Absent: every plan." }
     PurchaseRequest:
       type: object
-      required: [id, profileId, packId, tokens, status, createdAt, expiresAt]
+      required: [id, profileId, tokens, status, createdAt, expiresAt]
       properties:
         id: { type: string }
         profileId: { type: string }
-        packId: { type: string }
+        packId: { type: string, description: "The pack asked for (an unlock); absent for a service's ask (action)." }
+        action: { type: string, description: "A service's ask to buy: the priced action's id (reserve for a plain amount)." }
+        description: { type: string, description: "What the action is, e.g. \"Coloring page ×2\"." }
         tokens: { type: integer, description: The price, held while pending. }
         status: { type: string, enum: [pending, approved, declined, cancelled, expired], description: "cancelled: the pack became the account's another way (another request approved, bought by the owner)." }
         createdAt: { type: string, format: date-time }
@@ -3510,7 +3530,7 @@ components:
       type: string
       description: An event an endpoint may subscribe to (docs/webhooks.md lists each one's `data`).
       enum: [user.created, user.verified, user.deleted, subscription.updated, tokens.granted, tokens.spent, tokens.debited, transfer.reversed,
-        hold.created, hold.captured, hold.voided, hold.expired, pack.unlocked, purchase_request.created, balance.low, refund.clawed_back]
+        hold.created, hold.captured, hold.voided, hold.expired, pack.unlocked, purchase_request.created, purchase_request.resolved, balance.low, refund.clawed_back]
     WebhookEndpointInput:
       type: object
       required: [url, events]

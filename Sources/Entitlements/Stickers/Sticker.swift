@@ -12,12 +12,15 @@ public struct Sticker: Sendable, Equatable {
     public let tags: [String]
     public let sortOrder: Int
     public let usageCount: Int
+    /// For an upload: the profile that made it (nil: none, or made before uploads remembered it).
+    public let ownerProfileID: String?
 
     /// The id apps use for a user's own pack.
     public static let customPackID = "custom"
 
     static let columns =
-        "id, pack_id, owner_user_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, bytes, tags, sort_order, usage_count"
+        "id, pack_id, owner_user_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, bytes, tags, sort_order, usage_count, "
+        + "owner_profile_id"
 
     init(row: SQLRow) throws {
         id = try row.string("id")
@@ -30,6 +33,7 @@ public struct Sticker: Sendable, Equatable {
         tags = try row.string("tags").split(separator: "\n").map(String.init)
         sortOrder = Int(try row.int("sort_order"))
         usageCount = Int(try row.int("usage_count"))
+        ownerProfileID = row.optionalString("owner_profile_id")
     }
 
     /// The highest sort order an operator may give (so the next one never overflows).
@@ -132,21 +136,22 @@ struct StickerStore: Sendable {
     }
 
     func insert(
-        _ tx: any SQLExecutor, id: String, packID: String, owner: String?, name: String, stored: StoredImage, tags: [String], now: Date
+        _ tx: any SQLExecutor, id: String, packID: String, owner: String?, name: String, stored: StoredImage, tags: [String], now: Date,
+        ownerProfile: String? = nil
     ) async throws -> Bool {
         let tagsText = Self.tagsText(tags)
         let last = try await tx.first("SELECT COALESCE(MAX(sort_order), 0) AS n FROM stickers WHERE pack_id = ?", [packID])?.optionalInt("n") ?? 0
         let order = min(last, Sticker.maxSortOrder - 1) + 1
         let values: [any SQLBindable] = [
             id, packID, owner, name, stored.imageKey, stored.thumbnailKey, stored.fileType, Int64(stored.width), Int64(stored.height),
-            stored.isAnimated, Int64(stored.bytes), tagsText, order, now,
+            stored.isAnimated, Int64(stored.bytes), tagsText, order, now, ownerProfile,
         ]
         return
             !(try await tx.query(
                 """
                 INSERT INTO stickers (id, pack_id, owner_user_id, name, image_key, thumbnail_key, file_type, width, height, is_animated, bytes, tags,
-                                      sort_order, created_at_ms)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
+                                      sort_order, created_at_ms, owner_profile_id)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id
                 """, values
             ).isEmpty)
     }
@@ -198,17 +203,27 @@ struct StickerStore: Sendable {
     }
 
     /// Stickers of `packIDs` whose name or a tag contains `query` (case-insensitive), most used first.
-    func search(_ tx: any SQLExecutor, packIDs: [String], query: String, limit: Int, offset: Int) async throws -> [Sticker] {
+    /// `uploadsOf`: the only profile whose uploads (`owner_profile_id`) count (a viewer with a maximum), filtered in SQL so
+    /// pages stay full.
+    func search(
+        _ tx: any SQLExecutor, packIDs: [String], query: String, limit: Int, offset: Int, uploadsOf profile: String?? = .none
+    ) async throws -> [Sticker] {
         guard !packIDs.isEmpty else { return [] }
         let escaped = query.lowercased().replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%")
             .replacingOccurrences(of: "_", with: "\\_")
         let pattern = "%\(escaped)%"
         let marks = Array(repeating: "?", count: packIDs.count).joined(separator: ", ")
-        let binds: [any SQLBindable] = packIDs.map { $0 as any SQLBindable } + [pattern, pattern, Int64(limit), Int64(offset)]
+        var binds: [any SQLBindable] = packIDs.map { $0 as any SQLBindable } + [pattern, pattern]
+        var uploads = ""
+        if case .some(let only) = profile {
+            uploads = " AND (owner_user_id IS NULL OR owner_profile_id = ?)"
+            binds.append(only ?? "")
+        }
+        binds += [Int64(limit), Int64(offset)]
         return try await tx.query(
             """
             SELECT \(Sticker.columns) FROM stickers WHERE pack_id IN (\(marks))
-              AND (LOWER(name) LIKE ? ESCAPE '\\' OR LOWER(tags) LIKE ? ESCAPE '\\')
+              AND (LOWER(name) LIKE ? ESCAPE '\\' OR LOWER(tags) LIKE ? ESCAPE '\\')\(uploads)
             ORDER BY usage_count DESC, id LIMIT ? OFFSET ?
             """, binds
         ).map(Sticker.init)

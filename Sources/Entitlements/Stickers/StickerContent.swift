@@ -136,11 +136,14 @@ public struct StickerContentService: Sendable {
 
     /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`. The allowance keeps the stored
     /// size: the difference to the `reservedBytes` sent is given back.
-    public func addUpload(userID: String, name: String, image: StoredImage, reservedBytes: Int, logger: Logger) async throws -> Sticker {
+    public func addUpload(
+        userID: String, profileID: String?, name: String, image: StoredImage, reservedBytes: Int, logger: Logger
+    ) async throws -> Sticker {
         let id = "custom:\(UUID().uuidString.lowercased())"
         return try await database.transaction(logger: logger) { tx in
             _ = try await store.insert(
-                tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now())
+                tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now(),
+                ownerProfile: profileID)
             try await store.adjustUpload(tx, userID: userID, by: image.bytes - reservedBytes)
             guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
             return sticker
@@ -166,10 +169,11 @@ public struct StickerContentService: Sendable {
 
     /// The stickers of a pack the user can use (`custom`: their own uploads); a locked premium pack answers `packLocked`
     /// with its preview thumbnails, a pack rated above `maxRating` (the acting profile's) `contentRestricted`.
-    public func stickers(userID: String, packID: String, maxRating: ContentRating?, logger: Logger) async throws -> StickerList {
-        try await database.readTransaction(logger: logger) { tx in
+    public func stickers(userID: String, packID: String, viewer: ContentViewer, logger: Logger) async throws -> StickerList {
+        let maxRating = viewer.maxRating
+        return try await database.readTransaction(logger: logger) { tx in
             if packID == Sticker.customPackID {
-                let own = try await store.stickers(tx, packID: StickerStore.customPack(userID))
+                let own = try await store.stickers(tx, packID: StickerStore.customPack(userID)).filter(viewer.sees)
                 return StickerList(stickers: own, signed: Set(own.map(\.id)))
             }
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
@@ -187,35 +191,38 @@ public struct StickerContentService: Sendable {
     /// pack's last change (a sticker added, changed or deleted touches its pack) and their own uploads. Equal versions
     /// mean equal catalogs within one URL-signing window, so a revalidation reads no stickers and renders nothing. The
     /// acting profile's maximum rating is part of it: two profiles of one account see different catalogs.
-    public func catalogVersion(userID: String, maxRating: ContentRating?, logger: Logger) async throws -> String {
+    public func catalogVersion(userID: String, viewer: ContentViewer, logger: Logger) async throws -> String {
         let engine = database.engine
         let rows = try await database.quickQuery(
             StickerStore.versionQuery(engine), [userID, StickerStore.customPack(userID), StickerStore.customPack(userID), userID], logger: logger)
         guard let row = rows.first else { return "" }
-        return try catalogVersion(row: row, maxRating: maxRating)
+        return try catalogVersion(row: row, viewer: viewer)
     }
 
     /// The version from a row of ``StickerStore/versionQuery(_:)`` or ``StickerStore/versionsQuery(sessions:)``.
-    func catalogVersion(row: SQLRow, maxRating: ContentRating?) throws -> String {
+    /// A restricted viewer's version also names the profile: it sees its own uploads only, so two profiles with one maximum
+    /// (switching on one device, one cache) never share a version.
+    func catalogVersion(row: SQLRow, viewer: ContentViewer) throws -> String {
         let subscription = row.optionalString("user_id") == nil ? nil : try Subscription(row: row)
         let entitled = subscription.flatMap { $0.isEntitled(at: clock.now()) ? $0.planID : nil } ?? subscriptions.catalog.freePlan.id
         let parts =
-            [entitled, row.optionalString("bought") ?? "", maxRating?.rawValue ?? "any"]
+            [entitled, row.optionalString("bought") ?? "", viewer.maxRating.map { "\($0.rawValue):\(viewer.profileID ?? "")" } ?? "any"]
             + ["packs_changed", "packs", "own", "own_changed"].map { String(row.optionalInt($0) ?? 0) }
         return parts.joined(separator: "|")
     }
 
     /// Every sticker the user can use now, by pack in catalog order (the editor catalog), plus their own uploads, and the
-    /// catalog's version (``catalogVersion(userID:maxRating:logger:)``) read in the same transaction.
+    /// catalog's version (``catalogVersion(userID:viewer:logger:)``) read in the same transaction.
     public func usable(
-        userID: String, maxRating: ContentRating?, logger: Logger
+        userID: String, viewer: ContentViewer, logger: Logger
     ) async throws -> (packs: [StickerPack], list: StickerList, version: String) {
+        let maxRating = viewer.maxRating
         // The version first: a change between the two reads makes the ETag older than the body, never newer (the next
         // revalidation then answers 200 again instead of a wrong 304).
-        let version = try await catalogVersion(userID: userID, maxRating: maxRating, logger: logger)
+        let version = try await catalogVersion(userID: userID, viewer: viewer, logger: logger)
         return try await database.readTransaction(logger: logger) { tx in
             let open = try await usablePacks(tx, userID: userID, maxRating: maxRating)
-            let stickers = try await store.stickers(tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)])
+            let stickers = try await store.stickers(tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)]).filter(viewer.sees)
             let premium = Set(open.filter(\.isPremium).map(\.id))
             let order = Dictionary(uniqueKeysWithValues: open.enumerated().map { ($1.id, $0) })
             let sorted = stickers.sorted { (order[$0.packID] ?? Int.max, $0.sortOrder, $0.id) < (order[$1.packID] ?? Int.max, $1.sortOrder, $1.id) }
@@ -226,10 +233,10 @@ public struct StickerContentService: Sendable {
 
     /// Records a use by a profile: 404 for a sticker it cannot use (a locked pack's, one rated above `maxRating`, another
     /// user's upload).
-    public func use(userID: String, profileID: String, maxRating: ContentRating?, stickerID: String, logger: Logger) async throws {
+    public func use(userID: String, profileID: String, viewer: ContentViewer, stickerID: String, logger: Logger) async throws {
         try await database.transaction(logger: logger) { tx in
-            guard let sticker = try await store.sticker(tx, id: stickerID),
-                try await canUse(tx, sticker: sticker, userID: userID, maxRating: maxRating)
+            guard let sticker = try await store.sticker(tx, id: stickerID), viewer.sees(sticker),
+                try await canUse(tx, sticker: sticker, userID: userID, maxRating: viewer.maxRating)
             else {
                 throw EntitlementError.stickerNotFound
             }
@@ -238,13 +245,14 @@ public struct StickerContentService: Sendable {
     }
 
     /// The profile's last 20 used stickers that it can still use.
-    public func recent(userID: String, profileID: String, maxRating: ContentRating?, logger: Logger) async throws -> StickerList {
+    public func recent(userID: String, profileID: String, viewer: ContentViewer, logger: Logger) async throws -> StickerList {
         try await database.readTransaction(logger: logger) { tx in
-            let open = try await usablePacks(tx, userID: userID, maxRating: maxRating)
+            let open = try await usablePacks(tx, userID: userID, maxRating: viewer.maxRating)
             let ids = Set(open.map(\.id))
             let premium = Set(open.filter(\.isPremium).map(\.id))
+            // Uses are recorded only for usable stickers; what is no longer usable (or visible to this viewer) drops out.
             let recent = try await store.recent(tx, userID: userID, profileID: profileID, limit: 60)
-                .filter { ids.contains($0.packID) || $0.packID == Sticker.customPackID }  // uses are recorded only for usable ones
+                .filter { (ids.contains($0.packID) || $0.packID == Sticker.customPackID) && viewer.sees($0) }
             let visible = Array(recent.prefix(20))
             return StickerList(
                 stickers: visible, signed: Set(visible.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id)))
@@ -253,13 +261,15 @@ public struct StickerContentService: Sendable {
 
     /// Stickers whose name or tags contain `query`, among packs the user can use and their own uploads; most used first.
     public func search(
-        userID: String, maxRating: ContentRating?, query: String, limit: Int, offset: Int, logger: Logger
+        userID: String, viewer: ContentViewer, query: String, limit: Int, offset: Int, logger: Logger
     ) async throws -> StickerList {
         try await database.readTransaction(logger: logger) { tx in
-            let open = try await usablePacks(tx, userID: userID, maxRating: maxRating)
+            let open = try await usablePacks(tx, userID: userID, maxRating: viewer.maxRating)
             let premium = Set(open.filter(\.isPremium).map(\.id))
+            // A viewer with a maximum finds its own uploads only (``ContentViewer/sees(_:)``, in SQL so pages stay full).
             let found = try await store.search(
-                tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)], query: query, limit: limit, offset: offset)
+                tx, packIDs: open.map(\.id) + [StickerStore.customPack(userID)], query: query, limit: limit, offset: offset,
+                uploadsOf: viewer.maxRating == nil ? .none : .some(viewer.profileID))
             return StickerList(
                 stickers: found, signed: Set(found.filter { premium.contains($0.packID) || $0.packID == Sticker.customPackID }.map(\.id)))
         }

@@ -50,7 +50,10 @@ struct UnlockJSON: Encodable, Sendable {
 struct PurchaseRequestJSON: Encodable, Sendable {
     let id: String
     let profileId: String
-    let packId: String
+    /// The pack asked for; for a service's ask to buy, `action` and `description` instead.
+    let packId: String?
+    let action: String?
+    let description: String?
     let tokens: Int64
     let status: String
     let createdAt: String
@@ -59,6 +62,7 @@ struct PurchaseRequestJSON: Encodable, Sendable {
 
     init(_ r: PurchaseRequest) {
         (id, profileId, packId, tokens, status) = (r.id, r.profileId, r.packId, r.tokens, r.status)
+        (action, description) = (r.action, r.description)
         (createdAt, expiresAt, resolvedAt) = (ISODate.string(r.createdAt), ISODate.string(r.expiresAt), r.resolvedAt.map(ISODate.string))
     }
 }

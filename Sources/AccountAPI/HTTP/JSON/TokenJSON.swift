@@ -1,5 +1,6 @@
 import Entitlements
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Ledger
 
@@ -119,7 +120,8 @@ struct LedgerGrantRequest: Codable {
 
 /// `POST /api/entitlements/reserve`'s answer: the hold, what it is for and the balances after it.
 struct ReservationJSON: Encodable, Sendable {
-    let holdId: String
+    /// The hold to capture or void; for an ask to buy, left out until the owner approves (`purchase_request.resolved`).
+    let holdId: String?
     let userId: String
     let tokens: Int64
     let expiresAt: String
@@ -128,10 +130,16 @@ struct ReservationJSON: Encodable, Sendable {
     let attributes: [String: String]?
     let description: String?
     let balances: BalancesJSON
+    let purchaseRequest: PurchaseRequestJSON?
 
     init(_ r: Reservation) {
-        (holdId, userId, tokens, expiresAt) = (r.hold.id, r.hold.userId, r.hold.amount, ISODate.string(r.hold.expiresAt))
+        (userId, tokens, expiresAt) = (r.hold.userId, r.hold.amount, ISODate.string(r.hold.expiresAt))
+        holdId = r.purchaseRequest == nil ? r.hold.id : nil
         (action, quantity, attributes, description) = (r.quote?.action, r.quote?.quantity, r.quote?.attributes, r.quote?.description)
         balances = BalancesJSON(r.balances)
+        purchaseRequest = r.purchaseRequest.map(PurchaseRequestJSON.init)
     }
+
+    /// 202 for an ask to buy (the owner decides), else 201.
+    static func status(_ r: Reservation) -> HTTPResponse.Status { r.purchaseRequest == nil ? .created : .accepted }
 }
