@@ -151,29 +151,6 @@ struct MaturityRatingHTTPTests {
             #expect(try await client.send(.put, "/api/family-profiles/\(kidID)", token: owner, json: lower).status == .ok)
             #expect(try await client.get("/api/stickers/recent", token: kid).json(Stickers.self).stickers.isEmpty)
 
-            // Uploads carry no rating: a profile with a maximum sees its own only, the owner's profile sees every upload.
-            struct Uploaded: Decodable { struct Item: Decodable { let id: String }; let sticker: Item }
-            let ownerUpload = try await client.uploadOwn(owner, try ImageProcessor.testPNG(width: 240, height: 240), name: "grown-up.png")
-            let kidUpload = try await client.uploadOwn(kid, try ImageProcessor.testPNG(width: 241, height: 240), name: "kid.png")
-            let ownerSticker = try ownerUpload.json(Uploaded.self).sticker.id
-            let kidSticker = try kidUpload.json(Uploaded.self).sticker.id
-            func custom(_ token: String) async throws -> [String] {
-                try await client.get("/api/stickers/pack/custom", token: token).json(Stickers.self).stickers.map(\.id).sorted()
-            }
-            #expect(try await custom(kid) == [kidSticker])
-            #expect(try await custom(owner) == [kidSticker, ownerSticker].sorted())
-            #expect(try await client.send(.post, "/api/stickers/\(ownerSticker)/use", token: kid).status == .notFound)
-            #expect(try await client.send(.post, "/api/stickers/\(kidSticker)/use", token: kid).status == .ok)
-            let search = try await client.get("/api/stickers/search?q=grown", token: kid).json(Stickers.self).stickers
-            #expect(search.isEmpty)
-            #expect(try await client.get("/api/stickers/search?q=grown", token: owner).json(Stickers.self).stickers.map(\.id) == [ownerSticker])
-            struct Items: Decodable {
-                struct Category: Decodable { struct Item: Decodable { let identifier: String }; let identifier: String; let stickers: [Item] }
-                let categories: [Category]
-            }
-            let kidItems = try await catalog(kid).json(Items.self).categories.flatMap { $0.stickers.map(\.identifier) }
-            #expect(kidItems.contains(kidSticker) && !kidItems.contains(ownerSticker))
-
             // Only the owner's profile sets it, never on itself; values are the scale's; removing it opens everything.
             #expect(
                 try await client.send(.put, "/api/family-profiles/\(kidID)", token: kid, json: #"{"name":"Kid","removeMaxContentRating":true}"#)
@@ -206,6 +183,38 @@ struct MaturityRatingHTTPTests {
             #expect(try await client.send(.put, "/api/admin/stickers/packs/teen", token: admin, json: #"{"iconUrl":null}"#).status == .ok)
             #expect(
                 try await client.get("/api/stickers/packs", token: owner).json(Packs.self).packs.first { $0.id == "teen" }?.contentRating == "13+")
+        }
+    }
+
+    @Test("uploads carry no rating: a profile with a maximum sees only its own, the owner's profile every one", arguments: TestDatabase.engines)
+    func uploadsAreSeenByTheirProfile(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let (owner, kid, _) = try await Self.family(client, app, email: "mr3@example.com")
+            // Uploads carry no rating: a profile with a maximum sees its own only, the owner's profile sees every upload.
+            struct Uploaded: Decodable { struct Item: Decodable { let id: String }; let sticker: Item }
+            let ownerUpload = try await client.uploadOwn(owner, try ImageProcessor.testPNG(width: 240, height: 240), name: "grown-up.png")
+            let kidUpload = try await client.uploadOwn(kid, try ImageProcessor.testPNG(width: 241, height: 240), name: "kid.png")
+            let ownerSticker = try ownerUpload.json(Uploaded.self).sticker.id
+            let kidSticker = try kidUpload.json(Uploaded.self).sticker.id
+            func custom(_ token: String) async throws -> [String] {
+                try await client.get("/api/stickers/pack/custom", token: token).json(Stickers.self).stickers.map(\.id).sorted()
+            }
+            #expect(try await custom(kid) == [kidSticker])
+            #expect(try await custom(owner) == [kidSticker, ownerSticker].sorted())
+            #expect(try await client.send(.post, "/api/stickers/\(ownerSticker)/use", token: kid).status == .notFound)
+            #expect(try await client.send(.post, "/api/stickers/\(kidSticker)/use", token: kid).status == .ok)
+            let search = try await client.get("/api/stickers/search?q=grown", token: kid).json(Stickers.self).stickers
+            #expect(search.isEmpty)
+            #expect(try await client.get("/api/stickers/search?q=grown", token: owner).json(Stickers.self).stickers.map(\.id) == [ownerSticker])
+            struct Items: Decodable {
+                struct Category: Decodable { struct Item: Decodable { let identifier: String }; let identifier: String; let stickers: [Item] }
+                let categories: [Category]
+            }
+            let kidItems = try await client.get("/api/stickers/catalog", token: kid).json(Items.self).categories.flatMap {
+                $0.stickers.map(\.identifier)
+            }
+            #expect(kidItems.contains(kidSticker) && !kidItems.contains(ownerSticker))
+
         }
     }
 }
