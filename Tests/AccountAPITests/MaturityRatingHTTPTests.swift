@@ -75,7 +75,11 @@ struct MaturityRatingHTTPTests {
                 struct Profile: Decodable { let maxContentRating: String? }
                 let unlockedStickerPacks: [String]; let actions: [String: [String: [String]]]; let profile: Profile?
             }
-            #expect(try await client.send(.post, "/api/stickers/packs/grown/unlock", token: owner).status == .ok)
+            let keyed: HTTPFields = [.idempotencyKey: "one-key"]
+            #expect(try await client.send(.post, "/api/stickers/packs/grown/unlock", token: owner, headers: keyed).status == .ok)
+            // The key is the owner's profile's: the child replaying it gets its own answer, not the owner's unlock.
+            let replayed = try await client.send(.post, "/api/stickers/packs/grown/unlock", token: kid, headers: keyed)
+            #expect(try replayed.status == .forbidden && replayed.problem().code == "content_restricted")
             let ownerView = try await client.get("/api/entitlements", token: owner).json(Snapshot.self)
             #expect(ownerView.unlockedStickerPacks.contains("grown") && ownerView.actions["generate.custom_content"] != nil)
             let kidView = try await client.get("/api/entitlements", token: kid).json(Snapshot.self)

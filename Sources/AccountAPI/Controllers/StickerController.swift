@@ -42,8 +42,10 @@ struct StickerController: Sendable {
             let result = try await stickers.unlock(userID: userID, packID: packID, profile: profile, logger: context.logger)
             return try JSONResponse(UnlockJSON(result), status: UnlockJSON.status(result)).response(from: request, context: context)
         }
+        // Keys are the acting profile's: another profile of the account replaying one gets its own answer, never the first's.
         let identity = IdempotentRequest(
-            caller: "user:\(userID)", key: try IdempotentResponse.key(request), fields: ["endpoint": "unlock", "packId": packID])
+            caller: "user:\(userID)" + (profile.map { ":profile:\($0.id)" } ?? ""), key: try IdempotentResponse.key(request),
+            fields: ["endpoint": "unlock", "packId": packID])
         let answer = try await stickers.unlock(
             identity, userID: userID, packID: packID, profile: profile, logger: context.logger)
         return try IdempotentResponse.response(answer, UnlockJSON.status, UnlockJSON.init)
