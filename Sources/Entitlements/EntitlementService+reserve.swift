@@ -67,6 +67,10 @@ extension EntitlementService {
         guard (input.action == nil) != (input.tokens == nil) else {
             throw EntitlementError.invalid(["give either action (with quantity and attributes) or tokens"])
         }
+        // Checked for every reservation, an ask to buy too (which holds for 48 hours instead), so a bad value is always 400.
+        guard (1...LedgerLimits.holdTTLSecondsMax).contains(input.ttlSeconds) else {
+            throw LedgerError.invalid("ttlSeconds must be from 1 to \(LedgerLimits.holdTTLSecondsMax).")
+        }
         let now = clock.now()
         let (plan, period) = try await subscriptions.planAndPeriod(userID: input.userID, now: now, tx)
         let access = try await profile(tx, input, plan: plan)

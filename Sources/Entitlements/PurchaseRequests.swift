@@ -52,6 +52,8 @@ public protocol PurchaseRequestNotifier: Sendable {
 /// hold is voided); past its expiry the request is `expired` and the ledger releases the hold like any other.
 extension StickerService {
     public static let purchaseRequestTTLSeconds = 48 * 3600
+    /// After the owner approves an action, its hold stays the service's for at least this long (an hour to do the work).
+    public static let approvedHoldSeconds = 3600
 
     /// The child's ask, in the unlock's transaction: (the request, whether it is new).
     func requestPurchase(
@@ -76,7 +78,7 @@ extension StickerService {
         let hold = try await ledger.hold(
             tx, userID: userID, amountTokens: pack.tokenPrice, ttlSeconds: Self.purchaseRequestTTLSeconds, reason: "purchase_request",
             metadata: #"{"packId":"\#(pack.id)","profileId":"\#(profile.id)","purchaseRequestId":"\#(id)"}"#,
-            ttlSecondsMax: Self.purchaseRequestTTLSeconds)
+            ttlSecondsMax: Self.purchaseRequestTTLSeconds, awaitingApproval: true)
         // Under the user's account locks now (taken by the hold): an approval or a purchase of this pack that committed
         // while this ask waited is seen here, and the ask is answered as for an owned pack (nothing held, no request).
         if try await packs.unlockedIDs(tx, userID: userID).contains(pack.id) {
@@ -116,7 +118,10 @@ extension StickerService {
     /// voids it as for any reservation. A request approved before answers as it is.
     public func approvePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
         try await resolve(userID: userID, requestID: requestID, as: "approved", logger: logger) { tx, request, holdID, now in
-            guard let packID = request.packId else { return }
+            guard let packID = request.packId else {
+                if let holdID { try await ledger.approveHold(tx, holdID: holdID, minimumSeconds: Self.approvedHoldSeconds) }
+                return
+            }
             // Free now or included in the plan since: nothing to buy. Otherwise the unlock row decides (bought meanwhile:
             // nothing to charge); either way a hold not charged goes back.
             let plan = try await subscriptions.currentPlan(userID: userID, now: now, tx)
@@ -127,7 +132,11 @@ extension StickerService {
                     "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT (user_id, pack_id) DO NOTHING RETURNING pack_id",
                     [userID, packID, request.tokens, now]) : []
             if let holdID {
-                if bought.isEmpty { _ = try await ledger.void(tx, holdID: holdID) } else { _ = try await ledger.capture(tx, holdID: holdID) }
+                if bought.isEmpty {
+                    _ = try await ledger.void(tx, holdID: holdID, byApprover: true)
+                } else {
+                    _ = try await ledger.capture(tx, holdID: holdID, byApprover: true)
+                }
             }
             if !bought.isEmpty {
                 try await tx.query("UPDATE pack_unlocks SET operation_id = ? WHERE user_id = ? AND pack_id = ?", [holdID, userID, packID])
@@ -140,7 +149,8 @@ extension StickerService {
     /// The owner declines: the hold is voided; a request declined before answers as it is.
     public func declinePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
         try await resolve(userID: userID, requestID: requestID, as: "declined", logger: logger) { tx, _, holdID, _ in
-            if let holdID { _ = try await ledger.void(tx, holdID: holdID) }
+            // A hold the ledger released meanwhile (expired with the request's last moment) has nothing left to give back.
+            if let holdID { do { _ = try await ledger.void(tx, holdID: holdID, byApprover: true) } catch LedgerError.holdResolved {} }
         }
     }
 
@@ -197,7 +207,7 @@ extension StickerService {
         let pending = try await tx.query("SELECT id, hold_id FROM purchase_requests WHERE \(condition) AND status = 'pending'", binds)
         for row in pending where try row.string("id") != except {
             if let holdID = row.optionalString("hold_id") {
-                do { _ = try await ledger.void(tx, holdID: holdID) } catch LedgerError.holdResolved {}
+                do { _ = try await ledger.void(tx, holdID: holdID, byApprover: true) } catch LedgerError.holdResolved {}
             }
             try await tx.query(
                 "UPDATE purchase_requests SET status = 'cancelled', resolved_at_ms = ? WHERE id = ?", [now, try row.string("id")])
@@ -234,7 +244,7 @@ extension EntitlementService {
         let now = clock.now()
         let id = UUID().uuidString.lowercased()
         let tokens = quote?.tokens ?? input.tokens ?? 0
-        let (action, description) = (quote?.action ?? "reserve", quote?.description ?? "\(tokens) tokens")
+        let (action, description) = (quote?.action ?? "reserve", quote?.description ?? (tokens == 1 ? "1 token" : "\(tokens) tokens"))
         let ttl = StickerService.purchaseRequestTTLSeconds
         try await tx.query(
             """
@@ -244,7 +254,7 @@ extension EntitlementService {
         let (hold, balances) = try await ledger.holdWithBalances(
             tx, userID: input.userID, amountTokens: tokens, ttlSeconds: ttl, reason: action,
             metadata: try Self.holdMetadata(quote, profileID: profile.id, caller: input.metadata, purchaseRequestID: id),
-            idempotencyKey: idempotencyKey, attribution: attribution, ttlSecondsMax: ttl)
+            idempotencyKey: idempotencyKey, attribution: attribution, ttlSecondsMax: ttl, awaitingApproval: true)
         try await tx.query("UPDATE purchase_requests SET hold_id = ? WHERE id = ?", [hold.id, id])
         guard let row = try await tx.first("SELECT * FROM purchase_requests WHERE id = ?", [id]) else {
             throw StorageError.decoding(column: "purchase_requests")

@@ -25,11 +25,12 @@ extension Ledger {
     /// With an `attribution`, the hold counts on the profile's allowance (``charge(_:_:userID:held:used:)``) until it resolves.
     public func hold(
         _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
-        idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax
+        idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax,
+        awaitingApproval: Bool = false
     ) async throws -> HoldState {
         try await holdWithBalances(
             tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata,
-            idempotencyKey: idempotencyKey, attribution: attribution, ttlSecondsMax: ttlSecondsMax
+            idempotencyKey: idempotencyKey, attribution: attribution, ttlSecondsMax: ttlSecondsMax, awaitingApproval: awaitingApproval
         ).hold
     }
 
@@ -37,7 +38,8 @@ extension Ledger {
     /// balances after it (no second read).
     public func holdWithBalances(
         _ tx: any SQLExecutor, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String? = nil,
-        idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax
+        idempotencyKey: String? = nil, attribution: Attribution? = nil, ttlSecondsMax: Int = LedgerLimits.holdTTLSecondsMax,
+        awaitingApproval: Bool = false
     ) async throws -> (hold: HoldState, balances: BucketBalances) {
         try Self.check(amountTokens: amountTokens, reason: reason, metadata: metadata)
         guard (1...ttlSecondsMax).contains(ttlSeconds) else {
@@ -51,12 +53,13 @@ extension Ledger {
         state.balances.heldTokens += amountTokens
         try await tx.query(
             """
-            INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms, profile_id, usage_period_ms)
-            VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+            INSERT INTO ledger_holds (id, user_id, amount, status, reason, metadata, expires_at_ms, created_at_ms, profile_id, usage_period_ms,
+                                      awaiting_approval)
+            VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
             """,
             [
                 holdID, userID, amountTokens, reason, metadata, now.addingTimeInterval(Double(ttlSeconds)), now, attribution?.profileID,
-                attribution?.periodStart,
+                attribution?.periodStart, awaitingApproval,
             ])
         for (index, part) in parts.enumerated() {
             try await post(
@@ -72,9 +75,12 @@ extension Ledger {
         return (hold, state.balances)
     }
 
-    /// Posts up to the held amount (default all) to consumption and returns the rest. Resolves once.
-    public func capture(_ tx: any SQLExecutor, holdID: String, amountTokens: Int64? = nil, idempotencyKey: String? = nil) async throws -> HoldState {
-        let (hold, now, state) = try await pendingHold(tx, holdID: holdID)
+    /// Posts up to the held amount (default all) to consumption and returns the rest. Resolves once. A hold awaiting its
+    /// owner's approval is resolved only `byApprover` (the purchase request's answer).
+    public func capture(
+        _ tx: any SQLExecutor, holdID: String, amountTokens: Int64? = nil, idempotencyKey: String? = nil, byApprover: Bool = false
+    ) async throws -> HoldState {
+        let (hold, now, state) = try await pendingHold(tx, holdID: holdID, byApprover: byApprover)
         let captured = amountTokens ?? hold.amount
         guard captured >= 1, captured <= hold.amount else { throw LedgerError.invalid("amount must be from 1 to the held \(hold.amount).") }
         var remaining = captured
@@ -104,9 +110,9 @@ extension Ledger {
     /// What ``settleUsage(_:hold:captured:)`` reads of a resolved hold.
     static let usageColumns = "profile_id, usage_period_ms, amount"
 
-    /// Returns everything a pending hold reserved. Resolves once.
-    public func void(_ tx: any SQLExecutor, holdID: String, idempotencyKey: String? = nil) async throws -> HoldState {
-        let (hold, now, state) = try await pendingHold(tx, holdID: holdID)
+    /// Returns everything a pending hold reserved. Resolves once; a hold awaiting approval only `byApprover`.
+    public func void(_ tx: any SQLExecutor, holdID: String, idempotencyKey: String? = nil, byApprover: Bool = false) async throws -> HoldState {
+        let (hold, now, state) = try await pendingHold(tx, holdID: holdID, byApprover: byApprover)
         var userState = state
         try await releaseAll(tx, &userState, holdID: holdID, status: "voided", reason: "void", now: now)
         let resolved = try await holdState(tx, id: holdID)!
@@ -154,15 +160,28 @@ extension Ledger {
     }
 
     /// Reads a hold, locks its user's accounts first (fixed lock order), then checks it is still pending.
-    func pendingHold(_ tx: any SQLExecutor, holdID: String) async throws -> (HoldState, Date, UserState) {
+    func pendingHold(_ tx: any SQLExecutor, holdID: String, byApprover: Bool = false) async throws -> (HoldState, Date, UserState) {
         guard let unlocked = try await holdState(tx, id: holdID) else { throw LedgerError.holdNotFound }
         let now = clock.now()
         let state = try await prepare(tx, userID: unlocked.userId, now: now)  // releases it if it expired
-        guard let hold = try await tx.first("SELECT * FROM ledger_holds WHERE id = ?" + tx.dialect.forUpdate, [holdID]).map(HoldState.init) else {
+        guard let row = try await tx.first("SELECT * FROM ledger_holds WHERE id = ?" + tx.dialect.forUpdate, [holdID]) else {
             throw LedgerError.holdNotFound
         }
+        let hold = try HoldState(row: row)
         guard hold.status == "pending" else { throw LedgerError.holdResolved(hold) }
+        if !byApprover, try row.bool("awaiting_approval") { throw LedgerError.holdAwaitingApproval }
         return (hold, now, state)
+    }
+
+    /// The owner approved the purchase request behind a hold: it is the caller's to capture or void from now on, for at
+    /// least `minimumSeconds` more (an approval late in the request's life still leaves time to do the work).
+    public func approveHold(_ tx: any SQLExecutor, holdID: String, minimumSeconds: Int) async throws {
+        let until = clock.now().addingTimeInterval(Double(minimumSeconds))
+        try await tx.query(
+            """
+            UPDATE ledger_holds SET awaiting_approval = ?, expires_at_ms = CASE WHEN expires_at_ms < ? THEN ? ELSE expires_at_ms END
+            WHERE id = ? AND status = 'pending'
+            """, [false, until, until, holdID])
     }
 
     func holdState(_ tx: any SQLExecutor, id: String) async throws -> HoldState? {

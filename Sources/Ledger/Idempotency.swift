@@ -181,7 +181,8 @@ extension LedgerError {
     var isRemembered: Bool {
         switch self {
         case .insufficientTokens, .holdNotFound, .holdResolved, .invalid, .transferNotFound, .alreadyReversed, .notReversible: true
-        case .userNotFound, .idempotencyConflict, .allowanceExceeded: false
+        // Not remembered: the same key may capture once the owner approves.
+        case .userNotFound, .idempotencyConflict, .allowanceExceeded, .holdAwaitingApproval: false
         }
     }
 }

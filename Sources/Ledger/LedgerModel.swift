@@ -25,6 +25,8 @@ public enum LedgerError: Error, Equatable, Sendable {
     case notReversible(String)
     /// The profile's allowance for the period would be passed; `remaining` is what it may still use.
     case allowanceExceeded(allowance: Int64, remaining: Int64)
+    /// The hold belongs to a purchase request the account's owner has not answered: only the answer resolves it.
+    case holdAwaitingApproval
 }
 
 /// What a user can spend now, per bucket, plus what pending holds reserve.

@@ -63,6 +63,7 @@ struct StoredLedgerError: Codable, Equatable {
         case .notReversible(let detail): self.init(kind: "not_reversible", detail: detail)
         case .allowanceExceeded(let allowance, let remaining):
             self.init(kind: "allowance_exceeded", availableTokens: remaining, detail: String(allowance))
+        case .holdAwaitingApproval: self.init(kind: "hold_awaiting_approval")
         }
     }
 
@@ -78,6 +79,7 @@ struct StoredLedgerError: Codable, Equatable {
         case "transfer_not_found": .transferNotFound
         case "already_reversed": reversalOperationId.map { .alreadyReversed(reversalOperationID: $0) }
         case "not_reversible": detail.map { .notReversible($0) }
+        case "hold_awaiting_approval": .holdAwaitingApproval
         case "allowance_exceeded":
             availableTokens.flatMap { remaining in detail.flatMap { Int64($0) }.map { .allowanceExceeded(allowance: $0, remaining: remaining) } }
         default: nil

@@ -63,6 +63,11 @@ struct AskToBuyHTTPTests {
             let again = try await f.ask("stars")
             #expect(try again.status == .accepted && again.json(AskBody.self).purchaseRequest?.id == request.id)
             #expect(try await client.balance(f.ownerToken).heldTokens == 5)
+            // A pack's request holds for the owner alone: no service capture charges it unanswered.
+            let held = try await app.rows("SELECT hold_id FROM purchase_requests WHERE id = ?", [request.id])[0].string("hold_id")
+            let taken = try await client.ledger(
+                "/api/ledger/holds/\(held)/capture", key: try await app.apiKey(["ledger:write"]), idempotencyKey: "take", json: "{}")
+            #expect(try taken.status == .conflict && taken.problem().code == "hold_awaiting_approval")
             #expect(try await app.mails(to: "b1@example.com").filter { $0.contains("Kid asks to buy") }.count == 1)
             #expect(try await f.list(f.kidToken).map(\.id) == [request.id])
             #expect(try await f.list(f.ownerToken).map(\.status) == ["pending"])
@@ -205,6 +210,16 @@ struct AskToBuyHTTPTests {
             #expect(try await client.balance(f.ownerToken).heldTokens == 2)
             #expect(try await app.mails(to: "b9@example.com").filter { $0.contains("Coloring page") }.count == 1)
             #expect(try await f.list(f.ownerToken).map(\.id) == [first.purchaseRequest.id])
+            // The hold is the owner's to answer: a service that learned its id (hold.created) can neither capture nor void it.
+            let pendingHold = try await app.rows("SELECT hold_id FROM purchase_requests WHERE id = ?", [first.purchaseRequest.id])[0].string(
+                "hold_id")
+            for verb in ["capture", "void"] {
+                let early = try await client.ledger(
+                    "/api/ledger/holds/\(pendingHold)/\(verb)", key: service, idempotencyKey: "early-\(verb)", json: "{}")
+                #expect(try early.status == .conflict && early.problem().code == "hold_awaiting_approval", "\(verb)")
+            }
+            let badTTL = #"{"userId":"\#(user)","profileId":"\#(f.kid)","tokens":1,"ttlSeconds":0,"askToBuy":true}"#
+            #expect(try await client.reserve(service, badTTL).status == .badRequest)
 
             // Ten parallel approvals resolve it once; the service learns the hold from the event and captures it.
             let taps = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -216,7 +231,9 @@ struct AskToBuyHTTPTests {
             let events = try await Self.events(app, "purchase_request.resolved")
             #expect(events.count == 1)
             let holdID = try #require(Self.holdID(in: events[0]))
-            let captured = try await client.ledger("/api/ledger/holds/\(holdID)/capture", key: service, idempotencyKey: "cap-1", json: "{}")
+            #expect(holdID == pendingHold)
+            // The same key that was refused before the approval captures now (a refusal to wait is not remembered).
+            let captured = try await client.ledger("/api/ledger/holds/\(holdID)/capture", key: service, idempotencyKey: "early-capture", json: "{}")
             #expect(captured.status == .ok)
             let after = try await client.balance(f.ownerToken)
             #expect(after.heldTokens == 0 && after.totalTokens == 151)  // 3 welcome + 150 Pro - 2

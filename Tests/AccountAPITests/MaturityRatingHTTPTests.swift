@@ -24,6 +24,11 @@ struct MaturityRatingHTTPTests {
         let categories: [Category]
     }
 
+    struct Snapshot: Decodable {
+        struct Profile: Decodable { let maxContentRating: String? }
+        let unlockedStickerPacks: [String]; let actions: [String: [String: [String]]]; let profile: Profile?
+    }
+
     /// Packs `kids` (all), `teen` (13+) and `grown` (18+, premium), each with one sticker tagged "cat"; a Pro owner and a
     /// profile `Kid` with `maxContentRating` 9+ selected on the returned kid session.
     static func family(_ client: any TestClientProtocol, _ app: TestApp, email: String) async throws -> (owner: String, kid: String, kidID: String) {
@@ -71,10 +76,6 @@ struct MaturityRatingHTTPTests {
             #expect(try await client.send(.post, "/api/stickers/\(teenSticker)/use", token: owner).status == .ok)
 
             // The entitlement snapshot shows the maximum and leaves out what is rated above it (grown is the owner's now).
-            struct Snapshot: Decodable {
-                struct Profile: Decodable { let maxContentRating: String? }
-                let unlockedStickerPacks: [String]; let actions: [String: [String: [String]]]; let profile: Profile?
-            }
             let keyed: HTTPFields = [.idempotencyKey: "one-key"]
             #expect(try await client.send(.post, "/api/stickers/packs/grown/unlock", token: owner, headers: keyed).status == .ok)
             // The key is the owner's profile's: the child replaying it gets its own answer, not the owner's unlock.
@@ -206,6 +207,7 @@ struct MaturityRatingHTTPTests {
             #expect(try await custom(kid) == [kidSticker])
             #expect(try await custom(owner) == [kidSticker, ownerSticker].sorted())
             #expect(try await client.send(.post, "/api/stickers/\(ownerSticker)/use", token: kid).status == .notFound)
+            #expect(try await client.send(.delete, "/api/stickers/\(ownerSticker)", token: kid).status == .notFound)
             #expect(try await client.send(.post, "/api/stickers/\(kidSticker)/use", token: kid).status == .ok)
             let search = try await client.get("/api/stickers/search?q=grown", token: kid).json(Stickers.self).stickers
             #expect(search.isEmpty)

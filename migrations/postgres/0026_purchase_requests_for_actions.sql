@@ -5,3 +5,6 @@
 ALTER TABLE purchase_requests ALTER COLUMN pack_id DROP NOT NULL;
 ALTER TABLE purchase_requests ADD COLUMN action TEXT;
 ALTER TABLE purchase_requests ADD COLUMN description TEXT;
+-- The hold of a pending request waits for the owner: only the approval (or a decline, or expiry) resolves it, never a
+-- service's capture or void (the ledger's column; cleared when the owner approves an action).
+ALTER TABLE ledger_holds ADD COLUMN awaiting_approval BOOLEAN NOT NULL DEFAULT FALSE;

@@ -22,3 +22,6 @@ DROP TABLE purchase_requests;
 ALTER TABLE purchase_requests_new RENAME TO purchase_requests;
 CREATE UNIQUE INDEX purchase_requests_pending ON purchase_requests (profile_id, pack_id) WHERE status = 'pending';
 CREATE INDEX purchase_requests_user ON purchase_requests (user_id, created_at_ms);
+-- The hold of a pending request waits for the owner: only the approval (or a decline, or expiry) resolves it, never a
+-- service's capture or void (the ledger's column; cleared when the owner approves an action).
+ALTER TABLE ledger_holds ADD COLUMN awaiting_approval BOOLEAN NOT NULL DEFAULT FALSE;

@@ -163,11 +163,11 @@ struct StickerContentController: Sendable {
     /// Needs the same permission as an upload; files nothing uses any more leave the blob store.
     @Sendable func deleteUpload(_ request: Request, context: AppRequestContext) async throws -> Response {
         let session = try await authenticator.session(request, context)
-        guard try await authenticator.permissions(session, context)?.canUseCustomContentTypes ?? true else {
-            throw Problem.forbidden("This profile cannot change the account's own stickers.")
-        }
+        let permissions = try await authenticator.permissions(session, context)
+        guard permissions?.canUseCustomContentTypes ?? true else { throw Problem.forbidden("This profile cannot change the account's own stickers.") }
+        let viewer = ContentViewer(profileID: permissions?.id, maxRating: permissions?.maxContentRating)
         let unused = try await content.deleteUpload(
-            userID: session.user.id, stickerID: try context.pathParameter("stickerId"), logger: context.logger)
+            userID: session.user.id, viewer: viewer, stickerID: try context.pathParameter("stickerId"), logger: context.logger)
         for key in unused { try? await media.blobs.delete(key) }
         return Response(status: .noContent)
     }

@@ -1414,6 +1414,7 @@ paths:
       tags: [ledger]
       operationId: ledgerCaptureHold
       summary: Post up to the held amount (default all) and release the rest.
+      description: A hold behind a purchase request the account's owner has not answered is 409 hold_awaiting_approval (not remembered under the key).
       security: [{ apiKey: [] }]
       parameters:
         - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
@@ -1441,6 +1442,7 @@ paths:
       tags: [ledger]
       operationId: ledgerVoidHold
       summary: Release everything a pending hold reserved.
+      description: A hold behind a purchase request the account's owner has not answered is 409 hold_awaiting_approval.
       security: [{ apiKey: [] }]
       parameters:
         - { name: Idempotency-Key, in: header, required: true, schema: { type: string, maxLength: 255 }, description: "Same key and body replays the stored result (failures too); same key with another body is 409 idempotency_conflict. Kept 35 days, per caller." }
@@ -1839,7 +1841,7 @@ paths:
                   description: { type: string, description: "What history shows, e.g. \"Coloring page, ultra ×2\"." }
                   balances: { $ref: "#/components/schemas/Balances" }
         "202":
-          description: "Asked to buy (askToBuy, a profile that cannot make purchases): the price is held for the owner's answer. No holdId yet: purchase_request.resolved carries it once the owner approves; capture or void it then."
+          description: "Asked to buy (askToBuy, a profile that cannot make purchases): the price is held for the owner's answer. No holdId yet: purchase_request.resolved carries it once the owner approves (the hold then lasts at least another hour); capture or void it then. Until the answer the hold cannot be captured or voided (409 hold_awaiting_approval). A replay with the same Idempotency-Key answers as the first time (status pending): the owner's answer comes only by the event."
           content:
             application/json:
               schema:
@@ -3019,7 +3021,7 @@ components:
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
             upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required, feature_not_in_plan,
-            profile_restricted, allowance_exceeded, purchase_request_resolved, content_restricted]
+            profile_restricted, allowance_exceeded, purchase_request_resolved, content_restricted, hold_awaiting_approval]
       additionalProperties: true
     EmailRequest:
       type: object

@@ -34,6 +34,12 @@ extension LedgerError {
                 detail: "This profile's monthly allowance is \(allowance) tokens; \(remaining) remain this period. The account owner can raise it."
             )
             .with("allowance", .int(Int(allowance))).with("remainingTokens", .int(Int(remaining)))
+        case .holdAwaitingApproval:
+            Problem(
+                .conflict, code: "hold_awaiting_approval",
+                detail:
+                    "This hold belongs to a purchase request the account's owner has not answered; purchase_request.resolved says when it may be captured."
+            )
         }
     }
 }

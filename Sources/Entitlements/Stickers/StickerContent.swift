@@ -152,10 +152,13 @@ public struct StickerContentService: Sendable {
 
     /// Deletes one of the user's own uploads and gives its allowance back; returns its files that nothing uses any
     /// more (the caller removes them from the blob store, so deleted uploads do not fill the disk).
-    public func deleteUpload(userID: String, stickerID: String, logger: Logger) async throws -> [String] {
+    /// A viewer that does not see the upload (another profile's, for a profile with a maximum) gets `stickerNotFound`, as
+    /// for an id that does not exist.
+    public func deleteUpload(userID: String, viewer: ContentViewer, stickerID: String, logger: Logger) async throws -> [String] {
         try await database.transaction(logger: logger) { tx in
+            guard let sticker = try await store.sticker(tx, id: stickerID), viewer.sees(sticker) else { throw EntitlementError.stickerNotFound }
             let deleted = try await tx.query(
-                "DELETE FROM stickers WHERE id = ? AND owner_user_id = ? RETURNING bytes, image_key, thumbnail_key", [stickerID, userID])
+                "DELETE FROM stickers WHERE id = ? AND owner_user_id = ? RETURNING bytes, image_key, thumbnail_key", [sticker.id, userID])
             guard let row = deleted.first, let bytes = row.optionalInt("bytes") else { throw EntitlementError.stickerNotFound }
             try await tx.query("DELETE FROM sticker_uses WHERE sticker_id = ?", [stickerID])
             try await store.releaseUpload(tx, userID: userID, bytes: Int(bytes))
