@@ -46,7 +46,7 @@ public protocol PurchaseRequestNotifier: Sendable {
 }
 
 /// Ask to buy, in one place. A profile without `canMakePurchases` that unlocks a premium pack gets a pending request
-/// instead of a refusal: the price is held (guaranteed) for ``purchaseRequestTTLSeconds``; asking again merges into the
+/// instead of a refusal: the price is held (guaranteed) for ``purchaseRequestTTLSeconds``, on the profile's allowance; asking again merges into the
 /// pending request (one per profile and pack, by a unique index); the owner approves (the hold is captured and the
 /// pack unlocked, exactly once however many taps: the request row is locked and its status checked) or declines (the
 /// hold is voided); past its expiry the request is `expired` and the ledger releases the hold like any other.
@@ -57,7 +57,7 @@ extension StickerService {
 
     /// The child's ask, in the unlock's transaction: (the request, whether it is new).
     func requestPurchase(
-        _ tx: any SQLExecutor, userID: String, pack: StickerPack, profile: ProfilePermissions, now: Date
+        _ tx: any SQLExecutor, userID: String, pack: StickerPack, profile: ProfilePermissions, now: Date, attribution: Attribution?
     ) async throws -> (PurchaseRequest, created: Bool) {
         try await tx.query(
             "UPDATE purchase_requests SET status = 'expired', resolved_at_ms = ? WHERE profile_id = ? AND pack_id = ? AND status = 'pending' AND expires_at_ms <= ?",
@@ -78,7 +78,7 @@ extension StickerService {
         let hold = try await ledger.hold(
             tx, userID: userID, amountTokens: pack.tokenPrice, ttlSeconds: Self.purchaseRequestTTLSeconds, reason: "purchase_request",
             metadata: #"{"packId":"\#(pack.id)","profileId":"\#(profile.id)","purchaseRequestId":"\#(id)"}"#,
-            ttlSecondsMax: Self.purchaseRequestTTLSeconds, awaitingApproval: true)
+            attribution: attribution, ttlSecondsMax: Self.purchaseRequestTTLSeconds, awaitingApproval: true)
         // Under the user's account locks now (taken by the hold): an approval or a purchase of this pack that committed
         // while this ask waited is seen here, and the ask is answered as for an owned pack (nothing held, no request).
         if try await packs.unlockedIDs(tx, userID: userID).contains(pack.id) {

@@ -104,7 +104,8 @@ public struct StickerService: Sendable {
             // Ask to buy: a locked premium pack with a price becomes a pending request holding the price.
             guard let pack = try await packs.pack(tx, id: packID), pack.isActive else { throw EntitlementError.packNotFound }
             if pack.tokenPrice > 0, packs.isLocked(pack, plan: plan, bought: try await packs.unlockedIDs(tx, userID: userID)) {
-                let (request, created) = try await requestPurchase(tx, userID: userID, pack: pack, profile: profile, now: now)
+                let (request, created) = try await requestPurchase(
+                    tx, userID: userID, pack: pack, profile: profile, now: now, attribution: access.map { Attribution($0, period: period) })
                 return UnlockResult(
                     packID: packID, spent: nil, purchaseRequest: request, requestCreated: created,
                     notice: .init(profileName: profile.name, packName: pack.name))

@@ -82,6 +82,7 @@ struct AskToBuyHTTPTests {
             #expect(taps == Array(repeating: 200, count: 10))
             let balance = try await client.balance(f.ownerToken)
             #expect(balance.heldTokens == 0 && balance.totalTokens == 148)  // 3 welcome + 150 - 5, charged once
+            #expect(try await client.usage(f.ownerToken, f.kid).used == 5)  // the ask counted on the child's allowance
             #expect(try await client.send(.post, "/api/entitlements/check", token: f.kidToken, json: #"{"packId":"stars"}"#).text.contains("true"))
             #expect(try await f.resolve(request.id, "decline").status == .conflict)
             #expect(try await f.resolve("nope", "approve").status == .notFound)
