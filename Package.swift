@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "SafeJSON", swiftSettings: swiftSettings),
         .target(name: "CSQLiteSupport"),
         // Storage: one small SQL interface over PostgreSQL (postgres-nio) and SQLite (sqlite-nio),
-        // the transaction helper, migrations runner and the injectable clock.
+        // the transaction helper and the migrations runner.
         .target(
             name: "Storage",
             dependencies: [
@@ -70,10 +70,19 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Time: the injectable clock every timestamp comes from, and the one ISO 8601 format of every answer and event.
+        .target(name: "Clock", swiftSettings: swiftSettings),
+        // Ports every module records through inside its own transaction: domain events (the outbox, owned by Webhooks) and
+        // the audit trail (owned by Auth). Implementations are handed to modules at wiring.
+        .target(name: "Events", dependencies: ["Storage", "Clock"], swiftSettings: swiftSettings),
+        // Secrets that must be recovered (TOTP, webhook endpoint secrets), sealed under a key derived from the server secret.
+        .target(name: "Secrets", dependencies: [.product(name: "Crypto", package: "swift-crypto")], swiftSettings: swiftSettings),
+        // IP networks in CIDR notation: trusted proxies, budget keys by network, the webhook address policy.
+        .target(name: "Networks", swiftSettings: swiftSettings),
         .target(
             name: "Auth",
             dependencies: [
-                "CArgon2", "Storage",
+                "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -85,13 +94,13 @@ let package = Package(
         ),
         .target(
             name: "Ledger",
-            dependencies: ["Storage", .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics")],
+            dependencies: ["Clock", "Events", "Storage", .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "Entitlements",
             dependencies: [
-                "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                "Clock", "Events", "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: swiftSettings
@@ -101,7 +110,7 @@ let package = Package(
         .target(
             name: "Billing",
             dependencies: [
-                "Entitlements", "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"),
+                "Clock", "Entitlements", "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Metrics", package: "swift-metrics"),
             ],
@@ -112,7 +121,7 @@ let package = Package(
         .target(
             name: "Webhooks",
             dependencies: [
-                "Storage", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                "Clock", "Events", "Networks", "Secrets", "Storage", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -134,7 +143,7 @@ let package = Package(
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
+                "Clock", "Networks", "Secrets", "Events", "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -152,7 +161,7 @@ let package = Package(
         .executableTarget(
             name: "AccountService",
             dependencies: [
-                "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage", "Media",
+                "Clock", "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage", "Media",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -171,14 +180,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
-        .testTarget(name: "AuthTests", dependencies: ["Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "StorageTests", dependencies: ["Clock", "Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
+        .testTarget(name: "AuthTests", dependencies: ["Clock", "Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "MediaTests", dependencies: ["Media", "MediaImages"], swiftSettings: swiftSettings),
-        .testTarget(name: "LedgerTests", dependencies: ["Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "LedgerTests", dependencies: ["Clock", "Events", "Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "EntitlementsTests",
             dependencies: [
-                "Entitlements", "Billing", "Ledger", "Storage", "TestSupport", "Auth",
+                "Clock", "Entitlements", "Billing", "Ledger", "Storage", "TestSupport", "Auth",
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -186,7 +195,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "AccountAPI", "Storage", "Auth", "Entitlements", "Billing", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
+                "Clock", "Networks", "Events", "Secrets", "AccountAPI", "Storage", "Auth", "Entitlements", "Billing", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),

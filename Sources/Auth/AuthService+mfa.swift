@@ -1,5 +1,7 @@
+import Clock
 import Foundation
 import Logging
+import Secrets
 import Storage
 
 /// What enrolling shows the user once: the secret for the authenticator app.

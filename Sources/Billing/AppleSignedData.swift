@@ -1,3 +1,4 @@
+import Clock
 import Crypto
 import Entitlements
 import Foundation

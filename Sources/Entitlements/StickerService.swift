@@ -1,3 +1,5 @@
+import Clock
+import Events
 import Foundation
 import Ledger
 import Logging

@@ -1,5 +1,8 @@
+import Clock
+import Events
 import Foundation
 import Logging
+import Secrets
 import Storage
 
 /// Endpoints and their deliveries, as operators manage them (`/api/admin/webhooks`). Secrets are shown once (create,

@@ -1,4 +1,5 @@
 import Foundation
+import Networks
 import Storage
 
 #if canImport(Glibc)

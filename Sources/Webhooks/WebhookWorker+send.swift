@@ -1,6 +1,8 @@
+import Clock
 import Foundation
 import Logging
 import Metrics
+import Secrets
 import Storage
 
 /// How a try went, as the sender saw it.

@@ -1,6 +1,9 @@
+import Clock
+import Events
 import Foundation
 import Logging
 import Metrics
+import Secrets
 import Storage
 
 /// Delivers the outbox. Each pass (on every node; the database arbitrates):

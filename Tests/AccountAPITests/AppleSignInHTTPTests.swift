@@ -1,4 +1,5 @@
 import Auth
+import Clock
 import Crypto
 import Foundation
 import HTTPTypes

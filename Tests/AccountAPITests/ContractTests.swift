@@ -1,3 +1,4 @@
+import Clock
 import Entitlements
 import Foundation
 import Hummingbird
@@ -174,7 +175,7 @@ extension ContractTests {
     /// Timestamps come from the injected clock (`TimeSource`), so tests can move time and every node agrees with its
     /// database. The wall clock is read only where no business time is meant, each named here with why.
     static let wallClockReaders: [String: String] = [
-        "Storage/TimeSource.swift": "the system clock itself",
+        "Clock/TimeSource.swift": "the system clock itself",
         "Storage/Migration.swift": "when a migration was applied (operations, before any clock is wired)",
         "Auth/Mail/Mailer.swift": "a mail's Date header and file name (transport time)",
         "AccountAPI/Logging/JSONLogHandler.swift": "log line timestamps",

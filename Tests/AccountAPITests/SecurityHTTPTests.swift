@@ -1,9 +1,11 @@
 import Auth
+import Clock
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import Logging
 import NIOCore
+import Networks
 import Storage
 import TestSupport
 import Testing

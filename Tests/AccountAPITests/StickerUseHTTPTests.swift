@@ -1,3 +1,4 @@
+import Clock
 import Entitlements
 import Foundation
 import HTTPTypes

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
+import Networks
 import Storage
 import Synchronization
 import TestSupport

@@ -1,4 +1,5 @@
 import Auth
+import Clock
 import Foundation
 import Storage
 import TestSupport

@@ -1,4 +1,5 @@
 import Auth
+import Clock
 import Entitlements
 import Foundation
 import Ledger

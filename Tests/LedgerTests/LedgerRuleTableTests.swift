@@ -1,3 +1,4 @@
+import Clock
 import Foundation
 import Ledger
 import Storage

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Auth
 import Billing
+import Clock
 import Entitlements
 import Foundation
 import Identity
@@ -8,6 +9,7 @@ import Ledger
 import Logging
 import Media
 import PostgresNIO
+import Secrets
 import Storage
 import Webhooks
 import X509

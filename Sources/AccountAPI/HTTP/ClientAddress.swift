@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Networks
 import Storage
 
 /// Which hops may tell the client's address (`TRUSTED_PROXIES`): the socket peer when it is not trusted; otherwise the

@@ -1,4 +1,5 @@
 import Foundation
+import Networks
 import Storage
 
 /// The keys of the auth flows' attempt budgets. Addresses appear only as keyed hashes (``SecretHasher/addressKey(_:)``).

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Secrets
 import Storage
 
 /// Session tokens, one-time codes and the keyed hashes that stand in for them in the database.

@@ -1,4 +1,6 @@
+import Clock
 import Foundation
+import Storage
 
 /// A value in an event's `data` (JSON): exact integers, never floating point.
 public indirect enum EventValue: Sendable, Equatable {

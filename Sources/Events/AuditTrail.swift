@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 
 /// Where security-relevant and operator actions are recorded (who, what, when, from where). The audit log's owner (Auth,
 /// `AuditLog`) implements it; other modules receive it at wiring and record inside their own transaction, so an action
