@@ -120,6 +120,8 @@ public enum EntitlementError: Error, Equatable, Sendable {
     case stickerExists(String)
     case stickerNotFound
     case uploadQuotaExceeded(maxStickers: Int, maxBytes: Int)
+    /// The acting profile may not add (or, `change`, remove) the account's own stickers.
+    case ownStickersNotAllowed(change: Bool)
     /// The plan or the profile does not allow this (a reservation's refusal; the reason is the problem's code).
     case refused(Refusal, detail: String)
     /// The account has no profile with this id.

@@ -94,7 +94,8 @@ public struct Dependencies: Sendable {
                 clock: clock,
                 accounts: AuthDirectory(), notifier: OwnerPurchaseMail(auth: auth)),
             stickerContent: StickerContentService(
-                database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads),
+                database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads,
+                images: media),
             media: media,
             billing: BillingService(
                 database: database, machine: machine, apple: apple,

@@ -8,7 +8,7 @@ import NIOPosix
 import Storage
 
 /// The media side: image checks and thumbnails (libvips), the blob store (`DATA_DIR/media`), signed URLs.
-struct MediaServices: Sendable {
+struct MediaServices: UploadedImages {
     /// Bytes one multipart request may carry (20 images of 500 KB and their headers).
     static let maxUploadBody = 12 * 1024 * 1024
 
@@ -54,4 +54,7 @@ struct MediaServices: Sendable {
             imageKey: imageKey, thumbnailKey: thumbnailKey, fileType: info.format.rawValue, width: info.width, height: info.height,
             isAnimated: info.isAnimated, bytes: optimised.count)
     }
+
+    /// A file nothing uses any more; one that is already gone is no failure.
+    func remove(_ key: String) async { try? await blobs.delete(key) }
 }

@@ -137,40 +137,32 @@ struct StickerContentController: Sendable {
 
     /// One image (a part named `file`, optional `name`) into the user's own pack, within their allowance (reserved first).
     @Sendable func upload(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let session = try await authenticator.session(request, context)
-        let permissions = try await authenticator.permissions(session, context)
-        guard permissions?.canUseCustomContentTypes ?? true else { throw Problem.forbidden("This profile cannot add its own stickers.") }
+        let uploader = try await uploader(request, context)
         var request = request
         let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }), parts.filter({ $0.name == "file" }).count == 1 else {
             throw Problem.validation("Send one image as a multipart/form-data part named 'file'.")
         }
-        let data = Data(file.body)
-        let userID = session.user.id
-        try await content.reserveUpload(userID: userID, bytes: data.count, logger: context.logger)
-        do {
-            let stored = try await media.store(data, owner: userID, logger: context.logger)
-            let name = Multipart.text(parts, "name").flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
-            let sticker = try await content.addUpload(
-                userID: userID, profileID: permissions?.id, name: name, image: stored, reservedBytes: data.count, logger: context.logger)
-            return try JSONResponse(UploadResponse(sticker: media.json(sticker, signed: true)), status: .created).response(
-                from: request, context: context)
-        } catch {
-            try? await content.releaseUpload(userID: userID, bytes: data.count, logger: context.logger)
-            throw error
-        }
+        let sticker = try await content.upload(
+            Data(file.body), name: Multipart.text(parts, "name"), fileStem: Multipart.fileStem(file), by: uploader, logger: context.logger)
+        return try JSONResponse(UploadResponse(sticker: media.json(sticker, signed: true)), status: .created).response(
+            from: request, context: context)
     }
 
     /// Needs the same permission as an upload; files nothing uses any more leave the blob store.
     @Sendable func deleteUpload(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let uploader = try await uploader(request, context)
+        try await content.deleteUpload(stickerID: try context.pathParameter("stickerId"), by: uploader, logger: context.logger)
+        return Response(status: .noContent)
+    }
+
+    /// The account and acting profile changing the account's own stickers (the owner's when none is selected).
+    func uploader(_ request: Request, _ context: AppRequestContext) async throws -> Uploader {
         let session = try await authenticator.session(request, context)
         let permissions = try await authenticator.permissions(session, context)
-        guard permissions?.canUseCustomContentTypes ?? true else { throw Problem.forbidden("This profile cannot change the account's own stickers.") }
-        let viewer = ContentViewer(profileID: permissions?.id, maxRating: permissions?.maxContentRating)
-        let unused = try await content.deleteUpload(
-            userID: session.user.id, viewer: viewer, stickerID: try context.pathParameter("stickerId"), logger: context.logger)
-        for key in unused { try? await media.blobs.delete(key) }
-        return Response(status: .noContent)
+        return Uploader(
+            userID: session.user.id, viewer: ContentViewer(profileID: permissions?.id, maxRating: permissions?.maxContentRating),
+            mayChangeOwnStickers: permissions?.canUseCustomContentTypes ?? true)
     }
 
     /// A stored file: immutable (content-addressed), with an ETag and byte ranges; private files need a valid signature.

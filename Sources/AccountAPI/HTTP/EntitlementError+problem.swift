@@ -14,6 +14,8 @@ extension EntitlementError {
         case .invalid(let problems): Problem.validation(problems.joined(separator: "; "))
         case .packLocked:
             Problem(.forbidden, code: "pack_locked", detail: "This premium pack is locked: unlock it with tokens or a plan that includes it.")
+        case .ownStickersNotAllowed(let change):
+            Problem.forbidden(change ? "This profile cannot change the account's own stickers." : "This profile cannot add its own stickers.")
         case .stickerNotFound: Problem.notFound("No such sticker (or not one you can use).")
         case .uploadQuotaExceeded(let stickers, let bytes):
             Problem(

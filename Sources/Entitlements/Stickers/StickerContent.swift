@@ -51,14 +51,16 @@ public struct StickerContentService: Sendable {
     let audit: any AuditTrail
     let clock: any TimeSource
     let allowance: UploadAllowance
+    /// Where uploads' images are checked and stored (``upload(_:name:fileStem:by:logger:)``).
+    let images: any UploadedImages
     let store = StickerStore()
 
     public init(
         database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, audit: any AuditTrail, clock: any TimeSource,
-        allowance: UploadAllowance = UploadAllowance()
+        allowance: UploadAllowance = UploadAllowance(), images: any UploadedImages = NoUploadedImages()
     ) {
-        (self.database, self.packs, self.subscriptions, self.audit, self.clock, self.allowance) =
-            (database, packs, subscriptions, audit, clock, allowance)
+        (self.database, self.packs, self.subscriptions, self.audit, self.clock, self.allowance, self.images) =
+            (database, packs, subscriptions, audit, clock, allowance, images)
     }
 
     // MARK: - Operators
@@ -123,7 +125,7 @@ public struct StickerContentService: Sendable {
     // MARK: - Users
 
     /// Reserves one upload of `bytes` in the user's allowance (before any image work); 429-style refusal when full.
-    public func reserveUpload(userID: String, bytes: Int, logger: Logger) async throws {
+    func reserveUpload(userID: String, bytes: Int, logger: Logger) async throws {
         let allowance = allowance
         let reserved = try await database.transaction(logger: logger) { tx in
             try await store.reserveUpload(tx, userID: userID, bytes: bytes, maxStickers: allowance.maxStickers, maxBytes: allowance.maxBytes)
@@ -132,13 +134,13 @@ public struct StickerContentService: Sendable {
     }
 
     /// Gives a reservation back when the upload stored nothing.
-    public func releaseUpload(userID: String, bytes: Int, logger: Logger) async throws {
+    func releaseUpload(userID: String, bytes: Int, logger: Logger) async throws {
         try await database.transaction(logger: logger) { tx in try await store.releaseUpload(tx, userID: userID, bytes: bytes) }
     }
 
     /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`. The allowance keeps the stored
     /// size: the difference to the `reservedBytes` sent is given back.
-    public func addUpload(
+    func addUpload(
         userID: String, profileID: String?, name: String, image: StoredImage, reservedBytes: Int, logger: Logger
     ) async throws -> Sticker {
         let id = "custom:\(UUID().uuidString.lowercased())"
@@ -156,7 +158,7 @@ public struct StickerContentService: Sendable {
     /// more (the caller removes them from the blob store, so deleted uploads do not fill the disk).
     /// A viewer that does not see the upload (another profile's, for a profile with a maximum) gets `stickerNotFound`, as
     /// for an id that does not exist.
-    public func deleteUpload(userID: String, viewer: ContentViewer, stickerID: String, logger: Logger) async throws -> [String] {
+    func deleteUpload(userID: String, viewer: ContentViewer, stickerID: String, logger: Logger) async throws -> [String] {
         try await database.transaction(logger: logger) { tx in
             guard let sticker = try await store.sticker(tx, id: stickerID), viewer.sees(sticker) else { throw EntitlementError.stickerNotFound }
             let deleted = try await tx.query(

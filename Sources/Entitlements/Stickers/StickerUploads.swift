@@ -1,0 +1,55 @@
+import Foundation
+import Logging
+
+/// Where an upload's image goes before its row is written: checked and thumbnailed off the event loops, its files kept
+/// by content (Media's image worker and blob store, handed over at wiring); and where files nothing uses any more go.
+public protocol UploadedImages: Sendable {
+    func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage
+    func remove(_ key: String) async
+}
+
+/// Who changes the account's own stickers: the account, the acting profile (what it sees) and whether that profile may
+/// add and remove the account's own stickers (its `canUseCustomContentTypes`; the owner always may).
+public struct Uploader: Sendable {
+    public let userID: String
+    public let viewer: ContentViewer
+    public let mayChangeOwnStickers: Bool
+
+    public init(userID: String, viewer: ContentViewer, mayChangeOwnStickers: Bool) {
+        (self.userID, self.viewer, self.mayChangeOwnStickers) = (userID, viewer, mayChangeOwnStickers)
+    }
+}
+
+/// The upload workflow, in one place: permission, a reservation in the allowance before any image work, the image
+/// work and its files, the row; a failure anywhere after the reservation gives it back. Deleting gives the allowance
+/// back and removes the files nothing else uses.
+extension StickerContentService {
+    public func upload(_ data: Data, name: String?, fileStem: String?, by uploader: Uploader, logger: Logger) async throws -> Sticker {
+        guard uploader.mayChangeOwnStickers else { throw EntitlementError.ownStickersNotAllowed(change: false) }
+        try await reserveUpload(userID: uploader.userID, bytes: data.count, logger: logger)
+        do {
+            let stored = try await images.store(data, owner: uploader.userID, logger: logger)
+            let name = name.flatMap(Sticker.cleanName) ?? fileStem.flatMap(Sticker.cleanName) ?? "sticker"
+            return try await addUpload(
+                userID: uploader.userID, profileID: uploader.viewer.profileID, name: name, image: stored, reservedBytes: data.count, logger: logger)
+        } catch {
+            try? await releaseUpload(userID: uploader.userID, bytes: data.count, logger: logger)
+            throw error
+        }
+    }
+
+    public func deleteUpload(stickerID: String, by uploader: Uploader, logger: Logger) async throws {
+        guard uploader.mayChangeOwnStickers else { throw EntitlementError.ownStickersNotAllowed(change: true) }
+        let unused = try await deleteUpload(userID: uploader.userID, viewer: uploader.viewer, stickerID: stickerID, logger: logger)
+        for key in unused { await images.remove(key) }
+    }
+}
+
+/// For module tests and tools that add no uploads: refuses every image.
+public struct NoUploadedImages: UploadedImages {
+    public init() {}
+    public func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage {
+        throw EntitlementError.invalid(["Images cannot be stored here."])
+    }
+    public func remove(_ key: String) async {}
+}

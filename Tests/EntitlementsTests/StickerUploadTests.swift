@@ -1,0 +1,81 @@
+import Clock
+import Entitlements
+import Events
+import Foundation
+import Logging
+import Storage
+import Synchronization
+import TestSupport
+import Testing
+
+/// The upload workflow in its module, with the image side replaced: the allowance is reserved before any image work and
+/// given back whatever fails after it; a profile without the permission reserves and stores nothing; a delete removes
+/// the files nothing else uses.
+@Suite("Sticker uploads")
+struct StickerUploadTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Stores in memory; fails every image whose first byte is 0; counts what it was asked.
+    final class Images: UploadedImages {
+        let calls = Mutex<(stored: Int, removed: [String])>((0, []))
+        func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage {
+            calls.withLock { $0.stored += 1 }
+            guard data.first != 0 else { throw EntitlementError.invalid(["The image could not be read."]) }
+            let key = String(data.count) + "-" + String(data.first ?? 0)
+            return StoredImage(
+                imageKey: key + ".png", thumbnailKey: key + "-t.png", fileType: "png", width: 10, height: 10, isAnimated: false, bytes: data.count / 2
+            )
+        }
+        func remove(_ key: String) async { calls.withLock { $0.removed.append(key) } }
+    }
+
+    func quota(_ db: any Database) async throws -> (stickers: Int64, bytes: Int64) {
+        try await db.withConnection(logger: TestDatabase.logger) { tx in
+            guard let row = try await tx.first("SELECT stickers, bytes FROM sticker_quotas WHERE user_id = 'u'", []) else { return (0, 0) }
+            return (try row.int("stickers"), try row.int("bytes"))
+        }
+    }
+
+    @Test(arguments: TestDatabase.engines)
+    func reservedFirstGivenBackOnFailureAndFilesRemoved(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let world = try await SubscriptionMachineTests.world(db)
+            let images = Images()
+            var allowance = UploadAllowance()
+            allowance.maxStickers = 2
+            let content = StickerContentService(
+                database: db, packs: StickerPackStore(catalog: world.store.catalog, clock: world.clock), subscriptions: world.store,
+                audit: NoAuditTrail(), clock: world.clock, allowance: allowance, images: images)
+            let owner = Uploader(userID: "u", viewer: ContentViewer(profileID: nil, maxRating: nil), mayChangeOwnStickers: true)
+            let logger = TestDatabase.logger
+            // A failed image gives its reservation back.
+            await #expect(throws: EntitlementError.self) {
+                try await content.upload(Data([0, 1, 2, 3]), name: nil, fileStem: nil, by: owner, logger: logger)
+            }
+            #expect(try await quota(db) == (0, 0))
+            // A stored one keeps the stored size (half of what was sent here).
+            let sticker = try await content.upload(Data([7, 1, 2, 3]), name: "Hat", fileStem: "x", by: owner, logger: logger)
+            #expect(sticker.name == "Hat" && sticker.id.hasPrefix("custom:"))
+            #expect(try await quota(db) == (1, 2))
+            // A profile without the permission reserves and stores nothing.
+            let kid = Uploader(userID: "u", viewer: ContentViewer(profileID: "p", maxRating: nil), mayChangeOwnStickers: false)
+            await #expect(throws: EntitlementError.ownStickersNotAllowed(change: false)) {
+                try await content.upload(Data([7, 1]), name: nil, fileStem: nil, by: kid, logger: logger)
+            }
+            await #expect(throws: EntitlementError.ownStickersNotAllowed(change: true)) {
+                try await content.deleteUpload(stickerID: sticker.id, by: kid, logger: logger)
+            }
+            #expect(images.calls.withLock { $0.stored } == 2)
+            // The allowance is full at two; the second fills it and the third is refused before any image work.
+            _ = try await content.upload(Data([8, 1, 2, 3, 4, 5]), name: nil, fileStem: "b", by: owner, logger: logger)
+            await #expect(throws: EntitlementError.uploadQuotaExceeded(maxStickers: 2, maxBytes: allowance.maxBytes)) {
+                try await content.upload(Data([9]), name: nil, fileStem: nil, by: owner, logger: logger)
+            }
+            #expect(images.calls.withLock { $0.stored } == 3)
+            // Deleting gives the allowance back and removes both files.
+            try await content.deleteUpload(stickerID: sticker.id, by: owner, logger: logger)
+            #expect(try await quota(db) == (1, 3))
+            #expect(images.calls.withLock { $0.removed }.sorted() == ["4-7-t.png", "4-7.png"])
+        }
+    }
+}
