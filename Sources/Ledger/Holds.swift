@@ -3,24 +3,8 @@ import Foundation
 import Logging
 import Storage
 
-/// The hold rules, in one place. A hold moves tokens into the holds account at once; it resolves exactly once:
-/// captured (up to its amount posted to consumption, the rest returned), voided (all returned) or expired.
-///
-/// **Expiry**: a pending hold whose `expires_at` is at or before now is expired. It is never captured; its tokens go back
-/// to the buckets (and bonus lots) they came from at the next access to the user's accounts (``settleExpiredHolds``), or
-/// by the sweeper (``expireHolds(_:limit:logger:)``). Until then every read treats it as already returned: ``peekBalances``
-/// and the entitlement snapshot (``Ledger/snapshotFragment(engine:)``) use ``HoldRules/expired`` / ``HoldRules/live``,
-/// and PostgreSQL's `ledger_spend_once` (migrations 0008, 0017) declines to spend while one exists. `LedgerFragmentTests`
-/// keeps the SQL forms equal to these.
-public enum HoldRules {
-    /// Whether a pending hold with this expiry is expired at `now`.
-    public static func isExpired(expiresAt: Date, now: Date) -> Bool { expiresAt <= now }
-    /// SQL: a pending hold's row (columns of `ledger_holds`) is expired at `now` (the `?` or the named time column).
-    public static func expired(now: String = "?") -> String { "expires_at_ms <= \(now)" }
-    /// SQL: a pending hold's row is still holding its tokens at `now`.
-    public static func live(now: String = "?") -> String { "expires_at_ms > \(now)" }
-}
-
+/// The hold rules: a hold moves tokens into the holds account at once; it resolves exactly once: captured (up to its
+/// amount posted to consumption, the rest returned), voided (all returned) or expired (``HoldRules``, `HoldExpiry.swift`).
 extension Ledger {
     /// Reserves tokens at once (moved into the holds account) until captured, voided or expired.
     /// With an `attribution`, the hold counts on the profile's allowance (``charge(_:_:userID:held:used:)``) until it resolves.
@@ -121,43 +105,9 @@ extension Ledger {
         return resolved
     }
 
-    /// Releases pending holds that expired (at most `limit`), one user at a time; returns how many.
-    public func expireHolds(_ database: any Database, limit: Int, logger: Logger) async throws -> Int {
-        let now = clock.now()
-        let due = try await database.withConnection(logger: logger) { tx in
-            try await tx.query(
-                "SELECT DISTINCT user_id FROM ledger_holds WHERE status = 'pending' AND \(HoldRules.expired()) LIMIT ?",
-                [now, max(1, min(limit, 1000))])
-        }
-        var released = 0
-        for row in due {
-            let userID = try row.string("user_id")
-            released += try await database.transaction(logger: logger) { tx in
-                try await prepare(tx, userID: userID, now: clock.now()).expiredHolds
-            }
-        }
-        return released
-    }
-
     /// How many holds are pending (the `ledger_holds_pending` gauge).
     public func pendingHoldCount(_ tx: any SQLExecutor) async throws -> Int64 {
         try await tx.first("SELECT COUNT(*) AS n FROM ledger_holds WHERE status = 'pending'")?.optionalInt("n") ?? 0
-    }
-
-    /// During ``prepare(_:userID:now:)``, under the user's account locks: releases the user's expired pending holds and
-    /// counts the live ones as held.
-    func settleExpiredHolds(_ tx: any SQLExecutor, _ state: inout UserState, pending: [SQLRow], now: Date) async throws {
-        for row in pending {
-            if HoldRules.isExpired(expiresAt: try row.date("expires_at_ms"), now: now) {
-                try await releaseAll(tx, &state, holdID: try row.string("id"), status: "expired", reason: "hold_expiry", now: now)
-                state.expiredHolds += 1
-                if let expired = try await holdState(tx, id: try row.string("id")) {
-                    try await emitHold(tx, .holdExpired, expired, state, change: expired.amount, key: nil, now: now)
-                }
-            } else {
-                state.balances.heldTokens += try row.int("amount")
-            }
-        }
     }
 
     /// Reads a hold, locks its user's accounts first (fixed lock order), then checks it is still pending.

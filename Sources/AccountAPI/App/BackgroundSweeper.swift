@@ -49,14 +49,8 @@ struct BackgroundSweeper: Service {
         let database = dependencies.database
         let ledger = dependencies.ledger
         guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
-        // A backlog (many holds expired at once) drains in one pass, batch after batch while they come back full, up to
-        // ``batchesPerPass`` batches; each user's release is its own short transaction.
-        var holds = 0
-        for _ in 0..<Self.batchesPerPass {
-            let released = try await ledger.ledger.expireHolds(database, limit: Self.batch, logger: logger)
-            holds += released
-            if released < Self.batch { break }
-        }
+        // A backlog (many holds expired at once) drains in one pass (the ledger's `HoldExpiry.swift`).
+        let holds = try await ledger.ledger.expireHoldBacklog(database, batch: Self.batch, batches: Self.batchesPerPass, logger: logger)
         // Subscriptions due for the yearly drip drain the same way (after a migration or a restore, all are due at once).
         let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: Self.batch, batches: Self.batchesPerPass, logger: logger)
         let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
