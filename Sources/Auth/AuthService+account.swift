@@ -53,8 +53,8 @@ extension AuthService {
         try await tx.query(
             "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
             [now, now, id])
-        try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, id])
-        try await tx.query("UPDATE sessions SET user_agent = NULL, ip = NULL WHERE user_id = ?", [id])
+        try await sessions.revokeAll(tx, userID: id, now: now)
+        try await sessions.forgetDevices(tx, userID: id)
         for profile in try await tx.query("SELECT id FROM family_profiles WHERE user_id = ?", [id]) {
             try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: try profile.string("id")))
         }

@@ -162,7 +162,7 @@ extension AuthService {
             let userID = try row.string("user_id")
             switch type {
             case "consent-revoked":
-                try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, userID])
+                try await sessions.revokeAll(tx, userID: userID, now: now)
                 try await tx.query("DELETE FROM user_identities WHERE provider = 'apple' AND subject = ?", [subject])
                 try await AuditLog.record(tx, at: now, actor: "apple", action: "apple_consent_revoked", subject: userID, ip: nil)
                 return "sessions revoked"

@@ -78,9 +78,7 @@ extension AuthService {
             }
             try await tx.query(
                 "UPDATE users SET email = ?, email_verified = ?, updated_at_ms = ? WHERE id = ?", [newEmail, true, now, session.user.id])
-            try await tx.query(
-                "UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND id <> ? AND revoked_at_ms IS NULL",
-                [now, session.user.id, session.sessionID])
+            try await sessions.revokeAll(tx, userID: session.user.id, except: session.sessionID, now: now)
             try await AttemptBudget.clear(tx, key: key)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "email_changed", subject: session.user.id, ip: client.ip)
             return .success((try await loadUser(tx, id: session.user.id), newEmail))

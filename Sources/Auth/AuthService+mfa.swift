@@ -71,7 +71,7 @@ extension AuthService {
                     "INSERT INTO recovery_codes (user_id, code_hmac) VALUES (?, ?)",
                     [session.user.id, secrets.recoveryCodeHMAC(recovery, userID: session.user.id)])
             }
-            try await tx.query("UPDATE sessions SET mfa_at_ms = ? WHERE id = ?", [now, session.sessionID])
+            try await sessions.markSecondFactor(tx, sessionID: session.sessionID, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "totp_enabled", subject: session.user.id, ip: client.ip)
             return .success(codes)
         }
@@ -123,7 +123,7 @@ extension AuthService {
             try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))
             let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
-            try await tx.query("UPDATE sessions SET mfa_at_ms = ? WHERE id = ?", [now, session.id])
+            try await sessions.markSecondFactor(tx, sessionID: session.id, now: now)
             try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_mfa", subject: userID, ip: client.ip)
             return .success((try await loadUser(tx, id: userID), session))
         }
@@ -145,8 +145,7 @@ extension AuthService {
 
     /// Whether the session showed a second factor (sign-in with TOTP, or enabling it in this session).
     public func sessionHasSecondFactor(sessionID: String, logger: Logger) async throws -> Bool {
-        try await database.quickQuery("SELECT mfa_at_ms FROM sessions WHERE id = ?", [sessionID], logger: logger).first?.optionalInt("mfa_at_ms")
-            != nil
+        try await sessions.secondFactorAt(database, sessionID: sessionID, logger: logger) != nil
     }
 
     /// One second-factor try from the account's own budget (reserved before the check, like a password; the password

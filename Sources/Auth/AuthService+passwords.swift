@@ -47,7 +47,7 @@ extension AuthService {
             else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
             let userID = try user.string("id")
             try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, userID])
-            try await tx.query("UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND revoked_at_ms IS NULL", [now, userID])
+            try await sessions.revokeAll(tx, userID: userID, now: now)
             try await AttemptBudget.clear(tx, key: accountKey)
             try await AuditLog.record(tx, at: now, actor: userID, action: "password_reset", subject: userID, ip: client.ip)
             return .success([Mails.passwordChanged(to: email)])
@@ -66,10 +66,8 @@ extension AuthService {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, session.user.id])
-            try await tx.query(
-                "UPDATE sessions SET revoked_at_ms = ? WHERE user_id = ? AND id <> ? AND revoked_at_ms IS NULL",
-                [now, session.user.id, session.sessionID])
-            try await tx.query("UPDATE sessions SET authenticated_at_ms = ? WHERE id = ?", [now, session.sessionID])
+            try await sessions.revokeAll(tx, userID: session.user.id, except: session.sessionID, now: now)
+            try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)
         }
         await send([Mails.passwordChanged(to: session.user.email)], logger: logger)

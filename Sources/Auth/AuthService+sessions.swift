@@ -6,30 +6,15 @@ import Storage
 extension AuthService {
     /// The session and its user for one token hash (bind: `SecretHasher.tokenHash(token)`); ``session(row:logger:)``
     /// turns its row into a live session. `selected_is_default` tells whether the session acts as the account's owner.
-    static let sessionQuery = """
-        SELECT \(sessionColumns), sp.is_default AS selected_is_default FROM sessions s JOIN users u ON u.id = s.user_id
-        LEFT JOIN family_profiles sp ON sp.id = s.selected_profile_id WHERE s.token_hash = ?
-        """
+    static let sessionQuery = SessionStore.lookup
 
     /// The session columns ``checkSession(row:logger:)`` reads (and the selected profile), for statements that check the
     /// session but do not need it or its user (the entitlement snapshot).
-    public static let checkedSessionQuery =
-        "SELECT \(checkedSessionColumns) FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = ?"
+    public static let checkedSessionQuery = SessionStore.checkedLookup
 
     /// ``checkedSessionQuery`` for several tokens at once (PostgreSQL): bind the token hashes joined by commas; each row
     /// also carries its `token_hash`.
-    public static let checkedSessionsQuery = """
-        SELECT s.token_hash, \(checkedSessionColumns) FROM unnest(string_to_array(?, ',')) AS h(token_hash)
-        JOIN sessions s ON s.token_hash = h.token_hash JOIN users u ON u.id = s.user_id
-        """
-
-    static let checkedSessionColumns =
-        "s.id AS session_id, s.last_used_at_ms, s.expires_at_ms, s.revoked_at_ms, s.selected_profile_id, u.id, u.deleted_at_ms"
-
-    static let sessionColumns = """
-        \(checkedSessionColumns), s.created_at_ms, s.authenticated_at_ms, u.email, u.name, u.email_verified, u.role,
-        u.prompt_enhancement_enabled
-        """
+    public static let checkedSessionsQuery = SessionStore.checkedLookups
 
     /// The bind of the session queries for a bearer token; an empty or oversized token is refused before any query.
     public static func sessionTokenHash(_ token: String) throws -> String {
@@ -70,7 +55,7 @@ extension AuthService {
         guard now.timeIntervalSince(lastUsed) >= policy.sessionTouchIntervalSeconds else { return (row, lastUsed) }
         let sessionID = try row.string("session_id")
         try await database.transaction(logger: logger) { tx in
-            try await tx.query("UPDATE sessions SET last_used_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL", [now, sessionID])
+            try await sessions.touch(tx, sessionID: sessionID, now: now)
         }
         return (row, now)
     }
@@ -86,20 +71,14 @@ extension AuthService {
     public func listSessions(of session: AuthenticatedSession, logger: Logger) async throws -> [SessionSummary] {
         try requireOwnerProfile(session)
         let now = clock.now()
-        let rows = try await database.withConnection(logger: logger) { tx in
-            try await tx.query(
-                """
-                SELECT id, created_at_ms, last_used_at_ms, expires_at_ms, user_agent, ip FROM sessions
-                WHERE user_id = ? AND revoked_at_ms IS NULL AND expires_at_ms > ? AND last_used_at_ms > ?
-                ORDER BY last_used_at_ms DESC LIMIT 200
-                """, [session.user.id, now, now.addingTimeInterval(-policy.sessionIdleSeconds)])
+        let listed = try await database.withConnection(logger: logger) { tx in
+            try await sessions.live(tx, userID: session.user.id, now: now, idleSince: now.addingTimeInterval(-policy.sessionIdleSeconds))
         }
-        return try rows.map { row in
-            let lastUsed = try row.date("last_used_at_ms")
-            return SessionSummary(
-                id: try row.string("id"), createdAt: try row.date("created_at_ms"), lastUsedAt: lastUsed,
-                expiresAt: min(try row.date("expires_at_ms"), lastUsed.addingTimeInterval(policy.sessionIdleSeconds)),
-                userAgent: row.optionalString("user_agent"), ip: row.optionalString("ip"), current: try row.string("id") == session.sessionID)
+        return listed.map { row in
+            SessionSummary(
+                id: row.id, createdAt: row.createdAt, lastUsedAt: row.lastUsedAt,
+                expiresAt: min(row.expiresAt, row.lastUsedAt.addingTimeInterval(policy.sessionIdleSeconds)), userAgent: row.userAgent, ip: row.ip,
+                current: row.id == session.sessionID)
         }
     }
 
@@ -108,13 +87,9 @@ extension AuthService {
         if id != session.sessionID { try requireOwnerProfile(session) }
         let revoked = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            let rows = try await tx.query(
-                "UPDATE sessions SET revoked_at_ms = ? WHERE id = ? AND user_id = ? AND revoked_at_ms IS NULL RETURNING id",
-                [now, id, session.user.id])
-            if !rows.isEmpty {
-                try await AuditLog.record(tx, at: now, actor: session.user.id, action: "session_revoked", subject: session.user.id, ip: client.ip)
-            }
-            return !rows.isEmpty
+            guard try await sessions.revoke(tx, id: id, userID: session.user.id, now: now) else { return false }
+            try await AuditLog.record(tx, at: now, actor: session.user.id, action: "session_revoked", subject: session.user.id, ip: client.ip)
+            return true
         }
         guard revoked else { throw AuthError.notFound }
     }

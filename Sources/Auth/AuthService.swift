@@ -21,6 +21,8 @@ public struct AuthService: Sendable {
     let erasure: any AccountErasureHook
     /// Where `user.created`, `user.verified` and `user.deleted` are recorded (in the change's transaction).
     let events: any EventSink
+    /// The `sessions` table's statements.
+    let sessions = SessionStore()
     let keys: BudgetKeys
     /// Password checks behind a session (shared with ``ProfileService``).
     public let passwords: PasswordCheck
@@ -81,12 +83,8 @@ public struct AuthService: Sendable {
         let token = SecretHasher.newSessionToken()
         let id = UUID().uuidString.lowercased()
         let absolute = now.addingTimeInterval(policy.sessionAbsoluteSeconds)
-        try await tx.query(
-            """
-            INSERT INTO sessions (id, user_id, token_hash, created_at_ms, last_used_at_ms, expires_at_ms, authenticated_at_ms, user_agent, ip,
-                                  selected_profile_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [id, userID, SecretHasher.tokenHash(token), now, now, absolute, now, client.userAgent, client.ip, profileID])
+        try await sessions.insert(
+            tx, id: id, userID: userID, tokenHash: SecretHasher.tokenHash(token), expiresAt: absolute, client: client, profileID: profileID, now: now)
         return IssuedSession(id: id, token: token, expiresAt: min(absolute, now.addingTimeInterval(policy.sessionIdleSeconds)))
     }
 

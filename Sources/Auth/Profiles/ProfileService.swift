@@ -159,7 +159,7 @@ public struct ProfileService: Sendable {
         }
         try await database.transaction(logger: logger) { tx in
             try await pinSucceeded(tx, attempt)
-            try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, session.sessionID])
+            try await SessionStore().select(tx, profileID: profileID, sessionID: session.sessionID)
         }
         return profile
     }
