@@ -12,14 +12,10 @@ extension AuthService {
         return try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             if let name {
-                try await tx.query(
-                    "UPDATE users SET name = ?, updated_at_ms = ? WHERE id = ?",
-                    [name.trimmingCharacters(in: .whitespacesAndNewlines), now, session.user.id])
+                try await users.setName(tx, id: session.user.id, name.trimmingCharacters(in: .whitespacesAndNewlines), now: now)
             }
             if let promptEnhancementEnabled {
-                try await tx.query(
-                    "UPDATE users SET prompt_enhancement_enabled = ?, updated_at_ms = ? WHERE id = ?",
-                    [promptEnhancementEnabled, now, session.user.id])
+                try await users.setPromptEnhancement(tx, id: session.user.id, promptEnhancementEnabled, now: now)
             }
             return try await loadUser(tx, id: session.user.id)
         }
@@ -43,16 +39,14 @@ extension AuthService {
 
     func hasPassword(userID: String, logger: Logger) async throws -> Bool {
         try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT password_hash FROM users WHERE id = ?", [userID])?.optionalString("password_hash") != nil
+            try await users.passwordHash(tx, id: userID) != nil
         }
     }
 
     /// Erases one account in the caller's transaction (see ``deleteMe(_:password:client:logger:)``).
     func erase(_ tx: any SQLExecutor, userID id: String, email: String?, actor: String, ip: String?) async throws {
         let now = clock.now()
-        try await tx.query(
-            "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
-            [now, now, id])
+        try await users.scrub(tx, id: id, now: now)
         try await sessions.revokeAll(tx, userID: id, now: now)
         try await sessions.forgetDevices(tx, userID: id)
         for profile in try await tx.query("SELECT id FROM family_profiles WHERE user_id = ?", [id]) {
@@ -84,11 +78,7 @@ extension AuthService {
                 // The operator vouches for the address: a pending sign-up somebody started with it does not block it.
                 _ = try await releasePendingAccount(tx, email: email, now: now)
                 let id = UUID().uuidString.lowercased()
-                try await tx.query(
-                    """
-                    INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
-                    VALUES (?, ?, ?, ?, ?, 'admin', ?, ?, ?)
-                    """, [id, email, name, hash, true, true, now, now])
+                try await users.insert(tx, id: id, email: email, name: name, passwordHash: hash, verified: true, role: "admin", now: now)
                 _ = try await ensureDefaultProfile(tx, userID: id, name: name, now: now)
                 try await AuditLog.record(tx, at: now, actor: "cli", action: "admin_created", subject: id, ip: nil)
                 try await emitUserEvent(
@@ -116,16 +106,12 @@ extension AuthService {
     /// Operator lookup: the user with exactly this address, or the newest users (at most `limit`, ≤ 100).
     public func findUsers(email: String?, limit: Int, logger: Logger) async throws -> [UserSummary] {
         let limit = min(max(limit, 1), 100)
-        let rows = try await database.withConnection(logger: logger) { tx in
+        return try await database.withConnection(logger: logger) { tx in
             if let email {
                 guard let normalized = InputRules.normalizedEmail(email) else { throw AuthError.validation("Enter a valid email address.") }
-                return try await tx.query("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE email = ?", [normalized])
+                return try await users.summaries(tx, where: "WHERE email = ?", [normalized])
             }
-            return try await tx.query(
-                "SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users ORDER BY created_at_ms DESC, id LIMIT ?", [limit])
-        }
-        return try rows.map {
-            UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil)
+            return try await users.summaries(tx, where: "ORDER BY created_at_ms DESC, id LIMIT ?", [limit])
         }
     }
 
@@ -142,24 +128,18 @@ extension AuthService {
         let limit = min(max(limit, 1), 100)
         let rows = try await database.withConnection(logger: logger) { tx in
             let email = tx.dialect.bytewise("email")
-            return try await tx.query(
-                """
-                SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE \(email) >= ? AND \(email) < ? AND \(email) > ?
-                ORDER BY \(email) LIMIT ?
-                """, [prefix, prefix + "\u{10FFFF}", cursor ?? "", limit + 1])
+            return try await users.summaries(
+                tx, where: "WHERE \(email) >= ? AND \(email) < ? AND \(email) > ? ORDER BY \(email) LIMIT ?",
+                [prefix, prefix + "\u{10FFFF}", cursor ?? "", limit + 1])
         }
-        let users = try rows.prefix(limit).map {
-            UserSummary(user: try User(row: $0), createdAt: try $0.date("created_at_ms"), deleted: $0.optionalInt("deleted_at_ms") != nil)
-        }
-        return (users, rows.count > limit ? users.last?.user.email : nil)
+        let page = Array(rows.prefix(limit))
+        return (page, rows.count > limit ? page.last?.user.email : nil)
     }
 
     /// Operator lookup by id (deleted users included, anonymous).
     public func findUser(id: String, logger: Logger) async throws -> UserSummary {
-        let row = try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT \(User.columns), created_at_ms, deleted_at_ms FROM users WHERE id = ?", [id])
-        }
-        guard let row else { throw AuthError.notFound }
-        return UserSummary(user: try User(row: row), createdAt: try row.date("created_at_ms"), deleted: row.optionalInt("deleted_at_ms") != nil)
+        let found = try await database.withConnection(logger: logger) { tx in try await users.summaries(tx, where: "WHERE id = ?", [id]).first }
+        guard let found else { throw AuthError.notFound }
+        return found
     }
 }

@@ -81,31 +81,24 @@ extension AuthService {
         guard let raw = identity.email, raw.allSatisfy(\.isASCII), let email = InputRules.normalizedEmail(raw), identity.emailVerified else {
             throw AuthError.validation("Apple shared no verified email address for this Apple ID; sign in with Apple again and share an email.")
         }
-        let existing = try await tx.first(
-            "SELECT id, name, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
+        let existing = try await users.holder(tx, email: email, lock: true)
         let userID: String
         var created = false
         var mails: [MailMessage] = []
-        if let existing, try existing.bool("email_verified") {
-            userID = try existing.string("id")
+        if let existing, existing.emailVerified {
+            userID = existing.id
             mails.append(Mails.appleLinked(to: email))
             try await AuditLog.record(tx, at: now, actor: userID, action: "apple_linked", subject: userID, ip: client.ip)
         } else {
             let displayName = (name?.trimmingCharacters(in: .whitespacesAndNewlines)).flatMap { $0.isEmpty ? nil : $0 } ?? "Apple user"
             if let existing {
                 // An unfinished sign-up for the address: Apple proved the address, the sign-up did not; it is replaced.
-                userID = try existing.string("id")
-                try await tx.query(
-                    "UPDATE users SET name = ?, password_hash = NULL, email_verified = ?, updated_at_ms = ? WHERE id = ?",
-                    [displayName, true, now, userID])
+                userID = existing.id
+                try await users.verify(tx, id: userID, name: displayName, passwordHash: nil, now: now)
                 try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
             } else {
                 userID = UUID().uuidString.lowercased()
-                try await tx.query(
-                    """
-                    INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
-                    VALUES (?, ?, ?, NULL, ?, 'user', ?, ?, ?)
-                    """, [userID, email, displayName, true, true, now, now])
+                try await users.insert(tx, id: userID, email: email, name: displayName, passwordHash: nil, verified: true, role: "user", now: now)
                 try await emitUserEvent(
                     tx, "user.created", userID: userID, email: email, now: now, ["emailVerified": .bool(true), "role": .string("user")])
             }
@@ -126,7 +119,7 @@ extension AuthService {
     public func signInMethods(userID: String, logger: Logger) async throws -> [SignInMethod] {
         try await database.withConnection(logger: logger) { tx in
             var methods: [SignInMethod] = []
-            if try await tx.first("SELECT password_hash FROM users WHERE id = ?", [userID])?.optionalString("password_hash") != nil {
+            if try await users.passwordHash(tx, id: userID) != nil {
                 methods.append(SignInMethod(provider: "password", email: nil, linkedAt: nil))
             }
             for row in try await tx.query(
@@ -194,7 +187,7 @@ extension AuthService {
             guard try await tx.first("SELECT subject FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id]) != nil else {
                 throw AuthError.notFound
             }
-            guard try await tx.first("SELECT password_hash FROM users WHERE id = ?", [session.user.id])?.optionalString("password_hash") != nil else {
+            guard try await users.passwordHash(tx, id: session.user.id) != nil else {
                 throw AuthError.conflict("Apple is this account's only way in; set a password (reset it by email) before unlinking Apple.")
             }
             try await tx.query("DELETE FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id])

@@ -76,8 +76,7 @@ extension AuthService {
             if try await releasePendingAccount(tx, email: newEmail, now: now) {
                 return .failure(.conflict("Another account uses \(newEmail); the address was not changed."))
             }
-            try await tx.query(
-                "UPDATE users SET email = ?, email_verified = ?, updated_at_ms = ? WHERE id = ?", [newEmail, true, now, session.user.id])
+            try await users.setEmail(tx, id: session.user.id, newEmail, now: now)
             try await sessions.revokeAll(tx, userID: session.user.id, except: session.sessionID, now: now)
             try await AttemptBudget.clear(tx, key: key)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "email_changed", subject: session.user.id, ip: client.ip)

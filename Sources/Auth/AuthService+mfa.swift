@@ -206,7 +206,7 @@ extension AuthService {
             try await tx.query("DELETE FROM mfa_challenges WHERE user_id = ?", [userID])
             try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))
             try await AuditLog.record(tx, at: now, actor: actor, action: "admin_totp_reset", subject: userID, ip: ip)
-            return try await tx.first("SELECT email FROM users WHERE id = ?", [userID])?.optionalString("email") ?? ""
+            return try await users.email(tx, id: userID) ?? ""
         }
         guard let email else { return false }
         if !email.isEmpty { await send([Mails.twoFactorReset(to: email)], logger: logger) }

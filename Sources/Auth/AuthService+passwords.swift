@@ -15,8 +15,8 @@ extension AuthService {
             let user = try await startCodeMail(tx, .reset, email: email, now: now)
             let code = try await issueCode(tx, email: email, purpose: .reset, now: now)
             try await AuditLog.record(
-                tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: user?.optionalString("id"), ip: client.ip)
-            guard let user, try user.bool("email_verified") else { return [] }
+                tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: user?.id, ip: client.ip)
+            guard let user, user.emailVerified else { return [] }
             return [Mails.resetCode(to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60))]
         }
         await send(mails, logger: logger)
@@ -42,11 +42,9 @@ extension AuthService {
             let recheck = try await checkCode(tx, email: email, purpose: .reset, code: code, attempt: 0, consume: true, now: now)
             guard case .ok = recheck else { return .failure(recheck == .used ? .otpAlreadyUsed : recheck.error) }
             // Only a verified account is reset: a pending one takes a password only from its own sign-up's code.
-            guard
-                let user = try await tx.first("SELECT id FROM users WHERE email = ? AND deleted_at_ms IS NULL AND email_verified = ?", [email, true])
-            else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
-            let userID = try user.string("id")
-            try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, userID])
+            guard let user = try await users.holder(tx, email: email), user.emailVerified else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
+            let userID = user.id
+            try await users.setPasswordHash(tx, id: userID, newHash, now: now)
             try await sessions.revokeAll(tx, userID: userID, now: now)
             try await AttemptBudget.clear(tx, key: accountKey)
             try await AuditLog.record(tx, at: now, actor: userID, action: "password_reset", subject: userID, ip: client.ip)
@@ -65,7 +63,7 @@ extension AuthService {
         let newHash = try await hashPassword(newPassword)
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [newHash, now, session.user.id])
+            try await users.setPasswordHash(tx, id: session.user.id, newHash, now: now)
             try await sessions.revokeAll(tx, userID: session.user.id, except: session.sessionID, now: now)
             try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)

@@ -24,28 +24,21 @@ extension AuthService {
         let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
         // A pending account has no password; the newest sign-up request's stands in, so only whoever typed it learns
         // `email_not_verified` (everyone else meets `invalid_credentials`, as for an unknown address).
-        let row = try await database.withConnection(logger: logger) { tx in
-            try await tx.first(
-                """
-                SELECT id, email_verified, COALESCE(password_hash, (SELECT r.password_hash FROM sign_up_requests r WHERE r.email = users.email
-                    AND r.consumed_at_ms IS NULL ORDER BY r.created_at_ms DESC LIMIT 1)) AS password_hash
-                FROM users WHERE email = ? AND deleted_at_ms IS NULL
-                """, [email])
-        }
-        let storedHash = row?.optionalString("password_hash")
+        let row = try await database.withConnection(logger: logger) { tx in try await users.signInCandidate(tx, email: email) }
+        let storedHash = row?.passwordHash
         let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
         guard matches, let row, let storedHash else {
-            try await recordFailure(attempt, userID: row?.optionalString("id"), client: client, logger: logger)
+            try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
             throw AuthError.invalidCredentials
         }
-        let userID = try row.string("id")
+        let userID = row.id
         let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
         let outcome: Result<(SignInOutcome, [MailMessage]), AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
             try await AttemptBudget.refund(tx, key: attempt.networkKey)
-            guard try row.bool("email_verified") else { return .failure(.emailNotVerified) }
-            if let rehash { try await tx.query("UPDATE users SET password_hash = ?, updated_at_ms = ? WHERE id = ?", [rehash, now, userID]) }
+            guard row.emailVerified else { return .failure(.emailNotVerified) }
+            if let rehash { try await users.setPasswordHash(tx, id: userID, rehash, now: now) }
             if let challenge = try await mfaChallenge(tx, userID: userID, now: now) {
                 try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_password_ok_mfa_pending", subject: userID, ip: client.ip)
                 return .success((.mfaRequired(token: challenge.token, expiresAt: challenge.expiresAt), []))
@@ -94,7 +87,7 @@ extension AuthService {
             if networkLocked { try await AuditLog.record(tx, at: now, actor: "system", action: "ip_locked", subject: nil, ip: client.ip) }
             guard accountLocked else { return [] }
             try await AuditLog.record(tx, at: now, actor: "system", action: "account_locked", subject: userID, ip: client.ip)
-            guard let userID, let email = try await tx.first("SELECT email FROM users WHERE id = ?", [userID])?.optionalString("email"),
+            guard let userID, let email = try await users.email(tx, id: userID),
                 try await takeMailBudget(tx, .notice, email: email, now: now) == .allowed
             else { return [] }
             return [Mails.accountLocked(to: email, minutes: Int(policy.lockSeconds / 60))]

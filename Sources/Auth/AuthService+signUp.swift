@@ -45,27 +45,22 @@ extension AuthService {
         _ tx: any SQLExecutor, email: String, name: String, passwordHash: String, client: ClientInfo
     ) async throws -> (mails: [MailMessage], heldSeconds: Int?) {
         let now = clock.now()
-        let existing = try await tx.first(
-            "SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
+        let existing = try await users.holder(tx, email: email, lock: true)
         var heldSeconds: Int?
         if case .throttled(let seconds) = try await takeMailBudget(tx, .verification, email: email, now: now) { heldSeconds = seconds }
         let mailed = heldSeconds == nil
-        if let existing, try existing.bool("email_verified") {
+        if let existing, existing.emailVerified {
             guard mailed else { return ([], heldSeconds) }
-            try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_existing", subject: try existing.string("id"), ip: client.ip)
+            try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_existing", subject: existing.id, ip: client.ip)
             return ([Mails.existingAccount(to: email)], nil)
         }
         let userID: String
         if let existing {
-            userID = try existing.string("id")
+            userID = existing.id
         } else {
             // The pending account holds no password: only a verified request's password is ever copied onto it.
             userID = UUID().uuidString.lowercased()
-            try await tx.query(
-                """
-                INSERT INTO users (id, email, name, password_hash, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms)
-                VALUES (?, ?, ?, NULL, ?, 'user', ?, ?, ?)
-                """, [userID, email, name, false, true, now, now])
+            try await users.insert(tx, id: userID, email: email, name: name, passwordHash: nil, verified: false, role: "user", now: now)
             try await emitUserEvent(
                 tx, "user.created", userID: userID, email: email, now: now, ["emailVerified": .bool(false), "role": .string("user")])
         }
@@ -112,14 +107,12 @@ extension AuthService {
             let now = clock.now()
             let (check, found) = try await checkSignUpCode(tx, email: email, code: code, attempt: attempt, now: now)
             guard case .ok = check, let request = found else { return .failure(check.error) }
-            guard let row = try await tx.first("SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL", [email]),
-                try !row.bool("email_verified")
-            else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
-            let userID = try row.string("id")
+            guard let holder = try await users.holder(tx, email: email), !holder.emailVerified else {
+                return .failure(.invalidOTP(attemptsRemaining: 0))
+            }
+            let userID = holder.id
             let name = try request.string("name")
-            try await tx.query(
-                "UPDATE users SET email_verified = ?, name = ?, password_hash = ?, updated_at_ms = ? WHERE id = ?",
-                [true, name, try request.string("password_hash"), now, userID])
+            try await users.verify(tx, id: userID, name: name, passwordHash: try request.string("password_hash"), now: now)
             try await tx.query("UPDATE sign_up_requests SET consumed_at_ms = ? WHERE id = ?", [now, try request.string("id")])
             try await tx.query("DELETE FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL", [email])
             try await resetCodeAttempts(tx, .verify, email: email)
@@ -191,15 +184,10 @@ extension AuthService {
     /// left alone; returns whether one holds the address.
     func releasePendingAccount(_ tx: any SQLExecutor, email: String, now: Date) async throws -> Bool {
         try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
-        guard
-            let row = try await tx.first(
-                "SELECT id, email_verified FROM users WHERE email = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [email])
-        else { return false }
-        if try row.bool("email_verified") { return true }
-        let id = try row.string("id")
-        try await tx.query(
-            "UPDATE users SET email = NULL, name = 'Deleted user', password_hash = NULL, deleted_at_ms = ?, updated_at_ms = ? WHERE id = ?",
-            [now, now, id])
+        guard let holder = try await users.holder(tx, email: email, lock: true) else { return false }
+        if holder.emailVerified { return true }
+        let id = holder.id
+        try await users.scrub(tx, id: id, now: now)
         try await AuditLog.record(tx, at: now, actor: "system", action: "pending_sign_up_released", subject: id, ip: nil)
         try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
         return false

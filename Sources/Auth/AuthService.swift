@@ -23,6 +23,8 @@ public struct AuthService: Sendable {
     let events: any EventSink
     /// The `sessions` table's statements.
     let sessions = SessionStore()
+    /// The `users` table's statements.
+    let users = UserStore()
     let keys: BudgetKeys
     /// Password checks behind a session (shared with ``ProfileService``).
     public let passwords: PasswordCheck
@@ -75,8 +77,8 @@ public struct AuthService: Sendable {
     }
 
     func loadUser(_ tx: any SQLExecutor, id: String) async throws -> User {
-        guard let row = try await tx.first("SELECT \(User.columns) FROM users WHERE id = ?", [id]) else { throw AuthError.notFound }
-        return try User(row: row)
+        guard let user = try await users.user(tx, id: id) else { throw AuthError.notFound }
+        return user
     }
 
     func createSession(_ tx: any SQLExecutor, userID: String, profileID: String?, client: ClientInfo, now: Date) async throws -> IssuedSession {
@@ -118,10 +120,8 @@ public struct AuthService: Sendable {
     /// Tells the account's owner that one of the family's profiles asks to buy `item` (best effort, after the request
     /// committed; nothing is sent for an erased account or one without an address).
     public func mailPurchaseRequest(userID: String, profileName: String, item: String, tokens: Int64, logger: Logger) async {
-        let row = try? await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT email FROM users WHERE id = ? AND deleted_at_ms IS NULL", [userID])
-        }
-        guard let email = row?.optionalString("email") else { return }
+        let email = try? await database.withConnection(logger: logger) { tx in try await users.email(tx, id: userID, liveOnly: true) }
+        guard let email = email ?? nil else { return }
         await send([Mails.purchaseRequested(to: email, profileName: profileName, item: item, tokens: tokens)], logger: logger)
     }
 

@@ -126,6 +126,29 @@ extension ContractTests {
         }
         #expect(trespasses.isEmpty, "\(trespasses)")
     }
+
+    /// Tables with a store of their own (docs/architecture.md, "Stores"): only the store writes them; another statement of
+    /// the module may read them in a join. A write elsewhere fails here.
+    static let stores = [
+        "sessions": "Auth/Sessions/SessionStore.swift", "users": "Auth/Users/UserStore.swift", "api_keys": "Auth/APIKeys/APIKeyService.swift",
+        "idempotency_records": "Ledger/Idempotency.swift", "purchase_requests": "Entitlements/PurchaseRequests.swift",
+    ]
+
+    @Test func tablesWithAStoreAreWrittenOnlyByIt() throws {
+        var writers: [String] = []
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        for file in FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap({ $0 as? URL }) ?? []
+        where file.pathExtension == "swift" && !file.lastPathComponent.hasPrefix("Embedded") {
+            let relative = file.path.replacingOccurrences(of: sources.path + "/", with: "")
+            for match in try String(contentsOf: file, encoding: .utf8).matches(of: /\b(?:INSERT INTO|UPDATE|DELETE FROM)\s+([a-z_]+)/) {
+                if let store = Self.stores[String(match.output.1)], store != relative { writers.append("\(relative) writes \(match.output.1)") }
+            }
+        }
+        #expect(writers.isEmpty, "\(writers)")
+        for store in Set(Self.stores.values) {
+            #expect(FileManager.default.fileExists(atPath: sources.appendingPathComponent(store).path), "\(store)")
+        }
+    }
 }
 
 extension ContractTests {

@@ -30,7 +30,7 @@ public struct PasswordCheck: Sendable {
             try await Self.attempt(AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now()))
         }
         let stored = try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT password_hash FROM users WHERE id = ? AND deleted_at_ms IS NULL", [user.id])?.optionalString("password_hash")
+            try await UserStore().passwordHash(tx, id: user.id, liveOnly: true)
         }
         let withinLimit = password.utf8.count <= InputRules.passwordBytesMax
         let matches = withinLimit ? try await verify(password, stored ?? hasher.dummyHash) && stored != nil : false

@@ -85,6 +85,6 @@ extension ProfileService {
 extension AuthService {
     /// True when `userID` is a live (not erased) user; in the caller's transaction.
     public static func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool {
-        try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL", [userID]) != nil
+        try await UserStore().isLive(tx, id: userID)
     }
 }

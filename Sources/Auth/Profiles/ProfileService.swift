@@ -229,7 +229,7 @@ public struct ProfileService: Sendable {
             try await database.transaction(logger: logger) { tx in
                 let now = clock.now()
                 // Lock the account row: concurrent creates for one account are serialized, so the limit holds.
-                guard try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL" + tx.dialect.forUpdate, [userID]) != nil else {
+                guard try await UserStore().isLive(tx, id: userID, lock: true) else {
                     throw AuthError.notFound
                 }
                 let limit = try await limits.maxFamilyProfiles(userID: userID, now: now, tx)
