@@ -49,10 +49,8 @@ extension AuthService {
         try await users.scrub(tx, id: id, now: now)
         try await sessions.revokeAll(tx, userID: id, now: now)
         try await sessions.forgetDevices(tx, userID: id)
-        for profile in try await tx.query("SELECT id FROM family_profiles WHERE user_id = ?", [id]) {
-            try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: try profile.string("id")))
-        }
-        try await tx.query("DELETE FROM family_profiles WHERE user_id = ?", [id])
+        for profileID in try await profiles.ids(tx, userID: id) { try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID)) }
+        try await profiles.deleteAll(tx, userID: id)
         try await tx.query("DELETE FROM known_devices WHERE user_id = ?", [id])
         for table in ["user_identities", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges"] {
             try await tx.query("DELETE FROM \(table) WHERE user_id = ?", [id])

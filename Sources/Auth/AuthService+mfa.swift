@@ -121,7 +121,7 @@ extension AuthService {
             guard try await useSecondFactor(tx, userID: userID, factor: factor, now: now) else { return .failure(wrongFactor(attempt)) }
             try await tx.query("UPDATE mfa_challenges SET used_at_ms = ? WHERE token_hash = ?", [now, hash])
             try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))
-            let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
+            let profileID = try await profiles.defaultProfileID(tx, userID: userID)
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
             try await sessions.markSecondFactor(tx, sessionID: session.id, now: now)
             try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_mfa", subject: userID, ip: client.ip)

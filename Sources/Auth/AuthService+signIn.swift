@@ -43,7 +43,7 @@ extension AuthService {
                 try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in_password_ok_mfa_pending", subject: userID, ip: client.ip)
                 return .success((.mfaRequired(token: challenge.token, expiresAt: challenge.expiresAt), []))
             }
-            let profileID = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
+            let profileID = try await profiles.defaultProfileID(tx, userID: userID)
             let session = try await createSession(tx, userID: userID, profileID: profileID, client: client, now: now)
             let newDevice = try await rememberDevice(tx, userID: userID, client: client, now: now)
             try await AuditLog.record(tx, at: now, actor: userID, action: "sign_in", subject: userID, ip: client.ip)

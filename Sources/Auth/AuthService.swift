@@ -25,6 +25,8 @@ public struct AuthService: Sendable {
     let sessions = SessionStore()
     /// The `users` table's statements.
     let users = UserStore()
+    /// The `family_profiles` table's statements.
+    let profiles = ProfileStore()
     let keys: BudgetKeys
     /// Password checks behind a session (shared with ``ProfileService``).
     public let passwords: PasswordCheck
@@ -101,15 +103,9 @@ public struct AuthService: Sendable {
     }
 
     func ensureDefaultProfile(_ tx: any SQLExecutor, userID: String, name: String, now: Date) async throws -> String {
-        if let existing = try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID]) {
-            return try existing.string("id")
-        }
+        if let existing = try await profiles.defaultProfileID(tx, userID: userID) { return existing }
         let id = UUID().uuidString.lowercased()
-        try await tx.query(
-            """
-            INSERT INTO family_profiles (id, user_id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, created_at_ms, updated_at_ms)
-            VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)
-            """, [id, userID, String(name.prefix(30)), true, true, true, now, now])
+        try await profiles.insertDefault(tx, id: id, userID: userID, name: String(name.prefix(30)), now: now)
         return id
     }
 

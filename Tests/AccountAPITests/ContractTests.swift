@@ -130,7 +130,8 @@ extension ContractTests {
     /// Tables with a store of their own (docs/architecture.md, "Stores"): only the store writes them; another statement of
     /// the module may read them in a join. A write elsewhere fails here.
     static let stores = [
-        "sessions": "Auth/Sessions/SessionStore.swift", "users": "Auth/Users/UserStore.swift", "api_keys": "Auth/APIKeys/APIKeyService.swift",
+        "sessions": "Auth/Sessions/SessionStore.swift", "users": "Auth/Users/UserStore.swift", "family_profiles": "Auth/Profiles/ProfileStore.swift",
+        "api_keys": "Auth/APIKeys/APIKeyService.swift",
         "idempotency_records": "Ledger/Idempotency.swift", "purchase_requests": "Entitlements/PurchaseRequests.swift",
     ]
 

@@ -104,6 +104,8 @@ public struct ProfileService: Sendable {
     let limits: any ProfilePlanLimits
     let passwords: PasswordCheck
     let deletion: any ProfileDeletionHook
+    /// The `family_profiles` table's statements.
+    let store = ProfileStore()
 
     /// `passwords` is the auth service's (``AuthService/passwords``): PIN changes check the password in the same budget.
     public init(
@@ -126,9 +128,7 @@ public struct ProfileService: Sendable {
 
     func views(_ tx: any SQLExecutor, userID: String, now: Date) async throws -> [ProfileView] {
         let limit = try await limits.maxFamilyProfiles(userID: userID, now: now, tx)
-        let rows = try await tx.query(
-            "SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? ORDER BY is_default DESC, created_at_ms, id LIMIT 100", [userID])
-        return try rows.enumerated().map { index, row in ProfileView(profile: try FamilyProfile(row: row), isLocked: index >= limit) }
+        return try await store.all(tx, userID: userID).enumerated().map { index, profile in ProfileView(profile: profile, isLocked: index >= limit) }
     }
 
     /// The profile `session` acts as right now: its selection is re-checked against the current plan (a downgrade locks
@@ -136,9 +136,7 @@ public struct ProfileService: Sendable {
     public func sessionProfile(_ session: AuthenticatedSession, logger: Logger) async throws -> SessionProfile {
         try await database.withConnection(logger: logger) { tx in
             guard let selectedID = session.selectedProfileID else {
-                let row = try await tx.first(
-                    "SELECT \(FamilyProfile.columns) FROM family_profiles WHERE user_id = ? AND is_default", [session.user.id])
-                return try row.map { .defaultProfile(try FamilyProfile(row: $0)) } ?? .none
+                return try await store.defaultProfile(tx, userID: session.user.id).map { .defaultProfile($0) } ?? .none
             }
             guard let view = try await views(tx, userID: session.user.id, now: clock.now()).first(where: { $0.profile.id == selectedID }),
                 !view.isLocked
@@ -189,8 +187,7 @@ public struct ProfileService: Sendable {
         let reserved: (value: T, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let value = try await load(tx, now)
-            let row = try await tx.first("SELECT pin_hash FROM family_profiles WHERE id = ?", [profileID])
-            guard let pinHash = row?.optionalString("pin_hash") else { return (value, nil, 0) }
+            guard let pinHash = try await store.pinHash(tx, id: profileID) else { return (value, nil, 0) }
             guard let pin, !pin.isEmpty else {
                 let (remaining, refusal) = try await AttemptBudget.peek(tx, key: key, rule: rule, now: now)
                 if case .refused(let seconds, _) = refusal { throw AuthError.pinLocked(retryAfterSeconds: seconds) }
@@ -233,20 +230,11 @@ public struct ProfileService: Sendable {
                     throw AuthError.notFound
                 }
                 let limit = try await limits.maxFamilyProfiles(userID: userID, now: now, tx)
-                let existing = try await tx.query("SELECT name FROM family_profiles WHERE user_id = ?", [userID])
+                let existing = try await store.names(tx, userID: userID)
                 if existing.count >= limit { throw AuthError.profileLimitReached(limit: limit) }
-                try Self.checkUniqueName(input.name, among: try existing.map { try $0.string("name") })
+                try Self.checkUniqueName(input.name, among: existing)
                 let id = UUID().uuidString.lowercased()
-                try await tx.query(
-                    """
-                    INSERT INTO family_profiles (id, user_id, name, avatar, is_default, can_make_purchases, can_use_custom_content_types, pin_hash,
-                                                 created_at_ms, updated_at_ms, monthly_token_allowance, max_content_rating)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [
-                        id, userID, Self.trimmed(input.name), input.avatar, false, input.canMakePurchases, input.canUseCustomContentTypes, pinHash,
-                        now, now, input.monthlyTokenAllowance, input.maxContentRating,
-                    ])
+                try await store.insert(tx, id: id, userID: userID, name: Self.trimmed(input.name), input: input, pinHash: pinHash, now: now)
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_created", profileID: id, now: now)
                 return try await load(tx, id: id, userID: userID)
             }
@@ -272,27 +260,9 @@ public struct ProfileService: Sendable {
                 if current.isDefault && input.maxContentRating != nil {
                     throw AuthError.validation("The default profile is the owner's and has no maximum content rating.")
                 }
-                let others = try await tx.query("SELECT name FROM family_profiles WHERE user_id = ? AND id <> ?", [userID, profileID])
-                try Self.checkUniqueName(input.name, among: try others.map { try $0.string("name") })
-                try await tx.query(
-                    """
-                    UPDATE family_profiles SET name = ?, avatar = ?, can_make_purchases = ?, can_use_custom_content_types = ?, updated_at_ms = ?
-                    WHERE id = ? AND user_id = ?
-                    """, [Self.trimmed(input.name), input.avatar, input.canMakePurchases, input.canUseCustomContentTypes, now, profileID, userID])
-                if let pinHash {
-                    try await tx.query("UPDATE family_profiles SET pin_hash = ? WHERE id = ?", [pinHash, profileID])
-                    try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
-                } else if input.removePin {
-                    try await tx.query("UPDATE family_profiles SET pin_hash = NULL WHERE id = ?", [profileID])
-                    try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
-                }
-                if input.monthlyTokenAllowance != nil || input.removeMonthlyTokenAllowance {
-                    try await tx.query(
-                        "UPDATE family_profiles SET monthly_token_allowance = ? WHERE id = ?", [input.monthlyTokenAllowance, profileID])
-                }
-                if input.maxContentRating != nil || input.removeMaxContentRating {
-                    try await tx.query("UPDATE family_profiles SET max_content_rating = ? WHERE id = ?", [input.maxContentRating, profileID])
-                }
+                try Self.checkUniqueName(input.name, among: try await store.names(tx, userID: userID, except: profileID))
+                try await store.update(tx, id: profileID, userID: userID, name: Self.trimmed(input.name), input: input, pinHash: pinHash, now: now)
+                if pinHash != nil || input.removePin { try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID)) }
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_updated", profileID: profileID, now: now)
                 return try await load(tx, id: profileID, userID: userID)
             }
@@ -307,7 +277,7 @@ public struct ProfileService: Sendable {
             let now = clock.now()
             let profile = try await load(tx, id: profileID, userID: userID)
             if profile.isDefault { throw AuthError.forbidden("The default profile cannot be deleted.") }
-            try await tx.query("DELETE FROM family_profiles WHERE id = ? AND user_id = ?", [profileID, userID])
+            try await store.delete(tx, id: profileID, userID: userID)
             try await deletion.profileDeleted(userID: userID, profileID: profileID, at: now, executor: tx)
             try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
             try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_deleted", profileID: profileID, now: now)
@@ -319,7 +289,7 @@ public struct ProfileService: Sendable {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             _ = try await load(tx, id: profileID, userID: userID)
-            try await tx.query("UPDATE family_profiles SET pin_hash = NULL, updated_at_ms = ? WHERE id = ?", [now, profileID])
+            try await store.setPIN(tx, id: profileID, pinHash: nil, now: now)
             try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID))
             try await audit(tx, manager: manager, owner: false, userID: userID, action: "profile_pin_reset", profileID: profileID, now: now)
             return try await load(tx, id: profileID, userID: userID)
@@ -334,7 +304,7 @@ public struct ProfileService: Sendable {
         guard case .owner(let session, let currentPassword) = manager else { return false }
         if session.selectedProfileGone { throw AuthError.profileSelectionRequired }
         let defaultID = try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT id FROM family_profiles WHERE user_id = ? AND is_default", [userID])?.optionalString("id")
+            try await store.defaultProfileID(tx, userID: userID)
         }
         guard session.isOwnerProfile && (session.selectedProfileID == nil || session.selectedProfileID == defaultID) else {
             throw AuthError.forbidden("Only the account owner (the default profile) can manage profiles; switch to it first.")
@@ -402,10 +372,8 @@ public struct ProfileService: Sendable {
     }
 
     func load(_ tx: any SQLExecutor, id: String, userID: String) async throws -> FamilyProfile {
-        guard let row = try await tx.first("SELECT \(FamilyProfile.columns) FROM family_profiles WHERE id = ? AND user_id = ?", [id, userID]) else {
-            throw AuthError.notFound
-        }
-        return try FamilyProfile(row: row)
+        guard let profile = try await store.profile(tx, id: id, userID: userID) else { throw AuthError.notFound }
+        return profile
     }
 
     func audit(_ tx: any SQLExecutor, manager: ProfileManager, owner: Bool, userID: String, action: String, profileID: String, now: Date) async throws
