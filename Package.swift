@@ -79,10 +79,20 @@ let package = Package(
         .target(name: "Secrets", dependencies: [.product(name: "Crypto", package: "swift-crypto")], swiftSettings: swiftSettings),
         // IP networks in CIDR notation: trusted proxies, budget keys by network, the webhook address policy.
         .target(name: "Networks", swiftSettings: swiftSettings),
+        // Mail out: the message, its transports (a file per message, sendmail, the log) and the queue that sends after the
+        // answer. What the messages say is their owners' (Auth's `Mails`).
+        .target(
+            name: "Mail",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "Auth",
             dependencies: [
-                "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage",
+                "Mail", "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -143,7 +153,7 @@ let package = Package(
         .target(
             name: "AccountAPI",
             dependencies: [
-                "Clock", "Networks", "Secrets", "Events", "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
+                "Mail", "Clock", "Networks", "Secrets", "Events", "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -161,7 +171,7 @@ let package = Package(
         .executableTarget(
             name: "AccountService",
             dependencies: [
-                "Clock", "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage", "Media",
+                "Mail", "Clock", "AccountAPI", "Auth", "Ledger", "Entitlements", "Storage", "Media",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -181,13 +191,13 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "StorageTests", dependencies: ["Clock", "Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
-        .testTarget(name: "AuthTests", dependencies: ["Clock", "Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "AuthTests", dependencies: ["Mail", "Clock", "Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "MediaTests", dependencies: ["Media", "MediaImages"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Clock", "Events", "Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "EntitlementsTests",
             dependencies: [
-                "Clock", "Entitlements", "Billing", "Ledger", "Storage", "TestSupport", "Auth",
+                "Mail", "Clock", "Entitlements", "Billing", "Ledger", "Storage", "TestSupport", "Auth",
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -195,7 +205,7 @@ let package = Package(
         .testTarget(
             name: "AccountAPITests",
             dependencies: [
-                "Clock", "Networks", "Events", "Secrets", "AccountAPI", "Storage", "Auth", "Entitlements", "Billing", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
+                "Mail", "Clock", "Networks", "Events", "Secrets", "AccountAPI", "Storage", "Auth", "Entitlements", "Billing", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),

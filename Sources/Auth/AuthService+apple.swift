@@ -2,6 +2,7 @@ import Clock
 import Events
 import Foundation
 import Logging
+import Mail
 import Storage
 
 /// What a verified Sign in with Apple token says about the person (the verification is the caller's: the Identity module).

@@ -1,6 +1,7 @@
 import Clock
 import Foundation
 import Logging
+import Mail
 import Storage
 
 extension AuthService {

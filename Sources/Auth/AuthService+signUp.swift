@@ -2,6 +2,7 @@ import Clock
 import Events
 import Foundation
 import Logging
+import Mail
 import Storage
 
 extension AuthService {

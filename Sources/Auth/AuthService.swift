@@ -2,6 +2,7 @@ import Clock
 import Events
 import Foundation
 import Logging
+import Mail
 import Storage
 
 /// Sign-up, email codes, sign-in, sessions, password reset and the account itself (one file per flow:

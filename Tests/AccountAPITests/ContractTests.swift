@@ -201,7 +201,7 @@ extension ContractTests {
     static let wallClockReaders: [String: String] = [
         "Clock/TimeSource.swift": "the system clock itself",
         "Storage/Migration.swift": "when a migration was applied (operations, before any clock is wired)",
-        "Auth/Mail/Mailer.swift": "a mail's Date header and file name (transport time)",
+        "Mail/Mailer.swift": "a mail's Date header and file name (transport time)",
         "AccountAPI/Logging/JSONLogHandler.swift": "log line timestamps",
     ]
 

@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import Logging
+import Mail
 import NIOCore
 import Storage
 import TestSupport

@@ -4,6 +4,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Logging
+import Mail
 import Storage
 import TestSupport
 import Testing

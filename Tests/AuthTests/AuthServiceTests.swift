@@ -2,6 +2,7 @@ import Auth
 import Clock
 import Foundation
 import Logging
+import Mail
 import Storage
 import TestSupport
 import Testing

@@ -2,6 +2,7 @@ import Auth
 import Entitlements
 import Hummingbird
 import Logging
+import Mail
 import ServiceLifecycle
 import Storage
 

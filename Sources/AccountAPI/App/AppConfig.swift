@@ -3,6 +3,7 @@ import Billing
 import Entitlements
 import Foundation
 import Logging
+import Mail
 import NIOCore
 import Storage
 import Webhooks

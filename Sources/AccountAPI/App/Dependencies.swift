@@ -7,6 +7,7 @@ import Foundation
 import Identity
 import Ledger
 import Logging
+import Mail
 import Media
 import PostgresNIO
 import Secrets

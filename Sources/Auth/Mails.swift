@@ -1,5 +1,6 @@
 import Clock
 import Foundation
+import Mail
 import Storage
 
 /// The texts of the messages the auth flows send. Codes are marked as secrets so log transports redact them.
