@@ -37,7 +37,6 @@ extension AuthService {
         let outcome: Result<(SignInOutcome, [MailMessage]), AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
-            try await AttemptBudget.refund(tx, key: attempt.networkKey)
             guard row.emailVerified else { return .failure(.emailNotVerified) }
             if let rehash { try await users.setPasswordHash(tx, id: userID, rehash, now: now) }
             if let challenge = try await mfaChallenge(tx, userID: userID, now: now) {
@@ -52,6 +51,11 @@ extension AuthService {
             let notify = newDevice ? try await takeMailBudget(tx, .notice, email: user.email, now: now) == .allowed : false
             return .success((.session(user, session), notify ? [Mails.newDevice(to: user.email, client: client, at: now)] : []))
         }
+        // The right password gives the per-network failure budget its attempt back, in a transaction of its own: every
+        // sign-in from one address (a carrier NAT, an office) passes through that row, so it is held for one statement,
+        // not for the session's writes (and never in the opposite lock order to the reservation's). Lost, it only counts
+        // one failure too many.
+        try? await database.transaction(logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey) }
         let (result, mails) = try outcome.get()
         await send(mails, logger: logger)
         return result

@@ -55,6 +55,28 @@ struct SecurityHTTPTests {
         }
     }
 
+    /// A right password gives the network's failure budget its attempt back (in a transaction of its own, so the per-IP row
+    /// is not held while the session is written): successes never use up a network's allowance of failures.
+    @Test(arguments: TestDatabase.engines)
+    func successfulSignInsGiveTheNetworkItsAttemptBack(engine: Engine) async throws {
+        try await TestApp.run(
+            engine,
+            configure: {
+                $0.authPolicy.ipFailuresToLock = 4; $0.authPolicy.ipHashesPerMinute = 1000
+            }
+        ) { client, app in
+            _ = try await client.signUpAndVerify(app, email: "nat@example.com")
+            for i in 0..<2 { #expect(try await client.signIn("stranger\(i)@example.com", "wrong password here").status == .unauthorized) }
+            for _ in 0..<8 {
+                let answer = try await client.signIn("nat@example.com", Self.password)
+                #expect(answer.status == .ok, "\(answer.text)")
+            }
+            // Two more failures reach the limit of four (the reservation that reaches it sets the lock), the next is refused.
+            for _ in 0..<2 { #expect(try await client.signIn("stranger@example.com", "wrong password here").status == .unauthorized) }
+            #expect(try await client.signIn("stranger@example.com", "wrong password here").status == .tooManyRequests)
+        }
+    }
+
     /// Issue 33 (pre-hijacking): a code activates only what the sign-up it was mailed for asked. Whoever signs up first,
     /// the mailbox owner's own code gives the account her password and name; the attacker's password never works.
     @Test(arguments: TestDatabase.engines)
