@@ -13,6 +13,9 @@ import Foundation
 public enum UntrustedJSON {
     /// The longest number literal accepted (characters, sign and exponent included).
     public static let numberBytesMax = 100
+    /// The most significant digits a number may have: free-form values (metadata) keep numbers exactly as `Decimal`,
+    /// which holds 38; a longer one would be rounded silently (and two requests differing past it would look the same).
+    public static let significantDigitsMax = 38
 
     public struct Refusal: Error, Sendable, Equatable, CustomStringConvertible {
         public let description: String
@@ -26,6 +29,7 @@ public enum UntrustedJSON {
         var inString = false
         var escaped = false
         var run = 0
+        var digits = SignificantDigits()
         var objects = ObjectKeys()
         for byte in bytes {
             if byte == 0 { throw Refusal(description: "JSON must be UTF-8 text (a zero byte was found).") }
@@ -47,9 +51,13 @@ public enum UntrustedJSON {
                 if run > numberBytesMax {
                     throw Refusal(description: "A number may be at most \(numberBytesMax) characters long.")
                 }
+                if digits.add(byte) > significantDigitsMax {
+                    throw Refusal(description: "A number may have at most \(significantDigitsMax) significant digits (it would be rounded).")
+                }
                 continue
             }
             run = 0
+            digits = SignificantDigits()
             switch byte {
             case UInt8(ascii: "\""):
                 inString = true
@@ -63,9 +71,30 @@ public enum UntrustedJSON {
         }
     }
 
-    /// The keys seen in each open object, innermost last (arrays hold no keys).
+    /// The significant digits of the number literal being read: from its first non-zero digit to its last, exponent
+    /// left out (`1000e5` has one, `0.00120` two).
+    struct SignificantDigits {
+        private var count = 0
+        private var zeros = 0
+        private var inExponent = false
+
+        mutating func add(_ byte: UInt8) -> Int {
+            switch byte {
+            case UInt8(ascii: "e"), UInt8(ascii: "E"): inExponent = true
+            case UInt8(ascii: "0") where !inExponent: if count > 0 { zeros += 1 }
+            case UInt8(ascii: "1")...UInt8(ascii: "9") where !inExponent:
+                count += zeros + 1
+                zeros = 0
+            default: break
+            }
+            return count
+        }
+    }
+
+    /// The keys seen in each open object, innermost last (arrays hold no keys). Compared as Swift strings, so keys a
+    /// decoded dictionary would merge (`é` written precomposed and as `e` with a combining accent) are duplicates too.
     struct ObjectKeys {
-        private var frames: [(isObject: Bool, expectingKey: Bool, keys: Set<[UInt8]>)] = []
+        private var frames: [(isObject: Bool, expectingKey: Bool, keys: Set<String>)] = []
         private var key: [UInt8]?
 
         mutating func open(isObject: Bool) { frames.append((isObject, isObject, [])) }
@@ -84,7 +113,7 @@ public enum UntrustedJSON {
             guard let raw = key, let last = frames.indices.last else { return }
             key = nil
             let text = raw.contains(UInt8(ascii: "\\")) ? Self.unescaped(raw) : raw
-            guard frames[last].keys.insert(text).inserted else {
+            guard frames[last].keys.insert(String(decoding: text, as: UTF8.self)).inserted else {
                 let shown = String(decoding: text.prefix(64), as: UTF8.self).unicodeScalars.filter { $0.value >= 0x20 && $0 != "\"" }
                 throw Refusal(description: "The key \"\(String(String.UnicodeScalarView(shown)))\" appears twice in one object.")
             }

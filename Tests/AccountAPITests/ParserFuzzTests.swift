@@ -134,6 +134,13 @@ struct ParserFuzzTests {
     /// characters is refused; shorter ones decode or throw into integer, narrow integer, `Double` and `Decimal` fields, never
     /// trap. Foundation's integer slow path trapped on ~170-digit literals whose value fits `Int64` (`1` + 170 zeros +
     /// `e-154`): this sweep walks the lengths and values around that edge.
+    /// The digits from the first non-zero to the last of a literal's mantissa.
+    static func significantDigits(_ literal: String) -> Int {
+        let mantissa = literal.split(whereSeparator: { $0 == "e" || $0 == "E" }).first.map(String.init) ?? literal
+        let digits = mantissa.filter(\.isNumber).drop(while: { $0 == "0" })
+        return String(digits.reversed()).drop(while: { $0 == "0" }).count
+    }
+
     @Test func numberLiteralsNeverTrapTheDecoder() throws {
         struct Fields: Decodable {
             let i: Int64?
@@ -159,7 +166,9 @@ struct ParserFuzzTests {
                     _ = try UntrustedJSON.decode(Fields.self, from: body)
                     decoded += 1
                 } catch is UntrustedJSON.Refusal {
-                    #expect(literal.utf8.count > UntrustedJSON.numberBytesMax, "\(literal) refused")
+                    #expect(
+                        literal.utf8.count > UntrustedJSON.numberBytesMax || Self.significantDigits(literal) > UntrustedJSON.significantDigitsMax,
+                        "\(literal) refused")
                     refused += 1
                 } catch {}
             }
@@ -183,15 +192,36 @@ struct ParserFuzzTests {
 
     /// The same key twice in one object is refused wherever it is (Foundation keeps the first, other parsers the last),
     /// escaped forms included; the same key in different objects, keys inside strings and arrays of objects are fine.
+    /// Numbers are kept exactly (metadata as `Decimal`): one with more significant digits than that holds is refused,
+    /// not rounded; zeros around them and the exponent do not count.
+    @Test func numbersBeyondExactPrecisionAreRefused() throws {
+        let digits38 = "12345678901234567890123456789012345678"
+        for refused in [
+            #"{"a":1.00000000000000000000000000000000000000001}"#, "{\"a\":\(digits38)9}", "[-\(digits38)1e5]", "{\"a\":\(digits38).5}",
+        ] {
+            #expect(throws: UntrustedJSON.Refusal.self, "\(refused)") { try UntrustedJSON.check(Data(refused.utf8)) }
+        }
+        for accepted in [
+            "{\"a\":\(digits38)}", "{\"a\":-\(digits38)e-20}", #"{"a":1000000000000000000000000000000000000000000000}"#,
+            #"{"a":0.000000000000000000000000000000000000000000123}"#, #"{"s":"123456789012345678901234567890123456789012345"}"#,
+            "{\"a\":\(digits38)00000}",
+        ] {
+            #expect(throws: Never.self, "\(accepted)") { try UntrustedJSON.check(Data(accepted.utf8)) }
+        }
+    }
+
     @Test func duplicateKeysAreRefusedAtAnyDepth() throws {
         for refused in [
             #"{"quality":"standard","quality":"ultra"}"#, #"{"a":1,"\u0061":2}"#, #"{"m":{"x":[{"k":1,"k":2}]}}"#,
             #"{"a":{"b":1},"a":[]}"#, #"[{"q":1},{"q":1,"q":2}]"#, #"{"é":1,"\u00e9":2}"#,
+            // Canonically equivalent keys, which a decoded dictionary merges: precomposed and combining, raw and escaped.
+            "{\"\u{E9}\":1,\"e\u{301}\":2}", #"{"\u00e9":1,"e\u0301":2}"#, "{\"m\":{\"\u{C5}\":1,\"\u{212B}\":2}}",
         ] {
             #expect(throws: UntrustedJSON.Refusal.self, "\(refused)") { try UntrustedJSON.check(Data(refused.utf8)) }
         }
         for accepted in [
             #"{"a":1,"b":{"a":1},"c":[{"a":1},{"a":2}]}"#, #"{"s":"\"a\":1,\"a\":2","t":["a","a"]}"#, #"{"":1,"\"":2}"#, #"[["a","a"]]"#,
+            "{\"\u{E9}\":1,\"e\":2}",
         ] {
             #expect(throws: Never.self, "\(accepted)") { try UntrustedJSON.check(Data(accepted.utf8)) }
         }
