@@ -29,12 +29,14 @@ public enum DatabaseLocation: Sendable, Equatable {
     }
 
     /// Opens the engine. On PostgreSQL the pool comes back too: the application runs it as a service.
-    public func open(leaseTimeoutSeconds: Double, logger: Logger) async throws -> (any Database, PostgresClient?) {
+    public func open(
+        leaseTimeoutSeconds: Double, pool: PostgresPoolSettings = PostgresPoolSettings(), logger: Logger
+    ) async throws -> (any Database, PostgresClient?) {
         switch self {
         case .sqlite(let path):
             return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
         case .postgres(let url):
-            let configurations = try PostgresDatabase.configurations(url: url)
+            let configurations = try PostgresDatabase.configurations(url: url, pool: pool)
             let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
             return (PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: leaseTimeoutSeconds), client)
         }

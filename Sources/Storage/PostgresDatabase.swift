@@ -54,7 +54,9 @@ public final class PostgresDatabase: Database {
     }
 
     /// The pool's configuration and the same settings for a single connection (``batchedStatement(sql:maxBatch:logger:loops:prepare:)``).
-    public static func configurations(url: String) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
+    public static func configurations(
+        url: String, pool: PostgresPoolSettings = PostgresPoolSettings()
+    ) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
         guard let components = URLComponents(string: url),
             components.scheme == "postgres" || components.scheme == "postgresql",
             let host = components.host, !host.isEmpty
@@ -74,6 +76,8 @@ public final class PostgresDatabase: Database {
             password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
         config.options.connectTimeout = .seconds(connectTimeoutSeconds)
         config.options.maximumConnections = maximumConnections
+        config.options.minimumConnections = min(pool.minimumConnections, maximumConnections)
+        config.options.keepAliveBehavior = pool.keepAliveSeconds > 0 ? .init(frequency: .seconds(pool.keepAliveSeconds)) : nil
         // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
         // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
         // length varies) meant about 2 ms of planning per 0.5 ms of execution. Every prepared statement here is a
@@ -468,4 +472,24 @@ struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
     let bindings: PostgresBindings
     func makeBindings() throws -> PostgresBindings { bindings }
     func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
+/// How the connection pool keeps its connections. postgres-nio parks each connection it gets back with a keep-alive
+/// timer and, for connections above the minimum, an idle-timeout timer; a lease cancels them, but a cancelled timer's
+/// memory stays held until its deadline passes. At 3,000 leases a second the defaults (keep-alive every 30 s, idle
+/// timeout 60 s, no minimum) held about 1 KB per lease for 60–90 s: the service's RSS grew from 44 to 167 MiB in 40 s of
+/// spends. A fixed pool (the minimum at the maximum: no idle timers) with a 5-second keep-alive holds at most five
+/// seconds of timers (RSS 44 → 60 MiB, flat); the keep-alive query runs only on a connection idle that long.
+public struct PostgresPoolSettings: Sendable, Equatable {
+    /// Connections opened at start and kept open (`DATABASE_POOL_MIN_CONNECTIONS`; at most the maximum, 20).
+    public var minimumConnections: Int
+    /// How often an idle connection is checked with `SELECT 1` (`DATABASE_KEEPALIVE_SECONDS`; 0: never).
+    public var keepAliveSeconds: Int64
+
+    public init(minimumConnections: Int = 0, keepAliveSeconds: Int64 = 5) {
+        (self.minimumConnections, self.keepAliveSeconds) = (minimumConnections, keepAliveSeconds)
+    }
+
+    /// The server's: every connection kept open, checked after five idle seconds.
+    public static let server = PostgresPoolSettings(minimumConnections: PostgresDatabase.maximumConnections, keepAliveSeconds: 5)
 }

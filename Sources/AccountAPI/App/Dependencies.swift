@@ -139,7 +139,7 @@ public struct Dependencies: Sendable {
 
     /// The configured engine (the PostgreSQL pool runs as a service of the application).
     static func open(_ config: AppConfig, logger: Logger) async throws -> (any Database, PostgresClient?) {
-        try await config.database.open(leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds, logger: logger)
+        try await config.database.open(leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds, pool: config.databasePool, logger: logger)
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).
