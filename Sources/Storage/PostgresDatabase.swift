@@ -478,18 +478,25 @@ struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
 /// timer and, for connections above the minimum, an idle-timeout timer; a lease cancels them, but a cancelled timer's
 /// memory stays held until its deadline passes. At 3,000 leases a second the defaults (keep-alive every 30 s, idle
 /// timeout 60 s, no minimum) held about 1 KB per lease for 60–90 s: the service's RSS grew from 44 to 167 MiB in 40 s of
-/// spends. A fixed pool (the minimum at the maximum: no idle timers) with a 5-second keep-alive holds at most five
-/// seconds of timers (RSS 44 → 60 MiB, flat); the keep-alive query runs only on a connection idle that long.
+/// spends. The server's pool is fixed (the minimum at the maximum: no idle timers) and runs no keep-alive query: no timer
+/// per lease at all (RSS 44 → 49 MiB, flat). A keep-alive is also what hung: a keep-alive `SELECT 1` written to a
+/// connection the server was closing (a dropped database, a failover) was never answered, and the pool's shutdown waited
+/// for it for ever (postgres-nio 1.33; the test suite hung at its end with a 5-second keep-alive). A connection the server
+/// closes is noticed by the lease watch when it is next used; for middleboxes that drop idle connections silently, set
+/// PostgreSQL's `tcp_keepalives_idle` (docs/operations.md).
 public struct PostgresPoolSettings: Sendable, Equatable {
     /// Connections opened at start and kept open (`DATABASE_POOL_MIN_CONNECTIONS`; at most the maximum, 20).
     public var minimumConnections: Int
-    /// How often an idle connection is checked with `SELECT 1` (`DATABASE_KEEPALIVE_SECONDS`; 0: never).
+    /// How often an idle connection is checked with `SELECT 1` (`DATABASE_KEEPALIVE_SECONDS`; 0: never, the default).
     public var keepAliveSeconds: Int64
 
-    public init(minimumConnections: Int = 0, keepAliveSeconds: Int64 = 5) {
+    public init(minimumConnections: Int = 0, keepAliveSeconds: Int64 = 0) {
         (self.minimumConnections, self.keepAliveSeconds) = (minimumConnections, keepAliveSeconds)
     }
 
-    /// The server's: every connection kept open, checked after five idle seconds.
-    public static let server = PostgresPoolSettings(minimumConnections: PostgresDatabase.maximumConnections, keepAliveSeconds: 5)
+    /// The most connections the pool opens (per node).
+    public static let maximumConnections = PostgresDatabase.maximumConnections
+
+    /// The server's: every connection opened at start and kept, no keep-alive query.
+    public static let server = PostgresPoolSettings(minimumConnections: maximumConnections, keepAliveSeconds: 0)
 }

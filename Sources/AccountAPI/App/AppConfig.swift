@@ -41,7 +41,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 2
     /// PostgreSQL's connection pool (`DATABASE_POOL_MIN_CONNECTIONS`, default all 20: a fixed pool; `DATABASE_KEEPALIVE_SECONDS`,
-    /// default 5). Command-line tools open none ahead (`CLI.config`).
+    /// default 0: none). Command-line tools open none ahead (`CLI.config`).
     public var databasePool = PostgresPoolSettings.server
     /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
     var oneStatementSpends = true
@@ -145,7 +145,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("SWEEP_INTERVAL_SECONDS", 0...86400) { sweepIntervalSeconds = Double(n) }
         if let n = reader.number("HTTP_IDLE_TIMEOUT_SECONDS", 1...3600) { httpIdleTimeoutSeconds = n }
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
-        if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresDatabase.maximumConnections) { databasePool.minimumConnections = n }
+        if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.maximumConnections) { databasePool.minimumConnections = n }
         if let n = reader.number("DATABASE_KEEPALIVE_SECONDS", 0...3600) { databasePool.keepAliveSeconds = Int64(n) }
         if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
         if let n = reader.number("MAIL_COOLDOWN_SECONDS", 0...3600) { authPolicy.mailCooldownSeconds = Double(n) }
