@@ -127,7 +127,7 @@ struct CanonicalFields: Encoder {
         func encodeNil(forKey key: Key) throws {}
         func encode(_ value: Bool, forKey key: Key) throws { fields.values[key.stringValue] = value ? "true" : "false" }
         func encode(_ value: String, forKey key: Key) throws {
-            fields.values[key.stringValue] = Self.plain(value) ? "\"" + value + "\"" : try CanonicalFields.slow(value)
+            fields.values[key.stringValue] = CanonicalFields.plain(value) ? "\"" + value + "\"" : try CanonicalFields.slow(value)
         }
         func encode(_ value: Int, forKey key: Key) throws { fields.values[key.stringValue] = String(value) }
         func encode(_ value: Int64, forKey key: Key) throws { fields.values[key.stringValue] = String(value) }
@@ -149,8 +149,6 @@ struct CanonicalFields: Encoder {
             fields.unusual = true
             return CanonicalFields(fields: Fields())
         }
-
-        static func plain(_ text: String) -> Bool { CanonicalFields.plain(text) }
     }
 
     /// A request that is not a JSON object at the top (no request type is): no fields.
