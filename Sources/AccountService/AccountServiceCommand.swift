@@ -65,8 +65,6 @@ enum CLI {
     static func config(tool: Bool = true) throws -> AppConfig {
         var environment = ProcessInfo.processInfo.environment
         if tool && environment["LOG_LEVEL"] == nil { environment["LOG_LEVEL"] = "warning" }
-        // A tool runs a few statements and exits: it opens connections as it needs them, not the server's fixed pool.
-        if tool && environment["DATABASE_POOL_MIN_CONNECTIONS"] == nil { environment["DATABASE_POOL_MIN_CONNECTIONS"] = "0" }
         do { return try AppConfig.from(environment: environment) } catch { throw Failure(error.description) }
     }
 

@@ -16,10 +16,10 @@ struct ConfigTests {
         #expect(config.host == "127.0.0.1" && config.port == 8080)
         #expect(config.database == .sqlite(path: "data/account-service.sqlite"))
         #expect(config.mailTransport == .log)
-        // The server keeps a fixed pool without keep-alive queries (PostgresPoolSettings says why); both can be set.
-        #expect(config.databasePool == PostgresPoolSettings(minimumConnections: PostgresPoolSettings.maximumConnections, keepAliveSeconds: 0))
-        let pool = try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "0", "DATABASE_KEEPALIVE_SECONDS": "30"]).databasePool
-        #expect(pool == PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 30))
+        // The server's pool runs no keep-alive queries (PostgresPoolSettings says why); both settings can be changed.
+        #expect(config.databasePool == PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 0))
+        let pool = try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "20", "DATABASE_KEEPALIVE_SECONDS": "30"]).databasePool
+        #expect(pool == PostgresPoolSettings(minimumConnections: 20, keepAliveSeconds: 30))
         #expect(throws: ConfigError.self) { try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "21"]) }
     }
 

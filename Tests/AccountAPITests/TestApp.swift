@@ -38,9 +38,6 @@ struct TestApp {
         // Cheap hashes keep the suite fast; tests of the cost parameters set their own.
         config.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
         config.databaseLeaseTimeoutSeconds = TestDatabase.leaseTimeoutSeconds
-        // Hundreds of apps share one PostgreSQL here: each opens connections as it needs them (real processes in the attack
-        // suite and the walk-throughs run the server's fixed pool).
-        config.databasePool.minimumConnections = 0
         config.metricsToken = metricsToken
         // Tests run the webhook worker's passes themselves (``TestApp/deliverWebhooks()``), on the test clock.
         config.webhookWorker = false

@@ -40,8 +40,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 2
-    /// PostgreSQL's connection pool (`DATABASE_POOL_MIN_CONNECTIONS`, default all 20: a fixed pool; `DATABASE_KEEPALIVE_SECONDS`,
-    /// default 0: none). Command-line tools open none ahead (`CLI.config`).
+    /// PostgreSQL's connection pool (`DATABASE_POOL_MIN_CONNECTIONS`, default 0; 20 is a fixed pool; `DATABASE_KEEPALIVE_SECONDS`,
+    /// default 0: none).
     public var databasePool = PostgresPoolSettings.server
     /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
     var oneStatementSpends = true
