@@ -70,14 +70,9 @@ extension AuthService {
     /// The account's live sessions with their devices and IPs (owner profile only).
     public func listSessions(of session: AuthenticatedSession, logger: Logger) async throws -> [SessionSummary] {
         try requireOwnerProfile(session)
-        let now = clock.now()
-        let listed = try await database.withConnection(logger: logger) { tx in
-            try await sessions.live(tx, userID: session.user.id, now: now, idleSince: now.addingTimeInterval(-policy.sessionIdleSeconds))
-        }
-        return listed.map { row in
+        return try await sessions(ofUser: session.user.id, logger: logger).map { row in
             SessionSummary(
-                id: row.id, createdAt: row.createdAt, lastUsedAt: row.lastUsedAt,
-                expiresAt: min(row.expiresAt, row.lastUsedAt.addingTimeInterval(policy.sessionIdleSeconds)), userAgent: row.userAgent, ip: row.ip,
+                id: row.id, createdAt: row.createdAt, lastUsedAt: row.lastUsedAt, expiresAt: row.expiresAt, userAgent: row.userAgent, ip: row.ip,
                 current: row.id == session.sessionID)
         }
     }
@@ -96,5 +91,38 @@ extension AuthService {
 
     public func signOut(_ session: AuthenticatedSession, client: ClientInfo, logger: Logger) async throws {
         try await revokeSession(id: session.sessionID, of: session, client: client, logger: logger)
+    }
+}
+
+extension AuthService {
+    /// An operator's view of a user's live sessions (app and console), most recently used first.
+    public func sessions(ofUser userID: String, logger: Logger) async throws -> [SessionSummary] {
+        let now = clock.now()
+        let listed = try await database.withConnection(logger: logger) { tx in
+            try await sessions.live(tx, userID: userID, now: now, idleSince: now.addingTimeInterval(-policy.sessionIdleSeconds))
+        }
+        return listed.map { row in
+            SessionSummary(
+                id: row.id, createdAt: row.createdAt, lastUsedAt: row.lastUsedAt,
+                expiresAt: min(row.expiresAt, row.lastUsedAt.addingTimeInterval(policy.sessionIdleSeconds)), userAgent: row.userAgent, ip: row.ip,
+                current: false)
+        }
+    }
+
+    /// An operator revokes one of a user's sessions (`sessionID`) or all of them (nil), audited. False when there was no
+    /// such live session (one) — revoking all always succeeds.
+    public func revokeSessions(ofUser userID: String, sessionID: String?, actor: String, ip: String?, logger: Logger) async throws -> Bool {
+        try await database.transaction(logger: logger) { tx in
+            let now = clock.now()
+            if let sessionID {
+                guard try await sessions.revoke(tx, id: sessionID, userID: userID, now: now) else { return false }
+            } else {
+                try await sessions.revokeAll(tx, userID: userID, now: now)
+            }
+            try await AuditLog.record(
+                tx, at: now, actor: actor, action: sessionID == nil ? "sessions_revoked_by_operator" : "session_revoked_by_operator", subject: userID,
+                ip: ip, detail: sessionID)
+            return true
+        }
     }
 }

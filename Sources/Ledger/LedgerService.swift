@@ -162,6 +162,17 @@ public struct LedgerService: Sendable {
         try await database.withConnection(logger: logger) { try await ledger.verify($0) }
     }
 
+    /// The system accounts' balances by bucket (issuance, consumption, expired, clawback, holds): what was issued and
+    /// where it went. Users hold minus their sum (every transfer moves tokens between two accounts). Reads only the
+    /// system accounts, so it costs the same at any size.
+    public func systemBalances(logger: Logger) async throws -> [(bucket: String, balance: Int64)] {
+        try await database.withConnection(logger: logger) { tx in
+            try await tx.query("SELECT bucket, balance FROM ledger_accounts WHERE user_id IS NULL ORDER BY bucket", []).map {
+                (try $0.string("bucket"), try $0.int("balance"))
+            }
+        }
+    }
+
     public func pendingHoldCount(logger: Logger) async throws -> Int64 {
         try await database.withConnection(logger: logger) { try await ledger.pendingHoldCount($0) }
     }

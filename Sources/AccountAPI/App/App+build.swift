@@ -67,8 +67,25 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AdminWebhookController(webhooks: d.webhooks, authenticator: authenticator).addRoutes(to: router)
     AppleSignInController(auth: d.auth, verifier: d.appleSignIn, authenticator: authenticator).addRoutes(to: router)
     MFAController(auth: d.auth, authenticator: authenticator, issuer: d.config.totpIssuer).addRoutes(to: router)
+    if d.config.consoleEnabled { addConsole(to: router, d, problems: ProblemMiddleware(allowedMethods: allowedMethods)) }
     allowedMethods.record(router)
     return router
+}
+
+/// The operator console at `/console` (`CONSOLE_ENABLED=true`): its own middleware renders errors as pages and sets the
+/// console's security headers on every answer.
+func addConsole(to router: Router<AppRequestContext>, _ d: Dependencies, problems: ProblemMiddleware<AppRequestContext>) {
+    let pages = ConsolePages()
+    let gate = ConsoleGate(auth: d.auth, requireAdminMFA: d.config.requireAdminMFA)
+    let group = router.group("/console").add(middleware: ConsoleMiddleware(pages: pages, problems: problems))
+    ConsoleController(
+        gate: gate, pages: pages, auth: d.auth, apiKeys: d.apiKeys, ledger: d.ledger, stickers: d.stickers, catalog: d.catalog
+    ).addRoutes(to: group)
+    ConsoleUserController(
+        gate: gate, pages: pages, auth: d.auth, profiles: d.profiles, ledger: d.ledger, entitlements: d.entitlements,
+        subscriptions: d.subscriptions, stickers: d.stickers, catalog: d.catalog
+    ).addRoutes(to: group)
+    ConsoleWebhookController(gate: gate, pages: pages, webhooks: d.webhooks, auth: d.auth).addRoutes(to: group)
 }
 
 /// Closes the database after graceful shutdown, once the server (shut down first) has finished its requests.

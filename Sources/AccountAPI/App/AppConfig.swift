@@ -67,6 +67,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var appleSignInJWKSURL = "https://appleid.apple.com/auth/keys"
     /// `REQUIRE_ADMIN_MFA=true`: admin sessions act as operators only after a TOTP code (set it in production).
     var requireAdminMFA = false
+    /// `CONSOLE_ENABLED=true`: serve the operator console at `/console` (admins only; off by default).
+    public var consoleEnabled = false
     /// The name authenticator apps show for TOTP entries (`TOTP_ISSUER`).
     var totpIssuer = "Account Service"
 
@@ -194,6 +196,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             appleSignInClientIDs = Set(ids.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
         }
         if let flag = reader.flag("REQUIRE_ADMIN_MFA") { requireAdminMFA = flag }
+        if let flag = reader.flag("CONSOLE_ENABLED") { consoleEnabled = flag }
         if let issuer = reader.value("TOTP_ISSUER") {
             if issuer.utf8.count <= 64, !issuer.contains(":") {
                 totpIssuer = issuer

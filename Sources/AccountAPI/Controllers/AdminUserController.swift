@@ -22,6 +22,49 @@ struct AdminUserController: Sendable {
         router.delete("/api/admin/users/:userId/profiles/:id", use: deleteProfile)
         router.post("/api/admin/users/:userId/profiles/:id/reset-pin", use: resetPIN)
         router.delete("/api/admin/users/:userId/mfa", use: resetMFA)
+        router.post("/api/admin/users/:userId/erase", use: erase)
+        router.get("/api/admin/users/:userId/sessions", use: sessions)
+        router.delete("/api/admin/users/:userId/sessions", use: revokeAllSessions)
+        router.delete("/api/admin/users/:userId/sessions/:id", use: revokeSession)
+    }
+
+    struct EraseRequest: Decodable { let confirm: String }
+
+    /// Erases the account (as its owner can), after the operator typed its email address in `confirm`.
+    @Sendable func erase(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try context.pathParameter("userId")
+        var request = request
+        let body = try await request.decodeJSON(EraseRequest.self, context: context)
+        try await auth.eraseByOperator(userID: userID, confirmation: body.confirm, actor: actor, ip: context.clientIP, logger: context.logger)
+        return Response(status: .noContent)
+    }
+
+    /// The user's live sessions (apps and the operator console).
+    @Sendable func sessions(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<AuthController.SessionsResponse> {
+        _ = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        let listed = try await auth.sessions(ofUser: userID, logger: context.logger)
+        return JSONResponse(AuthController.SessionsResponse(sessions: listed.map(AuthController.SessionSummaryJSON.init)))
+    }
+
+    /// Signs the user out everywhere.
+    @Sendable func revokeAllSessions(_ request: Request, context: AppRequestContext) async throws -> Response {
+        try await revokeSessions(request, context, one: nil)
+    }
+
+    /// Revokes one session; 404 when it is not a live session of this user.
+    @Sendable func revokeSession(_ request: Request, context: AppRequestContext) async throws -> Response {
+        try await revokeSessions(request, context, one: try context.pathParameter("id"))
+    }
+
+    func revokeSessions(_ request: Request, _ context: AppRequestContext, one: String?) async throws -> Response {
+        let actor = try await authenticator.requireOperator(request, context)
+        let userID = try await authenticator.existingUser(context)
+        guard try await auth.revokeSessions(ofUser: userID, sessionID: one, actor: actor, ip: context.clientIP, logger: context.logger) else {
+            throw Problem.notFound("This user has no live session by that id.")
+        }
+        return Response(status: .noContent)
     }
 
     @Sendable func users(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<UsersResponse> {

@@ -740,24 +740,7 @@ paths:
           description: Sessions.
           content:
             application/json:
-              schema:
-                type: object
-                required: [sessions]
-                properties:
-                  sessions:
-                    type: array
-                    maxItems: 200
-                    items:
-                      type: object
-                      required: [id, createdAt, lastUsedAt, expiresAt, current]
-                      properties:
-                        id: { type: string }
-                        createdAt: { type: string, format: date-time }
-                        lastUsedAt: { type: string, format: date-time }
-                        expiresAt: { type: string, format: date-time }
-                        userAgent: { type: [string, "null"] }
-                        ip: { type: [string, "null"] }
-                        current: { type: boolean }
+              schema: { $ref: "#/components/schemas/SessionList" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/OwnerProfileRequired" }
   /api/auth/sessions/{id}:
@@ -1592,6 +1575,76 @@ paths:
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/erase:
+    post:
+      tags: [operators, auth]
+      operationId: adminEraseUser
+      summary: Erase an account as its owner can (personal data, sessions, tokens forfeited; emits `user.deleted`); audited.
+      description: >-
+        `confirm` must be the account's email address (its id when it has none). An operator cannot erase their own account
+        here; an erased or unknown account is 404.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [confirm]
+              additionalProperties: false
+              properties:
+                confirm: { type: string, maxLength: 320 }
+      responses:
+        "204": { description: Erased. }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/sessions:
+    get:
+      tags: [operators, auth]
+      operationId: adminListSessions
+      summary: A user's live sessions (apps and the operator console), most recently used first.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: Sessions (`current` is always false here).
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SessionList" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    delete:
+      tags: [operators, auth]
+      operationId: adminRevokeAllSessions
+      summary: Sign a user out everywhere (every app and console session); audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Every session of the user is revoked. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/admin/users/{userId}/sessions/{id}:
+    delete:
+      tags: [operators, auth]
+      operationId: adminRevokeSession
+      summary: Revoke one of a user's sessions; audited.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+        - { name: id, in: path, required: true, schema: { type: string } }
+      responses:
+        "204": { description: Revoked. }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
   /api/admin/users/{userId}/debits:
     post:
@@ -3004,6 +3057,24 @@ components:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
   schemas:
+    SessionList:
+      type: object
+      required: [sessions]
+      properties:
+        sessions:
+          type: array
+          maxItems: 200
+          items:
+            type: object
+            required: [id, createdAt, lastUsedAt, expiresAt, current]
+            properties:
+              id: { type: string }
+              createdAt: { type: string, format: date-time }
+              lastUsedAt: { type: string, format: date-time }
+              expiresAt: { type: string, format: date-time }
+              userAgent: { type: [string, "null"] }
+              ip: { type: [string, "null"] }
+              current: { type: boolean }
     Problem:
       type: object
       description: RFC 9457 problem details with a stable `code`.

@@ -20,23 +20,25 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
-        } catch let problem as Problem {
-            throw problem
-        } catch let error as AuthError {
-            throw error.problem
-        } catch let error as LedgerError {
-            throw error.problem
-        } catch let error as EntitlementError {
-            throw error.problem
-        } catch let error as BillingError {
-            throw error.problem
-        } catch let error as WebhookError {
-            throw error.problem
-        } catch let error as IdentityError {
-            throw error.problem
-        } catch let error as StorageError {
-            throw error.problem(logger: context.logger)
-        } catch let error as any HTTPResponseError {
+        } catch {
+            throw translate(error, request: request, logger: context.logger)
+        }
+    }
+
+    /// The problem an error answers: known problems pass through, domain errors map to theirs, framework errors keep
+    /// their status, storage outages become 503, anything else is logged and is 500. (The operator console renders the
+    /// same problem as a page.)
+    func translate(_ error: any Error, request: Request, logger: Logger) -> Problem {
+        switch error {
+        case let problem as Problem: return problem
+        case let error as AuthError: return error.problem
+        case let error as LedgerError: return error.problem
+        case let error as EntitlementError: return error.problem
+        case let error as BillingError: return error.problem
+        case let error as WebhookError: return error.problem
+        case let error as IdentityError: return error.problem
+        case let error as StorageError: return error.problem(logger: logger)
+        case let error as any HTTPResponseError:
             if error.status == .notFound {
                 let allowed = allowedMethods.methods(for: request.uri.path)
                 if !allowed.isEmpty {
@@ -44,18 +46,18 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
                         .methodNotAllowed, code: "method_not_allowed",
                         detail: "\(request.uri.path) does not answer \(request.method); it answers \(allowed.joined(separator: ", ")).")
                     problem.headers[.allow] = allowed.joined(separator: ", ")
-                    throw problem
+                    return problem
                 }
             }
-            throw Self.problem(for: error.status, request: request)
-        } catch let error as HTTPParserError {
+            return Self.problem(for: error.status, request: request)
+        case let error as HTTPParserError:
             // Bad framing in the body (a chunk size of -1 or fff…, a broken chunk): the client's fault, never a 500.
-            throw Problem.validation("The request body's framing could not be read (\(error)).")
-        } catch is CancellationError {
-            throw Problem.unavailable("The request was cancelled (server shutting down).")
-        } catch {
-            context.logger.error("unexpected error", metadata: ["error": "\(String(reflecting: error))"])
-            throw Problem.internalError
+            return Problem.validation("The request body's framing could not be read (\(error)).")
+        case is CancellationError:
+            return Problem.unavailable("The request was cancelled (server shutting down).")
+        default:
+            logger.error("unexpected error", metadata: ["error": "\(String(reflecting: error))"])
+            return Problem.internalError
         }
     }
 

@@ -1,0 +1,153 @@
+import Auth
+import Entitlements
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Ledger
+
+/// The operator console's door and its own pages: sign-in and sign-out, the books, the catalog, API keys and the audit
+/// trail (users: ``ConsoleUserController``; webhooks: ``ConsoleWebhookController``). `CONSOLE_ENABLED=true` mounts it.
+struct ConsoleController: Sendable {
+    let gate: ConsoleGate
+    let pages: ConsolePages
+    let auth: AuthService
+    let apiKeys: APIKeyService
+    let ledger: LedgerService
+    let stickers: StickerService
+    let catalog: PlanCatalog
+
+    func addRoutes(to group: RouterGroup<AppRequestContext>) {
+        group.get("", use: home)
+        group.get("assets/:name", use: asset)
+        group.get("sign-in", use: signInPage)
+        group.post("sign-in", use: signIn)
+        group.post("sign-out", use: signOut)
+        group.get("books", use: books)
+        group.post("books/verify", use: verify)
+        group.get("catalog", use: catalogPage)
+        group.get("keys", use: keys)
+        group.post("keys", use: createKey)
+        group.post("keys/:id/revoke", use: revokeKey)
+        group.get("audit", use: audit)
+    }
+
+    @Sendable func home(_ request: Request, context: AppRequestContext) async throws -> Response {
+        ConsoleMiddleware.redirect(try await gate.signedIn(request, context) == nil ? "/console/sign-in" : "/console/users")
+    }
+
+    @Sendable func asset(_ request: Request, context: AppRequestContext) async throws -> Response {
+        guard let response = pages.asset(try context.pathParameter("name")) else { throw Problem.notFound("No such console asset.") }
+        return response
+    }
+
+    struct SignInView { let chrome: Chrome; let csrf: String; let email: String }
+
+    /// The form, with a fresh double-submit value in its own cookie (replaced on every visit).
+    @Sendable func signInPage(_ request: Request, context: AppRequestContext) async throws -> Response {
+        if try await gate.signedIn(request, context) != nil { return ConsoleMiddleware.redirect("/console/users") }
+        return signInForm(request, email: "", error: nil, status: .ok)
+    }
+
+    func signInForm(_ request: Request, email: String, error: String?, status: HTTPResponse.Status) -> Response {
+        let token = ConsoleGate.newSignInToken()
+        var response = pages.page(
+            "sign-in", SignInView(chrome: Chrome("Operator sign-in", error: error), csrf: token, email: email), status: status)
+        response.headers.append(
+            HTTPField(
+                name: .setCookie,
+                value: ConsoleGate.cookie(ConsoleGate.signInCookie, token, maxAge: 3600, path: "/console/sign-in", request: request)))
+        return response
+    }
+
+    /// Password and (when on) the TOTP code, on the API's attempt budgets. A refusal shows the form again with the
+    /// API's wording; success sets a brand-new session cookie (whatever cookie came in is never adopted).
+    @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let form = try await gate.signInForm(request)
+        let input = ConsoleSignIn(email: form["email"] ?? "", password: form["password"] ?? "", code: form.text("code"))
+        do {
+            let (_, session) = try await auth.consoleSignIn(
+                input, requireSecondFactor: gate.requireAdminMFA, client: context.client(request), logger: context.logger)
+            var response = ConsoleMiddleware.redirect("/console/users")
+            let cookie = ConsoleGate.cookie(
+                ConsoleGate.sessionCookie, session.token, maxAge: Int(AuthService.consoleAbsoluteSeconds), request: request)
+            response.headers.append(HTTPField(name: .setCookie, value: cookie))
+            response.headers.append(
+                HTTPField(
+                    name: .setCookie, value: ConsoleGate.cookie(ConsoleGate.signInCookie, "", maxAge: 0, path: "/console/sign-in", request: request)))
+            return response
+        } catch let error as AuthError {
+            let problem = error.problem
+            var response = signInForm(request, email: String((form["email"] ?? "").prefix(320)), error: problem.detail, status: problem.status)
+            for field in problem.headers { response.headers.append(field) }
+            return response
+        }
+    }
+
+    @Sendable func signOut(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let op = try await gate.require(request, context)
+        _ = try await gate.form(request, context, from: op)
+        try await auth.consoleSignOut(op.session, ip: context.clientIP, logger: context.logger)
+        var response = ConsoleMiddleware.redirect("/console/sign-in")
+        response.headers.append(HTTPField(name: .setCookie, value: ConsoleGate.cookie(ConsoleGate.sessionCookie, "", maxAge: 0, request: request)))
+        return response
+    }
+
+    struct BooksView {
+        let chrome: Chrome; let csrf: String; let report: ReportView?; let totals: [BucketLine]; let pendingHolds: Int64;
+        let pendingHoldTokens: String
+    }
+    struct ReportView { let ok: Bool; let accountsChecked: Int; let transfersChecked: Int; let differences: [String]; let milliseconds: Int }
+    struct BucketLine { let bucket: String; let amount: Int64 }
+
+    @Sendable func books(_ request: Request, context: AppRequestContext) async throws -> Response {
+        try await booksPage(try await gate.require(request, context), report: nil, context: context)
+    }
+
+    /// Runs `ledger verify` and shows its figures on the books page.
+    @Sendable func verify(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let op = try await gate.require(request, context)
+        _ = try await gate.form(request, context, from: op)
+        let started = ContinuousClock.now
+        let report = try await ledger.verify(logger: context.logger)
+        let elapsed = ContinuousClock.now - started
+        let view = ReportView(
+            ok: report.ok, accountsChecked: report.accountsChecked, transfersChecked: report.transfersChecked,
+            differences: Array(report.differences.prefix(100)),
+            milliseconds: Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000))
+        return try await booksPage(op, report: view, context: context)
+    }
+
+    func booksPage(_ op: ConsoleOperator, report: ReportView?, context: AppRequestContext) async throws -> Response {
+        let system = try await ledger.systemBalances(logger: context.logger)
+        let held = system.reduce(Int64(0)) { $0 &- $1.balance }
+        let holds = try await ledger.pendingHoldCount(logger: context.logger)
+        let heldInHolds = system.first(where: { $0.bucket == "holds" })?.balance ?? 0
+        let totals =
+            [BucketLine(bucket: "all users (available + held)", amount: held)]
+            + system.map { BucketLine(bucket: "system: " + $0.bucket, amount: $0.balance) }
+        return pages.page(
+            "books",
+            BooksView(
+                chrome: Chrome("Books", op), csrf: op.csrf, report: report, totals: totals, pendingHolds: holds,
+                pendingHoldTokens: String(heldInHolds)))
+    }
+
+    struct CatalogView { let chrome: Chrome; let plans: [PlanLine]; let packs: [PackLine] }
+    struct PlanLine { let id: String; let name: String; let monthlyTokens: Int; let profiles: Int }
+    struct PackLine {
+        let id: String; let name: String; let price: Int64; let rating: String; let stickers: Int64; let active: Bool; let iconURL: String?
+    }
+
+    @Sendable func catalogPage(_ request: Request, context: AppRequestContext) async throws -> Response {
+        let op = try await gate.require(request, context)
+        let plans = catalog.plans.map {
+            PlanLine(id: $0.id, name: $0.name, monthlyTokens: $0.monthlyTokens, profiles: $0.maxFamilyProfiles)
+        }
+        let packs = try await stickers.catalog(logger: context.logger).map {
+            PackLine(
+                id: $0.id, name: $0.name, price: $0.tokenPrice, rating: $0.contentRating.rawValue, stickers: $0.stickerCount, active: $0.isActive,
+                iconURL: $0.iconUrl.flatMap { $0.hasPrefix("/") ? $0 : nil })
+        }
+        return pages.page("catalog", CatalogView(chrome: Chrome("Catalog", op), plans: plans, packs: packs))
+    }
+}

@@ -1,0 +1,193 @@
+import Auth
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+
+/// The operator signed in to the console, and the CSRF token of that session.
+struct ConsoleOperator: Sendable {
+    let session: AuthenticatedSession
+    let csrf: String
+    /// The audit actor, as for the API's operator sessions.
+    var actor: String { "user:" + session.user.id }
+}
+
+/// Thrown to answer with a redirect (303, so a POST becomes a GET).
+struct ConsoleRedirect: Error {
+    let location: String
+    static let signIn = ConsoleRedirect(location: "/console/sign-in")
+}
+
+/// The console's door: its session cookie, CSRF tokens and the same-origin check, the one form body it reads, and the
+/// headers of every console response. One file, so every console route is guarded by the same rules.
+struct ConsoleGate: Sendable {
+    let auth: AuthService
+    let requireAdminMFA: Bool
+
+    static let sessionCookie = "console_session"
+    /// The sign-in form's CSRF value before there is a session (double submit: this cookie and the form must agree).
+    static let signInCookie = "console_sign_in"
+    static let formBytesMax = 64 * 1024
+
+    /// The operator behind the request's console cookie; nil when there is none, or it is not a live console session of
+    /// an admin (an API session's token in the cookie is not one).
+    func signedIn(_ request: Request, _ context: AppRequestContext) async throws -> ConsoleOperator? {
+        guard let token = request.cookies[Self.sessionCookie]?.value, !token.isEmpty else { return nil }
+        do {
+            let session = try await auth.consoleSession(token: token, logger: context.logger)
+            return ConsoleOperator(session: session, csrf: Self.csrfToken(session: token))
+        } catch AuthError.unauthorized {
+            return nil
+        }
+    }
+
+    /// The signed-in operator, or a redirect to the sign-in page.
+    func require(_ request: Request, _ context: AppRequestContext) async throws -> ConsoleOperator {
+        guard let signedIn = try await signedIn(request, context) else { throw ConsoleRedirect.signIn }
+        return signedIn
+    }
+
+    /// A form an operator posted: from this origin, url-encoded, at most 64 KiB, carrying the session's CSRF token.
+    func form(_ request: Request, _ context: AppRequestContext, from op: ConsoleOperator) async throws -> ConsoleForm {
+        let form = try await Self.readForm(request)
+        try Self.requireToken(form["csrf"], equals: op.csrf)
+        return form
+    }
+
+    /// The sign-in form: the same checks, against the sign-in cookie's value.
+    func signInForm(_ request: Request) async throws -> ConsoleForm {
+        let form = try await Self.readForm(request)
+        try Self.requireToken(form["csrf"], equals: request.cookies[Self.signInCookie]?.value ?? "")
+        return form
+    }
+
+    static func readForm(_ request: Request) async throws -> ConsoleForm {
+        try checkOrigin(request)
+        guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
+            throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Console forms are sent as application/x-www-form-urlencoded.")
+        }
+        let body = try await request.body.collect(upTo: formBytesMax)
+        return try ConsoleForm(body: String(decoding: body.readableBytesView, as: UTF8.self))
+    }
+
+    /// A state-changing request must come from the console's own pages: a cross-site `Sec-Fetch-Site`, an `Origin` of
+    /// another host, or an opaque (`null`) origin is refused before the body is read.
+    static func checkOrigin(_ request: Request) throws {
+        let refused = Problem(.forbidden, code: "forbidden", detail: "Console forms are accepted only from the console's own pages.")
+        if let site = request.headers[.secFetchSite], !["same-origin", "none"].contains(site.lowercased()) { throw refused }
+        guard let origin = request.headers[.origin] else { return }
+        guard let host = URLComponents(string: origin)?.host, let authority = authority(request) else { throw refused }
+        let port = URLComponents(string: origin)?.port.map { ":\($0)" } ?? ""
+        guard (host + port).lowercased() == authority.lowercased() || "[\(host)]\(port)".lowercased() == authority.lowercased() else {
+            throw refused
+        }
+    }
+
+    static func requireToken(_ given: String?, equals expected: String) throws {
+        guard let given, !expected.isEmpty, given.utf8.count == expected.utf8.count,
+            zip(given.utf8, expected.utf8).reduce(UInt8(0), { $0 | ($1.0 ^ $1.1) }) == 0
+        else {
+            throw Problem(.forbidden, code: "forbidden", detail: "The form's CSRF token is missing or wrong: reload the page and send it again.")
+        }
+    }
+
+    /// The session's CSRF token: an HMAC of a fixed label under the session's own secret, so it needs no storage and
+    /// nobody without the (HttpOnly) cookie can compute it.
+    static func csrfToken(session token: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Data("console-csrf".utf8), using: SymmetricKey(data: Data(token.utf8)))
+        return Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// A fresh random value for the sign-in form's double submit.
+    static func newSignInToken() -> String {
+        csrfToken(session: UUID().uuidString + UUID().uuidString)
+    }
+
+    /// `Set-Cookie` for a console cookie: `HttpOnly`, `SameSite=Strict`, `Path=/console`, and `Secure` unless the
+    /// request came to a loopback name (a local operator without TLS). An empty value with `maxAge` 0 deletes it.
+    static func cookie(_ name: String, _ value: String, maxAge: Int, path: String = "/console", request: Request) -> String {
+        var cookie = "\(name)=\(value); Path=\(path); Max-Age=\(maxAge); HttpOnly; SameSite=Strict"
+        if !isLoopback(request) { cookie += "; Secure" }
+        return cookie
+    }
+
+    /// The host (and port) the request was sent to (Hummingbird maps HTTP/1's `Host` to it).
+    static func authority(_ request: Request) -> String? {
+        request.head.authority
+    }
+
+    static func isLoopback(_ request: Request) -> Bool {
+        guard let authority = authority(request)?.lowercased() else { return false }
+        let host =
+            authority.hasPrefix("[") ? String(authority.prefix(while: { $0 != "]" }).dropFirst()) : String(authority.prefix(while: { $0 != ":" }))
+        return host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
+    /// The headers of every console response: nothing framed, nothing loaded from elsewhere, nothing cached, no address
+    /// leaves for another site (`same-origin`, not `no-referrer`: under that, browsers send `Origin: null` with forms).
+    static func secure(_ headers: inout HTTPFields) {
+        headers[.contentSecurityPolicy] =
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        headers[.xFrameOptions] = "DENY"
+        headers[.referrerPolicy] = "same-origin"
+        headers[.crossOriginOpenerPolicy] = "same-origin"
+        if headers[.cacheControl] == nil { headers[.cacheControl] = "no-store" }
+    }
+}
+
+/// An `application/x-www-form-urlencoded` body, read strictly: at most 64 fields, each name once, valid percent-encoded
+/// UTF-8 (anything else is 400). Hand-written rather than Hummingbird's `URLEncodedFormDecoder`, which keeps the last of
+/// repeated names and decodes into types: the console reads flat text fields and refuses ambiguity.
+struct ConsoleForm: Sendable {
+    static let fieldsMax = 64
+    private let fields: [String: String]
+
+    init(body: String) throws {
+        var fields: [String: String] = [:]
+        for pair in body.split(separator: "&") {
+            guard fields.count < Self.fieldsMax else { throw Problem.validation("A console form has at most \(Self.fieldsMax) fields.") }
+            let name = pair.prefix(while: { $0 != "=" })
+            let value = pair.dropFirst(name.count + 1)
+            guard let name = Self.decode(name), let value = Self.decode(value) else {
+                throw Problem.validation("The form is not valid application/x-www-form-urlencoded text.")
+            }
+            guard fields[name] == nil else { throw Problem.validation("The form names '\(name.prefix(64))' more than once.") }
+            fields[name] = value
+        }
+        self.fields = fields
+    }
+
+    static func decode(_ text: Substring) -> String? {
+        String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    }
+
+    subscript(_ name: String) -> String? { fields[name] }
+
+    /// A field's trimmed text; nil when absent or empty.
+    func text(_ name: String) -> String? {
+        guard let value = fields[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !value.isEmpty else { return nil }
+        return value
+    }
+
+    func required(_ name: String, label: String) throws -> String {
+        guard let value = text(name) else { throw Problem.validation("\(label) is required.") }
+        return value
+    }
+
+    /// A whole number in `range`.
+    func number(_ name: String, label: String, in range: ClosedRange<Int64>) throws -> Int64 {
+        guard let value = Int64(try required(name, label: label)), range.contains(value) else {
+            throw Problem.validation("\(label) must be a whole number from \(range.lowerBound) to \(range.upperBound).")
+        }
+        return value
+    }
+}
+
+extension HTTPField.Name {
+    static let secFetchSite = Self("Sec-Fetch-Site")!
+    static let xFrameOptions = Self("X-Frame-Options")!
+    static let referrerPolicy = Self("Referrer-Policy")!
+    static let crossOriginOpenerPolicy = Self("Cross-Origin-Opener-Policy")!
+}
