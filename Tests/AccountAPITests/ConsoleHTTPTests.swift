@@ -73,7 +73,8 @@ struct ConsoleHTTPTests {
                 fields["csrf"] = csrf
                 let posted = try await client.execute(
                     uri: "/console/users/\(userID)/grant", method: .post,
-                    headers: [.contentType: "application/x-www-form-urlencoded", .cookie: "console_session=\(session.value)"], body: Self.form(fields))
+                    headers: [.contentType: "application/x-www-form-urlencoded", .cookie: "console_session=\(session.value)"], body: Self.form(fields)
+                )
                 #expect(posted.status == .forbidden && String(buffer: posted.body).contains("CSRF"))
             }
             #expect(try await app.rows("SELECT id FROM ledger_transfers WHERE reason = 'admin_grant'").isEmpty)
@@ -138,7 +139,9 @@ struct ConsoleHTTPTests {
             #expect(wrong.status == .badRequest)
             let erased = try await client.send(.post, "/api/admin/users/\(userID)/erase", token: admin, json: #"{"confirm":"ADA@example.com"}"#)
             #expect(erased.status == .noContent)
-            #expect(try await client.send(.post, "/api/admin/users/\(userID)/erase", token: admin, json: #"{"confirm":"ada@example.com"}"#).status == .notFound)
+            #expect(
+                try await client.send(.post, "/api/admin/users/\(userID)/erase", token: admin, json: #"{"confirm":"ada@example.com"}"#).status
+                    == .notFound)
             #expect(try await app.rows("SELECT email FROM users WHERE id = ?", [userID]).first?.optionalString("email") == nil)
             #expect(try await app.rows("SELECT id FROM audit_log WHERE action = 'account_deleted' AND subject = ?", [userID]).count == 1)
         }

@@ -180,13 +180,19 @@ extension ContractTests {
     /// Controllers never name each other (docs/architecture.md): what two of them share (session and sign-in bodies,
     /// an operator's view of a user, a grant's fields) lives in `HTTP/JSON`.
     @Test func controllersNeverNameEachOther() throws {
-        let folder = repositoryRoot.appendingPathComponent("Sources/AccountAPI/Controllers")
-        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix("Controller.swift") }
-        let names = Set(files.map { String($0.dropLast(".swift".count)) })
+        // The API's controllers and the console's (whose files may be split as `Name+part.swift`).
+        var files: [(own: String, text: String)] = []
+        for folder in ["Sources/AccountAPI/Controllers", "Sources/AccountAPI/Console"] {
+            let url = repositoryRoot.appendingPathComponent(folder)
+            for file in try FileManager.default.contentsOfDirectory(atPath: url.path) where file.hasSuffix(".swift") {
+                let own = String(file.dropLast(".swift".count).prefix(while: { $0 != "+" }))
+                files.append((own, try String(contentsOf: url.appendingPathComponent(file), encoding: .utf8)))
+            }
+        }
+        let names = Set(files.map(\.own).filter { $0.hasSuffix("Controller") })
+        #expect(names.contains("AuthController") && names.contains("ConsoleUserController"))
         var crossings: [String] = []
-        for file in files {
-            let own = String(file.dropLast(".swift".count))
-            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+        for (own, text) in files {
             for match in text.matches(of: /\b([A-Z][A-Za-z]*Controller)\b/) where names.contains(String(match.output.1)) && match.output.1 != own {
                 crossings.append("\(own) names \(match.output.1)")
             }

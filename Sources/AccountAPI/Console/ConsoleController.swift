@@ -6,7 +6,7 @@ import Hummingbird
 import Ledger
 
 /// The operator console's door and its own pages: sign-in and sign-out, the books, the catalog, API keys and the audit
-/// trail (users: ``ConsoleUserController``; webhooks: ``ConsoleWebhookController``). `CONSOLE_ENABLED=true` mounts it.
+/// trail (users and webhooks have their own files). `CONSOLE_ENABLED=true` mounts it.
 struct ConsoleController: Sendable {
     let gate: ConsoleGate
     let pages: ConsolePages
@@ -93,11 +93,10 @@ struct ConsoleController: Sendable {
     }
 
     struct BooksView {
-        let chrome: Chrome; let csrf: String; let report: ReportView?; let totals: [BucketLine]; let pendingHolds: Int64;
+        let chrome: Chrome; let csrf: String; let report: ReportView?; let totals: [ConsolePages.BucketLine]; let pendingHolds: Int64;
         let pendingHoldTokens: String
     }
     struct ReportView { let ok: Bool; let accountsChecked: Int; let transfersChecked: Int; let differences: [String]; let milliseconds: Int }
-    struct BucketLine { let bucket: String; let amount: Int64 }
 
     @Sendable func books(_ request: Request, context: AppRequestContext) async throws -> Response {
         try await booksPage(try await gate.require(request, context), report: nil, context: context)
@@ -123,8 +122,8 @@ struct ConsoleController: Sendable {
         let holds = try await ledger.pendingHoldCount(logger: context.logger)
         let heldInHolds = system.first(where: { $0.bucket == "holds" })?.balance ?? 0
         let totals =
-            [BucketLine(bucket: "all users (available + held)", amount: held)]
-            + system.map { BucketLine(bucket: "system: " + $0.bucket, amount: $0.balance) }
+            [ConsolePages.BucketLine(bucket: "all users (available + held)", amount: held)]
+            + system.map { ConsolePages.BucketLine(bucket: "system: " + $0.bucket, amount: $0.balance) }
         return pages.page(
             "books",
             BooksView(

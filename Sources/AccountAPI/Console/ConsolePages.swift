@@ -69,6 +69,9 @@ struct ConsolePages: Sendable {
         let backLabel: String
     }
 
+    /// One row of a balances table.
+    struct BucketLine { let bucket: String; let amount: Int64 }
+
     struct AuditLine: Sendable {
         let at: String; let actor: String; let action: String; let subject: String; let detail: String
         init(_ e: AuditEntry) { (at, actor, action, subject, detail) = (ISODate.string(e.at), e.actor, e.action, e.subject ?? "", e.detail ?? "") }

@@ -49,6 +49,9 @@ extension ConsoleUserController {
         return try await done("Tokens granted", try ledgerLines(answer, verb: "Granted"), op, userID: userID, context: context)
     }
 
+    /// What a console debit's idempotency record compares (console keys are their own key space).
+    struct DebitFields: Encodable { let amount: Int64; let bucket: Bucket?; let reason: String }
+
     @Sendable func debit(_ request: Request, context: AppRequestContext) async throws -> Response {
         let (op, userID, form) = try await action(request, context)
         let amount = try form.number("amount", label: "Amount", in: 1...LedgerLimits.amountTokensMax)

@@ -9,7 +9,7 @@ import Ledger
 extension ConsoleUserController {
     struct UserView {
         let chrome: Chrome; let csrf: String; let userId: String; let user: AccountLine
-        let balances: [ConsoleController.BucketLine]; let balanceTotal: Int64; let buckets: [String]; let grantKey: String; let debitKey: String
+        let balances: [ConsolePages.BucketLine]; let balanceTotal: Int64; let buckets: [String]; let grantKey: String; let debitKey: String
         let holds: [HoldLine]; let history: [HistoryLine]; let historyNext: String?
         let subscription: SubscriptionLine; let plans: [PlanOption]
         let profiles: [ProfileLine]; let sessions: [SessionLine]; let hasSessions: Bool
@@ -43,7 +43,7 @@ extension ConsoleUserController {
         let lines = [
             ("bonus", balance.bonusTokens), ("subscription", balance.subscriptionTokens), ("purchased", balance.purchasedTokens),
             ("held", balance.heldTokens),
-        ].map { ConsoleController.BucketLine(bucket: $0.0, amount: $0.1) }
+        ].map { ConsolePages.BucketLine(bucket: $0.0, amount: $0.1) }
         let sessions = try await auth.sessions(ofUser: userID, logger: logger).map {
             SessionLine(id: $0.id, agent: $0.userAgent ?? "unknown", ip: $0.ip ?? "", lastUsedAt: ISODate.string($0.lastUsedAt))
         }

@@ -41,11 +41,11 @@ struct AdminUserController: Sendable {
     }
 
     /// The user's live sessions (apps and the operator console).
-    @Sendable func sessions(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<AuthController.SessionsResponse> {
+    @Sendable func sessions(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SessionsResponse> {
         _ = try await authenticator.requireOperator(request, context)
         let userID = try await authenticator.existingUser(context)
         let listed = try await auth.sessions(ofUser: userID, logger: context.logger)
-        return JSONResponse(AuthController.SessionsResponse(sessions: listed.map(AuthController.SessionSummaryJSON.init)))
+        return JSONResponse(SessionsResponse(sessions: listed.map(SessionSummaryJSON.init)))
     }
 
     /// Signs the user out everywhere.

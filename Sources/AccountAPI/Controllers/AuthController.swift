@@ -28,15 +28,6 @@ struct AuthController: Sendable {
     struct SessionResponse: Encodable, Sendable {
         let user: User; let session: CurrentSessionJSON; let selectedProfile: FamilyProfile?; let profileSelectionRequired: Bool
     }
-    struct SessionsResponse: Encodable, Sendable { let sessions: [SessionSummaryJSON] }
-    struct SessionSummaryJSON: Encodable, Sendable {
-        let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String; let userAgent: String?; let ip: String?;
-        let current: Bool
-        init(_ s: SessionSummary) {
-            (id, createdAt, lastUsedAt, expiresAt) = (s.id, ISODate.string(s.createdAt), ISODate.string(s.lastUsedAt), ISODate.string(s.expiresAt))
-            (userAgent, ip, current) = (s.userAgent, s.ip, s.current)
-        }
-    }
 
     static let signUpMessage = "If the address can be used, a verification code is on its way. Enter it to finish signing up."
 

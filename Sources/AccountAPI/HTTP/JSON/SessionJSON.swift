@@ -21,3 +21,14 @@ struct AdminUserJSON: Encodable, Sendable {
         (emailVerified, createdAt, deleted) = (s.user.emailVerified, ISODate.string(s.createdAt), s.deleted)
     }
 }
+
+/// `GET /api/auth/sessions` and `GET /api/admin/users/{userId}/sessions`.
+struct SessionsResponse: Encodable, Sendable { let sessions: [SessionSummaryJSON] }
+struct SessionSummaryJSON: Encodable, Sendable {
+    let id: String; let createdAt: String; let lastUsedAt: String; let expiresAt: String; let userAgent: String?; let ip: String?;
+    let current: Bool
+    init(_ s: SessionSummary) {
+        (id, createdAt, lastUsedAt, expiresAt) = (s.id, ISODate.string(s.createdAt), ISODate.string(s.lastUsedAt), ISODate.string(s.expiresAt))
+        (userAgent, ip, current) = (s.userAgent, s.ip, s.current)
+    }
+}
