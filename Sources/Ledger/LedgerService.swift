@@ -162,14 +162,12 @@ public struct LedgerService: Sendable {
         try await database.withConnection(logger: logger) { try await ledger.verify($0) }
     }
 
-    /// The system accounts' balances by bucket (issuance, consumption, expired, clawback, holds): what was issued and
-    /// where it went. Users hold minus their sum (every transfer moves tokens between two accounts). Reads only the
-    /// system accounts, so it costs the same at any size.
-    public func systemBalances(logger: Logger) async throws -> [(bucket: String, balance: Int64)] {
+    /// What users hold, by bucket (every user account read: run it with `verify`, not on every page).
+    public func userBucketTotals(logger: Logger) async throws -> [(bucket: String, balance: Int64)] {
         try await database.withConnection(logger: logger) { tx in
-            try await tx.query("SELECT bucket, balance FROM ledger_accounts WHERE user_id IS NULL ORDER BY bucket", []).map {
-                (try $0.string("bucket"), try $0.int("balance"))
-            }
+            try await tx.query(
+                "SELECT bucket, SUM(balance) AS total FROM ledger_accounts WHERE user_id IS NOT NULL GROUP BY bucket ORDER BY bucket", []
+            ).map { (try $0.string("bucket"), try $0.int("total")) }
         }
     }
 

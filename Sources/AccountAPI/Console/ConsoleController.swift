@@ -93,8 +93,7 @@ struct ConsoleController: Sendable {
     }
 
     struct BooksView {
-        let chrome: Chrome; let csrf: String; let report: ReportView?; let totals: [ConsolePages.BucketLine]; let pendingHolds: Int64;
-        let pendingHoldTokens: String
+        let chrome: Chrome; let csrf: String; let report: ReportView?; let totals: [ConsolePages.BucketLine]; let pendingHolds: Int64
     }
     struct ReportView { let ok: Bool; let accountsChecked: Int; let transfersChecked: Int; let differences: [String]; let milliseconds: Int }
 
@@ -112,23 +111,21 @@ struct ConsoleController: Sendable {
         let view = ReportView(
             ok: report.ok, accountsChecked: report.accountsChecked, transfersChecked: report.transfersChecked,
             differences: Array(report.differences.prefix(100)),
-            milliseconds: Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000))
-        return try await booksPage(op, report: view, context: context)
+            milliseconds: Int(elapsed / .milliseconds(1)))
+        let byBucket = try await ledger.userBucketTotals(logger: context.logger).map {
+            ConsolePages.BucketLine(bucket: "users: " + $0.bucket, amount: $0.balance)
+        }
+        return try await booksPage(op, report: view, userTotals: byBucket, context: context)
     }
 
-    func booksPage(_ op: ConsoleOperator, report: ReportView?, context: AppRequestContext) async throws -> Response {
-        let system = try await ledger.systemBalances(logger: context.logger)
-        let held = system.reduce(Int64(0)) { $0 &- $1.balance }
+    func booksPage(
+        _ op: ConsoleOperator, report: ReportView?, userTotals: [ConsolePages.BucketLine] = [], context: AppRequestContext
+    ) async throws -> Response {
         let holds = try await ledger.pendingHoldCount(logger: context.logger)
-        let heldInHolds = system.first(where: { $0.bucket == "holds" })?.balance ?? 0
-        let totals =
-            [ConsolePages.BucketLine(bucket: "all users (available + held)", amount: held)]
-            + system.map { ConsolePages.BucketLine(bucket: "system: " + $0.bucket, amount: $0.balance) }
         return pages.page(
             "books",
             BooksView(
-                chrome: Chrome("Books", op), csrf: op.csrf, report: report, totals: totals, pendingHolds: holds,
-                pendingHoldTokens: String(heldInHolds)))
+                chrome: Chrome("Books", op), csrf: op.csrf, report: report, totals: userTotals, pendingHolds: holds))
     }
 
     struct CatalogView { let chrome: Chrome; let plans: [PlanLine]; let packs: [PackLine] }

@@ -36,10 +36,13 @@ enum EmbeddedConsole {
 </section>
 <section class="card">
   <h2>Totals</h2>
+  {{#report}}
   <table class="list compact"><thead><tr><th>Bucket</th><th>Tokens held by users</th></tr></thead><tbody>
   {{#totals}}<tr><td>{{bucket}}</td><td class="num">{{amount}}</td></tr>{{/totals}}
   </tbody></table>
-  <p>Pending holds: {{pendingHolds}} ({{pendingHoldTokens}} tokens).</p>
+  {{/report}}
+  {{^report}}<p>Run verify to see what users hold, by bucket (it reads every account).</p>{{/report}}
+  <p>Pending holds: {{pendingHolds}}.</p>
 </section>
 {{>layout-bottom}}
 
