@@ -4,8 +4,9 @@ import Logging
 import Storage
 
 /// The operator console's sessions. They are rows of `sessions` (listed, revoked and expired with the account's others),
-/// but their token is hashed in the console's own domain: a console cookie never works as an API bearer token, and an
-/// API token (or anything else) set as the console's cookie never opens the console.
+/// but their stored hash is in the console's own domain (`console:` and the token's SHA-256, where an API session stores
+/// the bare hex digest, which never starts with `console:`): no bearer token, whatever its text, hashes to a console
+/// session's row, and an API token (or anything else) set as the console's cookie never opens the console.
 public struct ConsoleSignIn: Sendable {
     public let email: String
     public let password: String
@@ -24,7 +25,7 @@ extension AuthService {
 
     static func consoleTokenHash(_ token: String) throws -> String {
         guard !token.isEmpty, token.utf8.count <= 256 else { throw AuthError.unauthorized }
-        return SecretHasher.tokenHash("console:" + token)
+        return "console:" + SecretHasher.tokenHash(token)
     }
 
     /// Signs an operator in to the console: the password on the same budgets as the API's sign-in (an unknown address and

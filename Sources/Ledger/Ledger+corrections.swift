@@ -56,12 +56,16 @@ extension Ledger {
     /// buckets they came from (bonus tokens as a lot without expiry), a grant's are taken back (never below zero:
     /// `insufficientTokens` when they were spent). Holds, expiries, erasures and corrections are refused
     /// (`notReversible`, saying what to do instead).
-    public func reverse(_ tx: any SQLExecutor, transferID: String, note: String, idempotencyKey: String?) async throws -> Reversal {
+    /// `ofUser`: the transfer must be this user's (else `transferNotFound`, before anything else is looked at).
+    public func reverse(
+        _ tx: any SQLExecutor, transferID: String, ofUser expected: String? = nil, note: String, idempotencyKey: String?
+    ) async throws -> Reversal {
         guard let transfer = try await tx.first("SELECT operation_id, user_id FROM ledger_transfers WHERE id = ?", [transferID]) else {
             throw LedgerError.transferNotFound
         }
         let operationID = try transfer.string("operation_id")
         let userID = try transfer.string("user_id")
+        if let expected, userID != expected { throw LedgerError.transferNotFound }
         let now = clock.now()
         var state = try await prepare(tx, userID: userID, now: now)
         if let earlier = try await tx.first("SELECT reversal_operation_id FROM ledger_reversals WHERE operation_id = ?", [operationID]) {

@@ -126,11 +126,15 @@ public struct LedgerService: Sendable {
 
     /// An operator's reversal of the operation a transfer belongs to: once (a second one is `alreadyReversed`), audited;
     /// never for an erased account (`userNotFound`).
-    public func reverse(transferID: String, note: String, actor: String, ip: String?, logger: Logger) async throws -> Reversal {
+    /// `ofUser`: the transfer must belong to this user (a page about one user never reverses another's entry); checked
+    /// in the same transaction, so nothing is reversed when it does not.
+    public func reverse(
+        transferID: String, ofUser expected: String? = nil, note: String, actor: String, ip: String?, logger: Logger
+    ) async throws -> Reversal {
         try Self.check(note: note)
         guard transferID.utf8.count <= 64 else { throw LedgerError.transferNotFound }
         return try await database.transaction(logger: logger) { tx in
-            let reversal = try await ledger.reverse(tx, transferID: transferID, note: note, idempotencyKey: nil)
+            let reversal = try await ledger.reverse(tx, transferID: transferID, ofUser: expected, note: note, idempotencyKey: nil)
             // An erased account is never credited: the reversal is rolled back with this transaction.
             guard try await users.isActiveUser(reversal.userID, tx) else { throw LedgerError.userNotFound(reversal.userID) }
             try await audit.record(

@@ -63,6 +63,10 @@ struct ConsoleHTTPTests {
             #expect(users.headers[.contentSecurityPolicy]?.contains("frame-ancestors 'none'") == true)
             // The cookie is not an API token, and an API token is not a console cookie.
             #expect(try await client.get("/api/auth/session", token: session.value).status == .unauthorized)
+            // Not with any prefix either: no bearer text hashes to a console session's stored hash.
+            for bearer in ["console:" + session.value, "console:\(session.value)\u{0}", session.value.uppercased()] {
+                #expect(try await client.get("/api/admin/users", token: bearer).status == .unauthorized)
+            }
             let api = try await client.signIn("op@example.com", Self.password).json(SignInBody.self).session.token
             let refused = try await client.execute(uri: "/console/users", method: .get, headers: [.cookie: "console_session=\(api)"])
             #expect(refused.status == .seeOther && refused.headers[.location] == "/console/sign-in")
@@ -78,6 +82,11 @@ struct ConsoleHTTPTests {
                 #expect(posted.status == .forbidden && String(buffer: posted.body).contains("CSRF"))
             }
             #expect(try await app.rows("SELECT id FROM ledger_transfers WHERE reason = 'admin_grant'").isEmpty)
+            let huge = try await client.execute(
+                uri: "/console/users/\(userID)/grant", method: .post,
+                headers: [.contentType: "application/x-www-form-urlencoded", .cookie: "console_session=\(session.value)"],
+                body: ByteBuffer(string: "csrf=" + String(repeating: "a", count: 70_000)))
+            #expect(huge.status == .contentTooLarge && String(buffer: huge.body).contains("64 KiB"))
             // A sign-in form without its double-submit cookie is refused before any password check.
             let bare = try await client.execute(
                 uri: "/console/sign-in", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
@@ -116,6 +125,36 @@ struct ConsoleHTTPTests {
         }
     }
 
+    struct History: Decodable { let entries: [Entry]; struct Entry: Decodable { let id: String; let amount: Int64 } }
+
+    /// A user's page never acts on another user's entry: the reversal is checked in its own transaction.
+    @Test(arguments: Engine.allCases)
+    func aUsersPageNeverReversesAnotherUsersEntry(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: Self.enabled) { client, app in
+            _ = try await app.dependencies.auth.createAdmin(email: "op@example.com", password: Self.password, name: "Op", logger: TestDatabase.logger)
+            let cookie = try #require(Self.cookie("console_session", in: try await Self.signIn(client, email: "op@example.com"))).value
+            let admin = try await app.apiKey(["admin"])
+            let alice = try await app.userID(token: try await client.signUpAndVerify(app, email: "alice@example.com"))
+            let bob = try await app.userID(token: try await client.signUpAndVerify(app, email: "bob@example.com"))
+            let granted = try await client.send(
+                .post, "/api/admin/users/\(bob)/grants", token: admin, json: #"{"amount":10,"bucket":"purchased"}"#, headers: [.idempotencyKey: "g1"])
+            #expect(granted.status == .created)
+            let history = try await client.get("/api/admin/users/\(bob)/token-history", token: admin).json(History.self)
+            let entry = try #require(history.entries.first)
+            let csrf = ConsoleGate.csrfToken(session: cookie)
+            func reverse(on page: String) async throws -> TestResponse {
+                try await client.execute(
+                    uri: "/console/users/\(page)/reverse", method: .post,
+                    headers: [.contentType: "application/x-www-form-urlencoded", .cookie: "console_session=\(cookie)"],
+                    body: Self.form(["csrf": csrf, "transfer": entry.id]))
+            }
+            #expect(try await reverse(on: alice).status == .notFound)
+            #expect(try await app.rows("SELECT operation_id FROM ledger_reversals").isEmpty)
+            let done = try await reverse(on: bob)
+            #expect(done.status == .ok && String(buffer: done.body).contains("admin_transfer_reversed"))
+        }
+    }
+
     struct Sessions: Decodable { let sessions: [Session]; struct Session: Decodable { let id: String; let userAgent: String? } }
 
     @Test(arguments: Engine.allCases)
@@ -144,6 +183,8 @@ struct ConsoleHTTPTests {
                     == .notFound)
             #expect(try await app.rows("SELECT email FROM users WHERE id = ?", [userID]).first?.optionalString("email") == nil)
             #expect(try await app.rows("SELECT id FROM audit_log WHERE action = 'account_deleted' AND subject = ?", [userID]).count == 1)
+            // An erased account takes no new plan.
+            #expect(try await client.comp(app, userID: userID, plan: "pro_monthly", key: admin).status == .notFound)
         }
     }
 
@@ -152,6 +193,10 @@ struct ConsoleHTTPTests {
         #expect(try ConsoleForm(body: "a=1&b=%C3%A9+x&c=")["b"] == "é x")
         #expect(throws: Problem.self) { try ConsoleForm(body: "a=1&a=2") }
         #expect(throws: Problem.self) { try ConsoleForm(body: "a=%E0%A4") }
+        // Separators are bytes: a combining mark after '&' or '=' hides nothing (the duplicate is still seen).
+        #expect(throws: Problem.self) { try ConsoleForm(body: "x=\u{301}y&x=\u{301}z") }
+        #expect(throws: Problem.self) { try ConsoleForm(bytes: Array("a=".utf8) + [0xFF, 0xFE]) }
+        #expect(throws: Problem.self) { try ConsoleForm(body: "a=%4") }
         #expect(throws: Problem.self) { try ConsoleForm(body: (0...64).map { "f\($0)=1" }.joined(separator: "&")) }
         let corpus = [Array("csrf=abc&amount=5&bucket=bonus".utf8), Array("%%%&&==+&a=%ZZ".utf8), Array("confirm=%F0%9F%98%80".utf8)]
         var parsed = 0

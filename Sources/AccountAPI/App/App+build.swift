@@ -76,14 +76,18 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
 /// console's security headers on every answer.
 func addConsole(to router: Router<AppRequestContext>, _ d: Dependencies, problems: ProblemMiddleware<AppRequestContext>) {
     let pages = ConsolePages()
-    let gate = ConsoleGate(auth: d.auth, requireAdminMFA: d.config.requireAdminMFA)
+    let gate = ConsoleGate(auth: d.auth, requireAdminMFA: d.config.requireAdminMFA, clock: d.clock)
     let group = router.group("/console").add(middleware: ConsoleMiddleware(pages: pages, problems: problems))
     ConsoleController(
-        gate: gate, pages: pages, auth: d.auth, apiKeys: d.apiKeys, ledger: d.ledger, stickers: d.stickers, catalog: d.catalog
+        gate: gate, pages: pages, auth: d.auth, apiKeys: d.apiKeys, ledger: d.ledger
+    ).addRoutes(to: group)
+    ConsoleCatalogController(
+        gate: gate, pages: pages, auth: d.auth, stickers: d.stickers, catalog: d.catalog,
+        uploads: PackUploads(content: d.stickerContent, media: d.media)
     ).addRoutes(to: group)
     ConsoleUserController(
         gate: gate, pages: pages, auth: d.auth, profiles: d.profiles, ledger: d.ledger, entitlements: d.entitlements,
-        subscriptions: d.subscriptions, stickers: d.stickers, catalog: d.catalog
+        subscriptions: d.subscriptions, stickers: d.stickers, catalog: d.catalog, billing: d.billing
     ).addRoutes(to: group)
     ConsoleWebhookController(gate: gate, pages: pages, webhooks: d.webhooks, auth: d.auth).addRoutes(to: group)
 }

@@ -13,8 +13,6 @@ struct ConsoleController: Sendable {
     let auth: AuthService
     let apiKeys: APIKeyService
     let ledger: LedgerService
-    let stickers: StickerService
-    let catalog: PlanCatalog
 
     func addRoutes(to group: RouterGroup<AppRequestContext>) {
         group.get("", use: home)
@@ -24,11 +22,17 @@ struct ConsoleController: Sendable {
         group.post("sign-out", use: signOut)
         group.get("books", use: books)
         group.post("books/verify", use: verify)
-        group.get("catalog", use: catalogPage)
         group.get("keys", use: keys)
         group.post("keys", use: createKey)
         group.post("keys/:id/revoke", use: revokeKey)
         group.get("audit", use: audit)
+        // Anything else under /console is a console page too (its 404 carries the console's headers).
+        group.get("**", use: notFound)
+        group.post("**", use: notFound)
+    }
+
+    @Sendable func notFound(_ request: Request, context: AppRequestContext) async throws -> Response {
+        throw Problem.notFound("The console has no page here.")
     }
 
     @Sendable func home(_ request: Request, context: AppRequestContext) async throws -> Response {
@@ -45,17 +49,18 @@ struct ConsoleController: Sendable {
     /// The form, with a fresh double-submit value in its own cookie (replaced on every visit).
     @Sendable func signInPage(_ request: Request, context: AppRequestContext) async throws -> Response {
         if try await gate.signedIn(request, context) != nil { return ConsoleMiddleware.redirect("/console/users") }
-        return signInForm(request, email: "", error: nil, status: .ok)
+        return signInForm(request, context, email: "", error: nil, status: .ok)
     }
 
-    func signInForm(_ request: Request, email: String, error: String?, status: HTTPResponse.Status) -> Response {
+    func signInForm(_ request: Request, _ context: AppRequestContext, email: String, error: String?, status: HTTPResponse.Status) -> Response {
         let token = ConsoleGate.newSignInToken()
         var response = pages.page(
             "sign-in", SignInView(chrome: Chrome("Operator sign-in", error: error), csrf: token, email: email), status: status)
         response.headers.append(
             HTTPField(
                 name: .setCookie,
-                value: ConsoleGate.cookie(ConsoleGate.signInCookie, token, maxAge: 3600, path: "/console/sign-in", request: request)))
+                value: ConsoleGate.cookie(ConsoleGate.signInCookie, token, maxAge: 3600, path: "/console/sign-in", request: request, context: context)
+            ))
         return response
     }
 
@@ -69,15 +74,17 @@ struct ConsoleController: Sendable {
                 input, requireSecondFactor: gate.requireAdminMFA, client: context.client(request), logger: context.logger)
             var response = ConsoleMiddleware.redirect("/console/users")
             let cookie = ConsoleGate.cookie(
-                ConsoleGate.sessionCookie, session.token, maxAge: Int(AuthService.consoleAbsoluteSeconds), request: request)
+                ConsoleGate.sessionCookie, session.token, maxAge: Int(AuthService.consoleAbsoluteSeconds), request: request, context: context)
             response.headers.append(HTTPField(name: .setCookie, value: cookie))
             response.headers.append(
                 HTTPField(
-                    name: .setCookie, value: ConsoleGate.cookie(ConsoleGate.signInCookie, "", maxAge: 0, path: "/console/sign-in", request: request)))
+                    name: .setCookie,
+                    value: ConsoleGate.cookie(ConsoleGate.signInCookie, "", maxAge: 0, path: "/console/sign-in", request: request, context: context)))
             return response
         } catch let error as AuthError {
             let problem = error.problem
-            var response = signInForm(request, email: String((form["email"] ?? "").prefix(320)), error: problem.detail, status: problem.status)
+            var response = signInForm(
+                request, context, email: String((form["email"] ?? "").prefix(320)), error: problem.detail, status: problem.status)
             for field in problem.headers { response.headers.append(field) }
             return response
         }
@@ -88,7 +95,8 @@ struct ConsoleController: Sendable {
         _ = try await gate.form(request, context, from: op)
         try await auth.consoleSignOut(op.session, ip: context.clientIP, logger: context.logger)
         var response = ConsoleMiddleware.redirect("/console/sign-in")
-        response.headers.append(HTTPField(name: .setCookie, value: ConsoleGate.cookie(ConsoleGate.sessionCookie, "", maxAge: 0, request: request)))
+        response.headers.append(
+            HTTPField(name: .setCookie, value: ConsoleGate.cookie(ConsoleGate.sessionCookie, "", maxAge: 0, request: request, context: context)))
         return response
     }
 
@@ -126,24 +134,5 @@ struct ConsoleController: Sendable {
             "books",
             BooksView(
                 chrome: Chrome("Books", op), csrf: op.csrf, report: report, totals: userTotals, pendingHolds: holds))
-    }
-
-    struct CatalogView { let chrome: Chrome; let plans: [PlanLine]; let packs: [PackLine] }
-    struct PlanLine { let id: String; let name: String; let monthlyTokens: Int; let profiles: Int }
-    struct PackLine {
-        let id: String; let name: String; let price: Int64; let rating: String; let stickers: Int64; let active: Bool; let iconURL: String?
-    }
-
-    @Sendable func catalogPage(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let op = try await gate.require(request, context)
-        let plans = catalog.plans.map {
-            PlanLine(id: $0.id, name: $0.name, monthlyTokens: $0.monthlyTokens, profiles: $0.maxFamilyProfiles)
-        }
-        let packs = try await stickers.catalog(logger: context.logger).map {
-            PackLine(
-                id: $0.id, name: $0.name, price: $0.tokenPrice, rating: $0.contentRating.rawValue, stickers: $0.stickerCount, active: $0.isActive,
-                iconURL: $0.iconUrl.flatMap { $0.hasPrefix("/") ? $0 : nil })
-        }
-        return pages.page("catalog", CatalogView(chrome: Chrome("Catalog", op), plans: plans, packs: packs))
     }
 }

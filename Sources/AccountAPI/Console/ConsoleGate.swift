@@ -1,14 +1,18 @@
 import Auth
+import Clock
 import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import NIOCore
 
 /// The operator signed in to the console, and the CSRF token of that session.
 struct ConsoleOperator: Sendable {
     let session: AuthenticatedSession
     let csrf: String
+    /// When the request was authenticated (before its action): the audit lines written since are the action's.
+    let startedAt: Date
     /// The audit actor, as for the API's operator sessions.
     var actor: String { "user:" + session.user.id }
 }
@@ -24,6 +28,7 @@ struct ConsoleRedirect: Error {
 struct ConsoleGate: Sendable {
     let auth: AuthService
     let requireAdminMFA: Bool
+    let clock: any TimeSource
 
     static let sessionCookie = "console_session"
     /// The sign-in form's CSRF value before there is a session (double submit: this cookie and the form must agree).
@@ -35,8 +40,9 @@ struct ConsoleGate: Sendable {
     func signedIn(_ request: Request, _ context: AppRequestContext) async throws -> ConsoleOperator? {
         guard let token = request.cookies[Self.sessionCookie]?.value, !token.isEmpty else { return nil }
         do {
+            let startedAt = clock.now()
             let session = try await auth.consoleSession(token: token, logger: context.logger)
-            return ConsoleOperator(session: session, csrf: Self.csrfToken(session: token))
+            return ConsoleOperator(session: session, csrf: Self.csrfToken(session: token), startedAt: startedAt)
         } catch AuthError.unauthorized {
             return nil
         }
@@ -55,6 +61,15 @@ struct ConsoleGate: Sendable {
         return form
     }
 
+    /// A posted `multipart/form-data` form (image uploads): the same origin and CSRF checks, its size bounded by `limit`.
+    func multipart(_ request: Request, _ context: AppRequestContext, from op: ConsoleOperator, limit: Int) async throws -> [Multipart.Part] {
+        try Self.checkOrigin(request)
+        var request = request
+        let parts = try await Multipart.parts(&request, limit: limit)
+        try Self.requireToken(Multipart.text(parts, "csrf"), equals: op.csrf)
+        return parts
+    }
+
     /// The sign-in form: the same checks, against the sign-in cookie's value.
     func signInForm(_ request: Request) async throws -> ConsoleForm {
         let form = try await Self.readForm(request)
@@ -67,8 +82,13 @@ struct ConsoleGate: Sendable {
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
             throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Console forms are sent as application/x-www-form-urlencoded.")
         }
-        let body = try await request.body.collect(upTo: formBytesMax)
-        return try ConsoleForm(body: String(decoding: body.readableBytesView, as: UTF8.self))
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: formBytesMax)
+        } catch let error where error is NIOTooManyBytesError || (error as? any HTTPResponseError)?.status == .contentTooLarge {
+            throw Problem(.contentTooLarge, code: "validation_failed", detail: "A console form is at most \(formBytesMax / 1024) KiB.")
+        }
+        return try ConsoleForm(bytes: Array(body.readableBytesView))
     }
 
     /// A state-changing request must come from the console's own pages: a cross-site `Sec-Fetch-Site`, an `Origin` of
@@ -105,11 +125,13 @@ struct ConsoleGate: Sendable {
         csrfToken(session: UUID().uuidString + UUID().uuidString)
     }
 
-    /// `Set-Cookie` for a console cookie: `HttpOnly`, `SameSite=Strict`, `Path=/console`, and `Secure` unless the
-    /// request came to a loopback name (a local operator without TLS). An empty value with `maxAge` 0 deletes it.
-    static func cookie(_ name: String, _ value: String, maxAge: Int, path: String = "/console", request: Request) -> String {
+    /// `Set-Cookie` for a console cookie: `HttpOnly`, `SameSite=Strict`, `Path=/console`, and `Secure` unless a local
+    /// operator reached the console directly on a loopback address without TLS. An empty value with `maxAge` 0 deletes it.
+    static func cookie(
+        _ name: String, _ value: String, maxAge: Int, path: String = "/console", request: Request, context: AppRequestContext
+    ) -> String {
         var cookie = "\(name)=\(value); Path=\(path); Max-Age=\(maxAge); HttpOnly; SameSite=Strict"
-        if !isLoopback(request) { cookie += "; Secure" }
+        if !isDirectLoopback(request, context) { cookie += "; Secure" }
         return cookie
     }
 
@@ -118,11 +140,19 @@ struct ConsoleGate: Sendable {
         request.head.authority
     }
 
-    static func isLoopback(_ request: Request) -> Bool {
-        guard let authority = authority(request)?.lowercased() else { return false }
-        let host =
-            authority.hasPrefix("[") ? String(authority.prefix(while: { $0 != "]" }).dropFirst()) : String(authority.prefix(while: { $0 != ":" }))
-        return host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    /// True only when the connection comes from a loopback address, no proxy header is present, and the request names
+    /// exactly `localhost`, `127.0.0.1` or `[::1]` (any port). Anything else (a proxy in front, a public name, a
+    /// look-alike such as `127.example.com`) gets `Secure` cookies.
+    static func isDirectLoopback(_ request: Request, _ context: AppRequestContext) -> Bool {
+        guard request.headers[.xForwardedFor] == nil, request.headers[.xForwardedProto] == nil, request.headers[.forwarded] == nil,
+            context.remoteIP == "::1" || context.remoteIP.hasPrefix("127."),
+            let authority = authority(request)?.lowercased()
+        else { return false }
+        for host in ["localhost", "127.0.0.1", "[::1]"] where authority == host || authority.hasPrefix(host + ":") {
+            let port = authority.dropFirst(host.count + 1)
+            return authority == host || (!port.isEmpty && port.count <= 5 && port.allSatisfy(\.isASCII) && port.allSatisfy(\.isNumber))
+        }
+        return false
     }
 
     /// The headers of every console response: nothing framed, nothing loaded from elsewhere, nothing cached, no address
@@ -139,19 +169,22 @@ struct ConsoleGate: Sendable {
 
 /// An `application/x-www-form-urlencoded` body, read strictly: at most 64 fields, each name once, valid percent-encoded
 /// UTF-8 (anything else is 400). Hand-written rather than Hummingbird's `URLEncodedFormDecoder`, which keeps the last of
-/// repeated names and decodes into types: the console reads flat text fields and refuses ambiguity.
+/// repeated names and decodes into types: the console reads flat text fields and refuses ambiguity. Indexing stays within
+/// the slice (`endIndex - index >= 3` before reading an escape), so no input traps.
 struct ConsoleForm: Sendable {
     static let fieldsMax = 64
     private let fields: [String: String]
 
-    init(body: String) throws {
+    /// Splits on the bytes `&` and `=` (never on characters, so a combining mark cannot hide a separator), then
+    /// percent-decodes each name and value and requires valid UTF-8.
+    init(bytes: [UInt8]) throws {
         var fields: [String: String] = [:]
-        for pair in body.split(separator: "&") {
+        for pair in bytes.split(separator: UInt8(ascii: "&")) {
             guard fields.count < Self.fieldsMax else { throw Problem.validation("A console form has at most \(Self.fieldsMax) fields.") }
-            let name = pair.prefix(while: { $0 != "=" })
+            let name = pair.prefix(while: { $0 != UInt8(ascii: "=") })
             let value = pair.dropFirst(name.count + 1)
             guard let name = Self.decode(name), let value = Self.decode(value) else {
-                throw Problem.validation("The form is not valid application/x-www-form-urlencoded text.")
+                throw Problem.validation("The form is not valid application/x-www-form-urlencoded UTF-8 text.")
             }
             guard fields[name] == nil else { throw Problem.validation("The form names '\(name.prefix(64))' more than once.") }
             fields[name] = value
@@ -159,8 +192,34 @@ struct ConsoleForm: Sendable {
         self.fields = fields
     }
 
-    static func decode(_ text: Substring) -> String? {
-        String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+    init(body: String) throws { try self.init(bytes: Array(body.utf8)) }
+
+    /// `+` is a space and `%XX` a byte; the result must be valid UTF-8 (nil otherwise, or on a broken escape).
+    static func decode(_ raw: ArraySlice<UInt8>) -> String? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(raw.count)
+        var index = raw.startIndex
+        while index < raw.endIndex {
+            let byte = raw[index]
+            if byte == UInt8(ascii: "%") {
+                guard raw.endIndex - index >= 3, let high = hexValue(raw[index + 1]), let low = hexValue(raw[index + 2]) else { return nil }
+                bytes.append(high << 4 | low)
+                index += 3
+            } else {
+                bytes.append(byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte)
+                index += 1
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
     }
 
     subscript(_ name: String) -> String? { fields[name] }
@@ -190,4 +249,6 @@ extension HTTPField.Name {
     static let xFrameOptions = Self("X-Frame-Options")!
     static let referrerPolicy = Self("Referrer-Policy")!
     static let crossOriginOpenerPolicy = Self("Cross-Origin-Opener-Policy")!
+    static let xForwardedProto = Self("X-Forwarded-Proto")!
+    static let forwarded = Self("Forwarded")!
 }

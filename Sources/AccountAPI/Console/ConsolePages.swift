@@ -55,7 +55,9 @@ struct ConsolePages: Sendable {
     /// A problem as a page (the API's problem, so the wording and status are the same as over JSON).
     func error(_ problem: Problem, _ op: ConsoleOperator?, back: String) -> Response {
         let title = problem.status.code >= 500 ? "Something went wrong" : "That did not work"
-        var response = page("error", ErrorView(chrome: Chrome(title, op), detail: problem.detail, back: back), status: problem.status)
+        // A detail may quote input: control characters never reach the page.
+        let detail = String(problem.detail.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : Character($0) })
+        var response = page("error", ErrorView(chrome: Chrome(title, op), detail: detail, back: back), status: problem.status)
         for field in problem.headers { response.headers.append(field) }
         return response
     }
@@ -64,7 +66,7 @@ struct ConsolePages: Sendable {
         let chrome: Chrome
         let lines: [String]
         var secret: String? = nil
-        let audit: AuditLine?
+        let audit: [AuditLine]
         let back: String
         let backLabel: String
     }
@@ -73,18 +75,21 @@ struct ConsolePages: Sendable {
     struct BucketLine { let bucket: String; let amount: Int64 }
 
     struct AuditLine: Sendable {
-        let at: String; let actor: String; let action: String; let subject: String; let detail: String
-        init(_ e: AuditEntry) { (at, actor, action, subject, detail) = (ISODate.string(e.at), e.actor, e.action, e.subject ?? "", e.detail ?? "") }
+        let at: String; let actor: String; let action: String; let subject: String; let ip: String; let detail: String
+        init(_ e: AuditEntry) {
+            (at, actor, action, subject, ip, detail) = (ISODate.string(e.at), e.actor, e.action, e.subject ?? "", e.ip ?? "", e.detail ?? "")
+        }
     }
 
-    /// An action's result: what happened, and the audit line it wrote (the operator's newest).
+    /// An action's result: what happened, and the audit lines it wrote (the operator's since the request was
+    /// authenticated; none when nothing changed, as for a form sent again).
     func result(
         _ title: String, _ lines: [String], secret: String? = nil, op: ConsoleOperator, auth: AuthService, back: String, backLabel: String,
         logger: Logger
     ) async throws -> Response {
         var query = AuditQuery()
-        (query.actor, query.limit) = (op.actor, 1)
-        let audit = try await auth.auditTrail(query, logger: logger).entries.first.map(AuditLine.init)
+        (query.actor, query.since, query.limit) = (op.actor, op.startedAt, 5)
+        let audit = try await auth.auditTrail(query, logger: logger).entries.map(AuditLine.init)
         return page(
             "result", ResultView(chrome: Chrome(title, op), lines: lines, secret: secret, audit: audit, back: back, backLabel: backLabel))
     }
@@ -117,12 +122,21 @@ struct ConsoleMiddleware: RouterMiddleware {
             if problem.status == .unauthorized {
                 response = Self.redirect(ConsoleRedirect.signIn.location)
             } else {
-                let back = request.method == .get ? "/console/users" : request.uri.path.split(separator: "/").prefix(3).joined(separator: "/")
-                response = pages.error(problem, nil, back: "/" + back.trimmingCharacters(in: CharacterSet(charactersIn: "/")))
+                let back = Self.back(request)
+                response = pages.error(problem, nil, back: back)
             }
         }
         ConsoleGate.secure(&response.headers)
         return response
+    }
+
+    /// Where an error page's "Back" goes: the console page the request came from (`Referer`, sent within the origin),
+    /// else the users page. Only a `/console/` path of this origin is ever used.
+    static func back(_ request: Request) -> String {
+        guard let referer = request.headers[.referer], let url = URLComponents(string: referer), url.path.hasPrefix("/console/"),
+            url.host == nil || ConsoleGate.authority(request).map({ $0.lowercased().hasPrefix((url.host ?? "").lowercased()) }) == true
+        else { return "/console/users" }
+        return url.path + (url.percentEncodedQuery.map { "?" + $0 } ?? "")
     }
 
     static func redirect(_ location: String) -> Response {

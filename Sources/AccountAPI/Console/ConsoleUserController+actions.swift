@@ -66,10 +66,10 @@ extension ConsoleUserController {
 
     @Sendable func reverse(_ request: Request, context: AppRequestContext) async throws -> Response {
         let (op, userID, form) = try await action(request, context)
+        // The entry must be this user's: checked inside the reversal's transaction (another user's entry is not found).
         let reversal = try await ledger.reverse(
-            transferID: try form.required("transfer", label: "The entry"), note: form.text("reason") ?? "reversed_in_console", actor: op.actor,
-            ip: context.clientIP, logger: context.logger)
-        guard reversal.userID == userID else { throw Problem.validation("That entry belongs to another user.") }
+            transferID: try form.required("transfer", label: "The entry"), ofUser: userID, note: form.text("reason") ?? "reversed_in_console",
+            actor: op.actor, ip: context.clientIP, logger: context.logger)
         return try await done(
             "Entry reversed", ["Reversed \(reversal.amountTokens) tokens of \(reversal.reversedReason) (operation \(reversal.operationID))."], op,
             userID: userID, context: context)

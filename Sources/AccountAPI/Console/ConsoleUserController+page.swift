@@ -1,4 +1,5 @@
 import Auth
+import Billing
 import Entitlements
 import Foundation
 import Hummingbird
@@ -13,7 +14,14 @@ extension ConsoleUserController {
         let holds: [HoldLine]; let history: [HistoryLine]; let historyNext: String?
         let subscription: SubscriptionLine; let plans: [PlanOption]
         let profiles: [ProfileLine]; let sessions: [SessionLine]; let hasSessions: Bool
-        let unlockedPacks: [String]; let audit: [ConsolePages.AuditLine]
+        let unlockedPacks: [String]; let audit: [ConsolePages.AuditLine]; let providerEvents: [ProviderEventLine]
+    }
+    struct ProviderEventLine {
+        let receivedAt: String; let provider: String; let type: String; let outcome: String; let detail: String
+        init(_ e: BillingEvent) {
+            (receivedAt, provider, type) = (ISODate.string(e.receivedAt), e.provider, e.eventType ?? e.source)
+            (outcome, detail) = (e.outcome.rawValue, e.detail ?? "")
+        }
     }
     struct AccountLine {
         let id: String; let email: String?; let name: String; let role: String; let verified: Bool; let createdAt: String; let deleted: Bool
@@ -39,7 +47,12 @@ extension ConsoleUserController {
         let facts = try await auth.accountFacts(userID: userID, logger: logger)
         let before = request.uri.queryParameters["before"].flatMap { Int64(String($0)) }
         let history = try await ledger.history(userID: userID, limit: Self.historyPageSize, cursor: before, logger: logger)
-        let balance = try await entitlements.tokenBalance(userID: userID, logger: logger).balances
+        // An erased account keeps its id and history; what it held is forfeited, so there is nothing else to read.
+        let erased = summary.deleted
+        let balance =
+            erased
+            ? BucketBalances(bonusTokens: 0, subscriptionTokens: 0, purchasedTokens: 0, heldTokens: 0)
+            : try await entitlements.tokenBalance(userID: userID, logger: logger).balances
         let lines = [
             ("bonus", balance.bonusTokens), ("subscription", balance.subscriptionTokens), ("purchased", balance.purchasedTokens),
             ("held", balance.heldTokens),
@@ -57,9 +70,11 @@ extension ConsoleUserController {
                 secondFactor: facts.secondFactor, identities: facts.identities.joined(separator: ", "), hasPassword: facts.hasPassword),
             balances: lines, balanceTotal: balance.bonusTokens &+ balance.subscriptionTokens &+ balance.purchasedTokens,
             buckets: Bucket.allCases.map(\.rawValue), grantKey: UUID().uuidString, debitKey: UUID().uuidString,
-            holds: try await ledger.pendingHolds(userID: userID, logger: logger).map {
-                HoldLine(id: $0.id, amount: $0.amount, expiresAt: ISODate.string($0.expiresAt))
-            },
+            holds: erased
+                ? []
+                : try await ledger.pendingHolds(userID: userID, logger: logger).map {
+                    HoldLine(id: $0.id, amount: $0.amount, expiresAt: ISODate.string($0.expiresAt))
+                },
             history: history.entries.map(Self.historyLine),
             historyNext: history.nextCursor.map { "/console/users/\(ConsoleLinks.segment(userID))?before=\($0)" },
             subscription: Self.subscriptionLine(try await entitlements.subscriptionView(userID: userID, logger: logger)),
@@ -71,7 +86,9 @@ extension ConsoleUserController {
             unlockedPacks: summary.deleted
                 ? []
                 : try await stickers.packs(for: userID, maxRating: nil, logger: logger).filter { !$0.isLocked && $0.pack.isPremium }.map(\.pack.name),
-            audit: try await auth.auditTrail(audit, logger: logger).entries.map(ConsolePages.AuditLine.init))
+            audit: try await auth.auditTrail(audit, logger: logger).entries.map(ConsolePages.AuditLine.init),
+            providerEvents: try await billing.events(userID: userID, provider: nil, limit: 20, before: nil, logger: logger).map(
+                ProviderEventLine.init))
         return pages.page("user", view)
     }
 

@@ -1,4 +1,5 @@
 import Auth
+import Billing
 import Entitlements
 import Foundation
 import Hummingbird
@@ -16,6 +17,7 @@ struct ConsoleUserController: Sendable {
     let subscriptions: SubscriptionService
     let stickers: StickerService
     let catalog: PlanCatalog
+    let billing: BillingService
 
     static let pageSize = 50
     static let historyPageSize = 25
@@ -73,9 +75,11 @@ struct ConsoleUserController: Sendable {
         return (op, id)
     }
 
-    /// A posted action on a user: the operator, the user's id, the checked form.
+    /// A posted action on a user: the operator, the user's id, the checked form. An erased account takes no action.
     func action(_ request: Request, _ context: AppRequestContext) async throws -> (ConsoleOperator, String, ConsoleForm) {
-        let (op, id) = try await target(request, context)
+        let op = try await gate.require(request, context)
+        let id = try context.pathParameter("userId")
+        guard try await !auth.findUser(id: id, logger: context.logger).deleted else { throw Problem.notFound("This account was erased.") }
         return (op, id, try await gate.form(request, context, from: op))
     }
 

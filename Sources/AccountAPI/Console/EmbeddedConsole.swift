@@ -56,13 +56,20 @@ enum EmbeddedConsole {
   {{#plans}}<tr><td><code>{{id}}</code></td><td>{{name}}</td><td class="num">{{monthlyTokens}}</td><td class="num">{{profiles}}</td></tr>{{/plans}}
   </tbody></table>
 </section>
-<section class="card">
+<section class="card" id="packs">
   <h2>Sticker packs</h2>
   <table class="list"><thead><tr><th></th><th>Id</th><th>Name</th><th>Price</th><th>Rating</th><th>Stickers</th><th>Active</th></tr></thead><tbody>
-  {{#packs}}<tr><td>{{#iconURL}}<img class="thumb" src="{{iconURL}}" alt="" width="40" height="40">{{/iconURL}}</td><td><code>{{id}}</code></td><td>{{name}}</td><td class="num">{{price}}</td><td>{{rating}}</td><td class="num">{{stickers}}</td><td>{{active}}</td></tr>{{/packs}}
+  {{#packs}}<tr><td>{{#iconURL}}<img class="thumb" src="{{iconURL}}" alt="" width="40" height="40">{{/iconURL}}{{^iconURL}}{{#previews}}<img class="thumb" src="{{.}}" alt="" width="40" height="40"> {{/previews}}{{/iconURL}}</td><td><a href="/console/catalog/packs/{{id}}"><code>{{id}}</code></a></td><td>{{name}}</td><td class="num">{{price}}</td><td>{{rating}}</td><td class="num">{{stickers}}</td><td>{{active}}</td></tr>{{/packs}}
   {{^packs}}<tr><td colspan="7">No packs.</td></tr>{{/packs}}
   </tbody></table>
-  <p class="hint">Create, edit and upload through the API (<code>/api/admin/stickers/…</code>); see docs/console.md.</p>
+  <form method="post" action="/console/catalog/packs" class="actions" id="create-pack-form">
+    <input type="hidden" name="csrf" value="{{csrf}}">
+    <label>Id (slug) <input type="text" name="id" maxlength="64" required pattern="[a-z0-9-]+"></label>
+    <label>Name <input type="text" name="name" maxlength="100" required></label>
+    <label>Category <select name="category">{{#categories}}<option value="{{.}}">{{.}}</option>{{/categories}}</select></label>
+    <label>Price in tokens (0: free) <input type="number" name="tokenPrice" min="0" value="0"></label>
+    <button type="submit" id="create-pack">Create pack</button>
+  </form>
 </section>
 {{>layout-bottom}}
 
@@ -207,17 +214,52 @@ document.addEventListener("DOMContentLoaded", function () {
 {{#chrome.error}}<p class="error" role="alert">{{chrome.error}}</p>{{/chrome.error}}
 
 """#,
+        "pack.mustache": #"""
+{{>layout-top}}
+{{#pack}}
+<section class="card">
+  <p>{{#iconURL}}<img class="thumb" src="{{iconURL}}" alt="" width="64" height="64">{{/iconURL}} <code>{{id}}</code> · {{stickers}} sticker(s) · {{#active}}active{{/active}}{{^active}}deactivated{{/active}}</p>
+  <p>{{#previews}}<img class="thumb" src="{{.}}" alt="" width="64" height="64"> {{/previews}}</p>
+  <form method="post" action="/console/catalog/packs/{{id}}" id="edit-pack-form">
+    <input type="hidden" name="csrf" value="{{csrf}}">
+    <label>Name <input type="text" name="name" maxlength="100" value="{{name}}" required></label>
+    <label>Description <input type="text" name="description" maxlength="1000" value="{{description}}"></label>
+    <label>Category <input type="text" name="category" maxlength="20" value="{{category}}"></label>
+    <label>Price in tokens <input type="number" name="tokenPrice" min="0" value="{{price}}"></label>
+    <label>Rating (all, 9+, 13+, 16+, 18+) <input type="text" name="contentRating" maxlength="4" value="{{rating}}"></label>
+    <label>Order <input type="number" name="sortOrder" value="{{sortOrder}}"></label>
+    <button type="submit" id="save-pack">Save</button>
+  </form>
+</section>
+<section class="card">
+  <h2>Upload stickers</h2>
+  <form method="post" action="/console/catalog/packs/{{id}}/stickers" enctype="multipart/form-data" id="upload-form">
+    <input type="hidden" name="csrf" value="{{csrf}}">
+    <label>Images (PNG, GIF or WebP; up to 20) <input type="file" name="file" accept="image/png,image/gif,image/webp" multiple required></label>
+    <label>Tags (comma-separated) <input type="text" name="tags" maxlength="800"></label>
+    <button type="submit" id="upload">Upload</button>
+  </form>
+  {{#active}}
+  <form method="post" action="/console/catalog/packs/{{id}}/deactivate" class="danger" data-confirm="Take this pack out of the catalog? Unlocks are kept.">
+    <input type="hidden" name="csrf" value="{{csrf}}"><button type="submit" id="deactivate">Deactivate pack</button>
+  </form>
+  {{/active}}
+</section>
+{{/pack}}
+<p><a href="/console/catalog">Catalog</a></p>
+{{>layout-bottom}}
+
+"""#,
         "result.mustache": #"""
 {{>layout-top}}
 <section class="card result" id="result">
   {{#lines}}<p>{{.}}</p>{{/lines}}
   {{#secret}}<p>Shown once — copy it now:</p><pre class="secret" id="secret">{{secret}}</pre>{{/secret}}
-  {{#audit}}
-  <h2>Audit line written</h2>
-  <table class="audit"><tbody><tr>
-    <td><time datetime="{{at}}">{{at}}</time></td><td>{{actor}}</td><td class="action">{{action}}</td><td>{{subject}}</td><td>{{detail}}</td>
-  </tr></tbody></table>
-  {{/audit}}
+  <h2>Audit lines written</h2>
+  <table class="list audit"><tbody>
+  {{#audit}}<tr><td><time datetime="{{at}}">{{at}}</time></td><td>{{actor}}</td><td class="action">{{action}}</td><td>{{subject}}</td><td>{{detail}}</td></tr>{{/audit}}
+  {{^audit}}<tr><td>None: nothing changed.</td></tr>{{/audit}}
+  </tbody></table>
 </section>
 <p><a href="{{back}}" id="back">{{backLabel}}</a></p>
 {{>layout-bottom}}
@@ -280,14 +322,14 @@ document.addEventListener("DOMContentLoaded", function () {
       <input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="idempotencyKey" value="{{grantKey}}">
       <label>Amount <input type="number" name="amount" min="1" max="1000000000" required></label>
       <label>Bucket <select name="bucket">{{#buckets}}<option value="{{.}}">{{.}}</option>{{/buckets}}</select></label>
-      <label>Reason <input type="text" name="reason" maxlength="200" value="support_grant"></label>
+      <label>Reason <input type="text" name="reason" maxlength="64" pattern="[A-Za-z0-9_.-]+" value="support_grant"></label>
       <button type="submit" id="grant">Grant tokens</button>
     </form>
     <form method="post" action="/console/users/{{userId}}/debit">
       <input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="idempotencyKey" value="{{debitKey}}">
       <label>Amount <input type="number" name="amount" min="1" max="1000000000" required></label>
       <label>Bucket <select name="bucket"><option value="">any (spend order)</option>{{#buckets}}<option value="{{.}}">{{.}}</option>{{/buckets}}</select></label>
-      <label>Reason <input type="text" name="reason" maxlength="200" value="correction" required></label>
+      <label>Reason <input type="text" name="reason" maxlength="64" pattern="[A-Za-z0-9_.-]+" value="correction" required></label>
       <button type="submit" id="debit">Debit tokens</button>
     </form>
   </div>
@@ -331,6 +373,11 @@ document.addEventListener("DOMContentLoaded", function () {
     </form>
     {{/subscription.hasSubscription}}
   </div>
+  <h3>Provider events</h3>
+  <table class="list compact"><thead><tr><th>Received</th><th>Provider</th><th>Event</th><th>Outcome</th><th>Detail</th></tr></thead><tbody>
+  {{#providerEvents}}<tr><td><time datetime="{{receivedAt}}">{{receivedAt}}</time></td><td>{{provider}}</td><td>{{type}}</td><td>{{outcome}}</td><td>{{detail}}</td></tr>{{/providerEvents}}
+  {{^providerEvents}}<tr><td colspan="5">None from Apple or Stripe.</td></tr>{{/providerEvents}}
+  </tbody></table>
 </section>
 
 <section class="card" id="profiles">

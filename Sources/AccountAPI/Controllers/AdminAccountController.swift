@@ -24,7 +24,7 @@ struct AdminAccountController: Sendable {
 
     @Sendable func comp(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SubscriptionJSON> {
         let actor = try await authenticator.requireOperator(request, context)
-        let userID = try await authenticator.existingUser(context)
+        let userID = try await authenticator.liveUser(context)
         var request = request
         let body = try await request.decodeJSON(CompRequest.self, context: context)
         let view = try await subscriptions.comp(

@@ -61,16 +61,7 @@ struct AdminCatalogController: Sendable {
         guard let current = try await stickers.catalog(logger: context.logger).first(where: { $0.id == id }) else {
             throw Problem.notFound("No sticker pack with this id.")
         }
-        var fields = try JSONDecoder().decode([String: JSONValue].self, from: JSONEncoder().encode(current))
-        // isPremium follows the price and plans unless the body sets it.
-        if changes["isPremium"] == nil && (changes["tokenPrice"] != nil || changes["includedInPlans"] != nil) { fields["isPremium"] = nil }
-        fields.merge(changes) { _, new in new }
-        let pack: StickerPack
-        do {
-            pack = try JSONDecoder().decode(StickerPack.self, from: JSONEncoder().encode(fields))
-        } catch let error as DecodingError {
-            throw Problem.validation(Request.describe(error))
-        }
+        let pack = try PackChanges.applying(changes, to: current)
         try await stickers.save(pack, create: false, actor: actor, ip: context.clientIP, logger: context.logger)
         return JSONResponse(pack)
     }

@@ -29,25 +29,10 @@ struct AdminStickerController: Sendable {
         guard try await content.packExists(packID, logger: context.logger) else { throw EntitlementError.packNotFound }
         var request = request
         let parts = try await Multipart.parts(&request, limit: MediaServices.maxUploadBody)
-        let files = parts.filter { $0.name == "file" }
-        guard (1...20).contains(files.count) else { throw Problem.validation("Send 1 to 20 images as multipart/form-data parts named 'file'.") }
-        let tags = Self.tags(Multipart.text(parts, "tags"))
-        // Every image is checked and stored first; then all rows are written in one transaction (all or none).
-        var items: [StickerContentService.NewSticker] = []
-        for file in files {
-            let given = files.count == 1 ? Multipart.text(parts, "name") : nil
-            let name = given.flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
-            items.append(.init(name: name, tags: tags, image: try await media.store(Data(file.body), owner: actor, logger: context.logger)))
-        }
-        let added = try await content.add(packID: packID, items: items, actor: actor, ip: context.clientIP, logger: context.logger)
+        let added = try await PackUploads(content: content, media: media).add(
+            parts, packID: packID, actor: actor, ip: context.clientIP, logger: context.logger)
         return try JSONResponse(StickersResponse(stickers: added.map { media.json($0, signed: false) }), status: .created)
             .response(from: request, context: context)
-    }
-
-    static func tags(_ text: String?) -> [String] {
-        (text ?? "").split(separator: ",").map { String($0.trimmingCharacters(in: .whitespaces).prefix(40)) }.filter { !$0.isEmpty }.prefix(20).map {
-            $0
-        }
     }
 
     @Sendable func change(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<StickerJSON> {

@@ -85,6 +85,13 @@ struct Authenticator: Sendable {
         return id
     }
 
+    /// Like ``existingUser(_:)``, but an erased account is 404 too: for changes (an erased account takes no new plan).
+    func liveUser(_ context: AppRequestContext) async throws -> String {
+        let id = try context.pathParameter("userId")
+        guard try await !auth.findUser(id: id, logger: context.logger).deleted else { throw Problem.notFound("User \(id.prefix(64)) was erased.") }
+        return id
+    }
+
     /// The permissions of the profile the session acts as (the default one when none is selected). A selection that was
     /// deleted or is locked by a downgrade is 403 `profile_selection_required`: never the owner's permissions.
     func permissions(_ session: AuthenticatedSession, _ context: AppRequestContext) async throws -> ProfilePermissions? {
