@@ -175,6 +175,32 @@ public struct LedgerService: Sendable {
         }
     }
 
+    /// One subscription period as the ledger ran it: the plan's tokens granted and the rollover cap's excess expired.
+    public struct PeriodRun: Sendable, Decodable {
+        public let userId: String
+        public let periodKey: String
+        public let planId: String
+        public let granted: Int64
+        public let expired: Int64
+        public let createdAt: Date
+    }
+
+    /// The newest period runs (by the `created_at_ms` index), and the sums of those since `since`.
+    public func periodRuns(limit: Int, since: Date, logger: Logger) async throws -> (runs: [PeriodRun], count: Int64, granted: Int64, expired: Int64)
+    {
+        try await database.withConnection(logger: logger) { tx in
+            let runs = try await tx.query(
+                "SELECT user_id, period_key, plan_id, granted, expired, created_at_ms FROM ledger_period_grants ORDER BY created_at_ms DESC LIMIT ?",
+                [min(max(limit, 1), 200)], as: PeriodRun.self)
+            let sums = try await tx.first(
+                """
+                SELECT COUNT(*) AS runs, COALESCE(SUM(granted), 0) AS granted, COALESCE(SUM(expired), 0) AS expired
+                FROM ledger_period_grants WHERE created_at_ms >= ?
+                """, [since])
+            return (runs, try sums?.int("runs") ?? 0, try sums?.int("granted") ?? 0, try sums?.int("expired") ?? 0)
+        }
+    }
+
     public func pendingHoldCount(logger: Logger) async throws -> Int64 {
         try await database.withConnection(logger: logger) { try await ledger.pendingHoldCount($0) }
     }

@@ -606,6 +606,12 @@ ALTER TABLE subscriptions ADD COLUMN family_shared BOOLEAN NOT NULL DEFAULT FALS
 ALTER TABLE stickers ADD COLUMN owner_profile_id TEXT;
 
 """#),
+        Migration(version: 28, file: "0028_period_grants_by_time.sql", sql: #"""
+-- Why: the operator console's books page lists the newest subscription periods (grants and rollover expiries) and sums
+-- the current month's; both read this index's newest entries, never the whole table.
+CREATE INDEX ledger_period_grants_created ON ledger_period_grants (created_at_ms);
+
+"""#),
     ]
     /// `migrations/sqlite/*.sql`: SQLite's version of a shared migration, or a migration only SQLite needs.
     static let sqliteOverrides: [Migration] = [

@@ -87,7 +87,8 @@ func addConsole(to router: Router<AppRequestContext>, _ d: Dependencies, problem
     ).addRoutes(to: group)
     ConsoleUserController(
         gate: gate, pages: pages, auth: d.auth, profiles: d.profiles, ledger: d.ledger, entitlements: d.entitlements,
-        subscriptions: d.subscriptions, stickers: d.stickers, catalog: d.catalog, billing: d.billing
+        subscriptions: d.subscriptions, stickers: d.stickers, catalog: d.catalog, billing: d.billing,
+        content: d.stickerContent
     ).addRoutes(to: group)
     ConsoleWebhookController(gate: gate, pages: pages, webhooks: d.webhooks, auth: d.auth).addRoutes(to: group)
 }

@@ -102,6 +102,13 @@ struct ConsoleController: Sendable {
 
     struct BooksView {
         let chrome: Chrome; let csrf: String; let report: ReportView?; let totals: [ConsolePages.BucketLine]; let pendingHolds: Int64
+        let periods: [PeriodLine]; let monthRuns: Int64; let monthGranted: Int64; let monthExpired: Int64
+    }
+    struct PeriodLine {
+        let userId: String; let periodKey: String; let planId: String; let granted: Int64; let expired: Int64; let at: String
+        init(_ r: LedgerService.PeriodRun) {
+            (userId, periodKey, planId, granted, expired, at) = (r.userId, r.periodKey, r.planId, r.granted, r.expired, ISODate.string(r.createdAt))
+        }
     }
     struct ReportView { let ok: Bool; let accountsChecked: Int; let transfersChecked: Int; let differences: [String]; let milliseconds: Int }
 
@@ -130,9 +137,15 @@ struct ConsoleController: Sendable {
         _ op: ConsoleOperator, report: ReportView?, userTotals: [ConsolePages.BucketLine] = [], context: AppRequestContext
     ) async throws -> Response {
         let holds = try await ledger.pendingHoldCount(logger: context.logger)
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC") ?? .current
+        let month = calendar.dateInterval(of: .month, for: op.startedAt)?.start ?? op.startedAt
+        let periods = try await ledger.periodRuns(limit: 20, since: month, logger: context.logger)
         return pages.page(
             "books",
             BooksView(
-                chrome: Chrome("Books", op), csrf: op.csrf, report: report, totals: userTotals, pendingHolds: holds))
+                chrome: Chrome("Books", op), csrf: op.csrf, report: report, totals: userTotals, pendingHolds: holds,
+                periods: periods.runs.map(PeriodLine.init), monthRuns: periods.count, monthGranted: periods.granted,
+                monthExpired: periods.expired))
     }
 }

@@ -55,8 +55,9 @@ struct ConsolePages: Sendable {
     /// A problem as a page (the API's problem, so the wording and status are the same as over JSON).
     func error(_ problem: Problem, _ op: ConsoleOperator?, back: String) -> Response {
         let title = problem.status.code >= 500 ? "Something went wrong" : "That did not work"
-        // A detail may quote input: control characters never reach the page.
-        let detail = String(problem.detail.unicodeScalars.map { $0.properties.generalCategory == .control ? "?" : Character($0) })
+        // A detail may quote input: control and format characters (bidi overrides, separators) never reach the page.
+        let hidden: Set<Unicode.GeneralCategory> = [.control, .format, .lineSeparator, .paragraphSeparator]
+        let detail = String(problem.detail.unicodeScalars.map { hidden.contains($0.properties.generalCategory) ? "?" : Character($0) })
         var response = page("error", ErrorView(chrome: Chrome(title, op), detail: detail, back: back), status: problem.status)
         for field in problem.headers { response.headers.append(field) }
         return response
@@ -81,14 +82,16 @@ struct ConsolePages: Sendable {
         }
     }
 
-    /// An action's result: what happened, and the audit lines it wrote (the operator's since the request was
-    /// authenticated; none when nothing changed, as for a form sent again).
+    /// An action's result: what happened, and the audit lines it wrote: the operator's since the request was
+    /// authenticated, about `subject` (the user the page is about) when there is one; none when nothing changed, as for
+    /// a form sent again. Audit rows carry no request id, so the same operator's parallel actions on the same subject
+    /// show each other's lines too.
     func result(
-        _ title: String, _ lines: [String], secret: String? = nil, op: ConsoleOperator, auth: AuthService, back: String, backLabel: String,
-        logger: Logger
+        _ title: String, _ lines: [String], secret: String? = nil, op: ConsoleOperator, subject: String? = nil, auth: AuthService, back: String,
+        backLabel: String, logger: Logger
     ) async throws -> Response {
         var query = AuditQuery()
-        (query.actor, query.since, query.limit) = (op.actor, op.startedAt, 5)
+        (query.actor, query.userID, query.since, query.limit) = (op.actor, subject, op.startedAt, 5)
         let audit = try await auth.auditTrail(query, logger: logger).entries.map(AuditLine.init)
         return page(
             "result", ResultView(chrome: Chrome(title, op), lines: lines, secret: secret, audit: audit, back: back, backLabel: backLabel))

@@ -14,7 +14,8 @@ extension ConsoleUserController {
         let holds: [HoldLine]; let history: [HistoryLine]; let historyNext: String?
         let subscription: SubscriptionLine; let plans: [PlanOption]
         let profiles: [ProfileLine]; let sessions: [SessionLine]; let hasSessions: Bool
-        let unlockedPacks: [String]; let audit: [ConsolePages.AuditLine]; let providerEvents: [ProviderEventLine]
+        let unlockedPacks: [String]; let ownStickers: [String]; let ownStickerCount: Int; let audit: [ConsolePages.AuditLine]
+        let providerEvents: [ProviderEventLine]
     }
     struct ProviderEventLine {
         let receivedAt: String; let provider: String; let type: String; let outcome: String; let detail: String
@@ -60,6 +61,12 @@ extension ConsoleUserController {
         let sessions = try await auth.sessions(ofUser: userID, logger: logger).map {
             SessionLine(id: $0.id, agent: $0.userAgent ?? "unknown", ip: $0.ip ?? "", lastUsedAt: ISODate.string($0.lastUsedAt))
         }
+        let own =
+            erased
+            ? []
+            : try await content.stickers(
+                userID: userID, packID: Sticker.customPackID, viewer: ContentViewer(profileID: nil, maxRating: nil), logger: logger
+            ).stickers.map(\.name)
         var audit = AuditQuery()
         (audit.userID, audit.limit) = (userID, 20)
         let view = UserView(
@@ -86,6 +93,7 @@ extension ConsoleUserController {
             unlockedPacks: summary.deleted
                 ? []
                 : try await stickers.packs(for: userID, maxRating: nil, logger: logger).filter { !$0.isLocked && $0.pack.isPremium }.map(\.pack.name),
+            ownStickers: Array(own.prefix(50)), ownStickerCount: own.count,
             audit: try await auth.auditTrail(audit, logger: logger).entries.map(ConsolePages.AuditLine.init),
             providerEvents: try await billing.events(userID: userID, provider: nil, limit: 20, before: nil, logger: logger).map(
                 ProviderEventLine.init))

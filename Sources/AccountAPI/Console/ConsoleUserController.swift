@@ -18,6 +18,7 @@ struct ConsoleUserController: Sendable {
     let stickers: StickerService
     let catalog: PlanCatalog
     let billing: BillingService
+    let content: StickerContentService
 
     static let pageSize = 50
     static let historyPageSize = 25
@@ -85,7 +86,7 @@ struct ConsoleUserController: Sendable {
 
     func done(_ title: String, _ lines: [String], _ op: ConsoleOperator, userID: String, context: AppRequestContext) async throws -> Response {
         try await pages.result(
-            title, lines, op: op, auth: auth, back: "/console/users/" + ConsoleLinks.segment(userID), backLabel: "Back to the user",
-            logger: context.logger)
+            title, lines, op: op, subject: userID, auth: auth, back: "/console/users/" + ConsoleLinks.segment(userID),
+            backLabel: "Back to the user", logger: context.logger)
     }
 }

@@ -44,6 +44,14 @@ enum EmbeddedConsole {
   {{^report}}<p>Run verify to see what users hold, by bucket (it reads every account).</p>{{/report}}
   <p>Pending holds: {{pendingHolds}}.</p>
 </section>
+<section class="card" id="periods">
+  <h2>Subscription periods (rollover)</h2>
+  <p>This month (UTC): {{monthRuns}} period(s) run, {{monthGranted}} tokens granted, {{monthExpired}} expired over the rollover caps.</p>
+  <table class="list"><thead><tr><th>When</th><th>User</th><th>Period</th><th>Plan</th><th>Granted</th><th>Expired</th></tr></thead><tbody>
+  {{#periods}}<tr><td><time datetime="{{at}}">{{at}}</time></td><td><a href="/console/users/{{userId}}">{{userId}}</a></td><td>{{periodKey}}</td><td>{{planId}}</td><td class="num">{{granted}}</td><td class="num">{{expired}}</td></tr>{{/periods}}
+  {{^periods}}<tr><td colspan="6">None yet.</td></tr>{{/periods}}
+  </tbody></table>
+</section>
 {{>layout-bottom}}
 
 """#,
@@ -412,6 +420,7 @@ document.addEventListener("DOMContentLoaded", function () {
 <section class="card" id="stickers">
   <h2>Sticker packs</h2>
   <p>Unlocked: {{#unlockedPacks}}<span class="tag">{{.}}</span> {{/unlockedPacks}}{{^unlockedPacks}}none{{/unlockedPacks}}</p>
+  <p id="own-stickers">Own stickers ({{ownStickerCount}}): {{#ownStickers}}<span class="tag">{{.}}</span> {{/ownStickers}}{{^ownStickers}}none{{/ownStickers}}</p>
 </section>
 
 <section class="card" id="audit">
