@@ -29,6 +29,9 @@ struct ConsoleController: Sendable {
         // Anything else under /console is a console page too (its 404 carries the console's headers).
         group.get("**", use: notFound)
         group.post("**", use: notFound)
+        group.put("**", use: notFound)
+        group.patch("**", use: notFound)
+        group.delete("**", use: notFound)
     }
 
     @Sendable func notFound(_ request: Request, context: AppRequestContext) async throws -> Response {

@@ -140,11 +140,17 @@ struct ConsoleGate: Sendable {
         request.head.authority
     }
 
+    /// Headers that proxies add: with any of them the request came through one, and cookies are `Secure`.
+    static let proxyHeaders: Set<String> = [
+        "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "x-forwarded-ssl", "x-forwarded-scheme", "forwarded",
+        "x-real-ip", "x-url-scheme", "front-end-https", "via",
+    ]
+
     /// True only when the connection comes from a loopback address, no proxy header is present, and the request names
     /// exactly `localhost`, `127.0.0.1` or `[::1]` (any port). Anything else (a proxy in front, a public name, a
     /// look-alike such as `127.example.com`) gets `Secure` cookies.
     static func isDirectLoopback(_ request: Request, _ context: AppRequestContext) -> Bool {
-        guard request.headers[.xForwardedFor] == nil, request.headers[.xForwardedProto] == nil, request.headers[.forwarded] == nil,
+        guard !request.headers.contains(where: { Self.proxyHeaders.contains($0.name.canonicalName) }),
             context.remoteIP == "::1" || context.remoteIP.hasPrefix("127."),
             let authority = authority(request)?.lowercased()
         else { return false }
@@ -249,6 +255,4 @@ extension HTTPField.Name {
     static let xFrameOptions = Self("X-Frame-Options")!
     static let referrerPolicy = Self("Referrer-Policy")!
     static let crossOriginOpenerPolicy = Self("Cross-Origin-Opener-Policy")!
-    static let xForwardedProto = Self("X-Forwarded-Proto")!
-    static let forwarded = Self("Forwarded")!
 }
