@@ -198,10 +198,10 @@ struct ConsoleHTTPTests {
         #expect(throws: Problem.self) { try ConsoleForm(bytes: Array("a=".utf8) + [0xFF, 0xFE]) }
         #expect(throws: Problem.self) { try ConsoleForm(body: "a=%4") }
         #expect(throws: Problem.self) { try ConsoleForm(body: (0...64).map { "f\($0)=1" }.joined(separator: "&")) }
-        let corpus = [Array("csrf=abc&amount=5&bucket=bonus".utf8), Array("%%%&&==+&a=%ZZ".utf8), Array("confirm=%F0%9F%98%80".utf8)]
+        // The bytes as they arrive (invalid UTF-8 included), from Tests/FuzzCorpus/console-forms and its mutants.
         var parsed = 0
-        Fuzzer(corpus: corpus, iterationsMin: 1001).run { input in
-            if (try? ConsoleForm(body: String(decoding: input, as: UTF8.self))) != nil { parsed += 1 }
+        Fuzzer(corpus: try Fuzzer.corpus("console-forms", root: repositoryRoot), iterationsMin: 1001).run { input in
+            if (try? ConsoleForm(bytes: input)) != nil { parsed += 1 }
         }
         #expect(parsed > 0)
     }
