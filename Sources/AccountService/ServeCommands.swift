@@ -20,8 +20,7 @@ struct Serve: AsyncParsableCommand {
         let logger = Startup.bootstrapLogging(config)
         logger.info("starting", metadata: ["config": "\(config)"])
         let dependencies = try await Dependencies.make(config: config, logger: logger)
-        let app = buildApplication(dependencies, logger: logger)
-        try await app.runService()
+        try await serve(dependencies, logger: logger)
     }
 }
 

@@ -24,4 +24,10 @@ public struct JobLease: Sendable {
             """, [name, holder, now.addingTimeInterval(ttlSeconds), now])
         return rows.first?.optionalString("holder") == holder
     }
+
+    /// Hands the lease back (a node shutting down): another node takes it at its next pass instead of after the ttl.
+    /// Does nothing when this holder no longer has it.
+    public func release(_ tx: any SQLExecutor) async throws {
+        _ = try await tx.query("UPDATE job_leases SET expires_at_ms = 0 WHERE name = ? AND holder = ?", [name, holder])
+    }
 }

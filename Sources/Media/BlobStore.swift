@@ -58,3 +58,31 @@ public struct FileBlobStore: BlobStore {
         return FileManager.default.contents(atPath: url(key).path)
     }
 }
+
+extension FileBlobStore {
+    /// Copies every file under `source` (a `DATA_DIR/media` layout) that `target` lacks; returns how many and their
+    /// bytes. Files are content-addressed and never change, so a copy is complete once present: backups of media are
+    /// incremental by construction. Names that are not keys are skipped; each copy lands under its name by a rename.
+    public static func mirror(from source: URL, to target: URL) throws -> (files: Int, bytes: Int) {
+        let manager = FileManager.default
+        try manager.createDirectory(at: target, withIntermediateDirectories: true)
+        guard manager.fileExists(atPath: source.path) else { return (0, 0) }
+        var files = 0
+        var bytes = 0
+        for fanOut in try manager.contentsOfDirectory(atPath: source.path).sorted() where fanOut.count == 2 {
+            let from = source.appendingPathComponent(fanOut, isDirectory: true)
+            let names = (try? manager.contentsOfDirectory(atPath: from.path)) ?? []
+            for name in names.sorted() where isValidKey(name) && name.hasPrefix(fanOut) {
+                let destination = target.appendingPathComponent(fanOut, isDirectory: true).appendingPathComponent(name)
+                guard !manager.fileExists(atPath: destination.path) else { continue }
+                // A file removed since the listing (an unused upload cleaned up) is simply not copied.
+                guard let data = manager.contents(atPath: from.appendingPathComponent(name).path) else { continue }
+                try manager.createDirectory(at: destination.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try data.write(to: destination, options: .atomic)
+                files += 1
+                bytes += data.count
+            }
+        }
+        return (files, bytes)
+    }
+}

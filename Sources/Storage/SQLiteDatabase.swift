@@ -18,13 +18,16 @@ public final class SQLiteDatabase: Database {
     /// Read-only connections for ``quickRead(logger:_:)``, used on the caller's thread, one caller at a time each.
     private let quickReaders: Mutex<QuickReaders>
     static let quickReaderCount = 2
+    /// Held shared while the file is open, so `restore` never swaps it from under this process.
+    private let fileLock: SQLiteFileLock?
 
     private struct QuickReaders: ~Copyable {
         var idle: [SQLiteConnection]
         var closed = false
     }
 
-    init(connection: SQLiteConnection, reader: SQLiteConnection?, quickReaders: [SQLiteConnection] = []) {
+    init(connection: SQLiteConnection, reader: SQLiteConnection?, quickReaders: [SQLiteConnection] = [], fileLock: SQLiteFileLock? = nil) {
+        self.fileLock = fileLock
         self.connection = connection
         self.reader = reader
         self.readerThread = reader == nil ? nil : SQLiteThread(name: "sqlite-reader")
@@ -43,6 +46,8 @@ public final class SQLiteDatabase: Database {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         let connection = try SQLiteConnection(path: path)
+        let fileLock = path == ":memory:" ? nil : SQLiteFileLock(path: path, exclusive: false)
+        if path != ":memory:" && fileLock == nil { throw StorageError.unavailable("\(path) is being restored; try again when that finishes") }
         _ = try connection.query("PRAGMA busy_timeout = 5000", [])
         if path != ":memory:" { try await switchToWAL(connection, path: path) }
         _ = try connection.query("PRAGMA synchronous = NORMAL", [])
@@ -54,7 +59,8 @@ public final class SQLiteDatabase: Database {
             _ = try readOnly.query("PRAGMA query_only = ON", [])
             return readOnly
         }
-        return SQLiteDatabase(connection: connection, reader: try readOnly(), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly() })
+        return SQLiteDatabase(
+            connection: connection, reader: try readOnly(), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly() }, fileLock: fileLock)
     }
 
     /// WAL mode is stored in the file, and switching to it needs the file to itself: a second process opening a new
@@ -78,6 +84,7 @@ public final class SQLiteDatabase: Database {
                 self.reader?.close()
                 self.connection.close()
             }
+            self.fileLock?.release()
         }
         // Idle quick readers close now; one in use closes when it is handed back.
         quickReaders.withLock { readers in

@@ -32,14 +32,16 @@ public struct WebhookWorker: Sendable {
         self.logger = logger
     }
 
-    /// Runs until cancelled: fan-out and delivery in two loops of their own (slow receivers never hold up fan-out), each
-    /// going again at once while there is work, else after ``WebhookSettings/pollSeconds``.
-    public func run() async {
+    /// Runs until cancelled or `keepGoing` turns false: fan-out and delivery in two loops of their own (slow receivers
+    /// never hold up fan-out), each going again at once while there is work, else after ``WebhookSettings/pollSeconds``.
+    /// Stopping by `keepGoing` (a graceful shutdown) lets the pass in progress finish and record its tries, so no
+    /// delivery stays leased to a node that is gone; cancelling cuts tries short (their leases lapse, then they retry).
+    public func run(keepGoing: @escaping @Sendable () -> Bool = { true }) async {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await loop("fan-out") { try await fanOut(limit: Self.fanOutBatch) > 0 } }
+            group.addTask { await loop("fan-out", keepGoing) { try await fanOut(limit: Self.fanOutBatch) > 0 } }
             group.addTask {
                 var passes = 0
-                await loop("delivery") {
+                await loop("delivery", keepGoing) {
                     passes += 1
                     if passes % 60 == 0 { try await purge() }
                     return try await deliverOnce() >= settings.maxInFlight
@@ -48,13 +50,18 @@ public struct WebhookWorker: Sendable {
         }
     }
 
-    func loop(_ name: String, _ pass: () async throws -> Bool) async {
-        while !Task.isCancelled {
+    func loop(_ name: String, _ keepGoing: @Sendable () -> Bool, _ pass: () async throws -> Bool) async {
+        while !Task.isCancelled && keepGoing() {
             var busy = false
             do { busy = try await pass() } catch is CancellationError { return } catch {
                 logger.warning("webhook \(name) pass failed", metadata: ["error": "\(String(reflecting: error))"])
             }
-            if !busy { try? await Task.sleep(for: .seconds(settings.pollSeconds)) }
+            // Idle: wait a poll interval, looking up every 100 ms for a stop.
+            if !busy {
+                for _ in 0..<max(1, Int(settings.pollSeconds * 10)) where keepGoing() {
+                    try? await Task.sleep(for: .seconds(min(0.1, settings.pollSeconds)))
+                }
+            }
         }
     }
 

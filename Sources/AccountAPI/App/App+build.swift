@@ -5,13 +5,16 @@ import Logging
 import Mail
 import ServiceLifecycle
 import Storage
+import UnixSignals
 
 /// The one entry point that `serve` and the tests share: the application with its services, migrated before it serves.
 public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> some ApplicationProtocol {
     let router = buildRouter(dependencies)
     var app = Application(
         responder: HeadResponder(wrapped: router.buildResponder()),
-        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(dependencies.config.httpIdleTimeoutSeconds)))),
+        server: .http1(
+            configuration: .init(
+                additionalChannelHandlers: [QuiesceGrace()], idleTimeout: .seconds(Int64(dependencies.config.httpIdleTimeoutSeconds)))),
         configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
         logger: logger
     )
@@ -19,6 +22,9 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
+    if let schedule = dependencies.config.backups {
+        app.addServices(BackupService(config: dependencies.config, schedule: schedule, clock: dependencies.clock, logger: logger))
+    }
     // Last, so it is told to stop first after the server: mail queued by the last requests still goes out.
     app.addServices(MailQueueService(queue: dependencies.mailQueue))
     let database = dependencies.database
@@ -27,6 +33,18 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
         logger.info("database ready", metadata: ["engine": "\(database.engine)", "migrationsApplied": "\(applied.count)"])
     }
     return app
+}
+
+/// `serve`: runs the application until SIGTERM or SIGINT, then drains. The listener closes at once (a load balancer's
+/// next connection goes to another node), requests in flight finish, then the services stop in reverse order: mail
+/// goes out, the webhook worker records its tries, the sweeper hands its lease back, the database closes. Whatever
+/// is still running after `SHUTDOWN_GRACE_SECONDS` is cancelled.
+public func serve(_ dependencies: Dependencies, logger: Logger) async throws {
+    let app = buildApplication(dependencies, logger: logger)
+    var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+    configuration.maximumGracefulShutdownDuration = .seconds(dependencies.config.shutdownGraceSeconds)
+    configuration.maximumCancellationDuration = .seconds(5)
+    try await ServiceGroup(configuration: configuration).run()
 }
 
 /// Every controller's routes, behind the middleware: access log and response headers, request metrics, problems (with

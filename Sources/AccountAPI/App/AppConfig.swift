@@ -69,6 +69,10 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var requireAdminMFA = false
     /// `CONSOLE_ENABLED=true`: serve the operator console at `/console` (admins only; off by default).
     public var consoleEnabled = false
+    /// Scheduled backups inside `serve` (SQLite only): `BACKUP_DIR`, `BACKUP_EVERY`, `BACKUP_KEEP`.
+    var backups: BackupSchedule?
+    /// How long a graceful shutdown (SIGTERM) waits for requests in flight before it cancels them.
+    var shutdownGraceSeconds = 25
     /// The name authenticator apps show for TOTP entries (`TOTP_ISSUER`).
     var totpIssuer = "Account Service"
 
@@ -95,6 +99,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         config.readTuning(&reader)
         config.readIntegrations(&reader)
         config.readWebhooks(&reader)
+        config.readOperations(&reader)
         if case .postgres = config.database, config.serverSecret == nil {
             reader.problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }
@@ -213,6 +218,21 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Running it: scheduled backups and the shutdown bound.
+    mutating func readOperations(_ reader: inout EnvironmentReader) {
+        if let n = reader.number("SHUTDOWN_GRACE_SECONDS", 1...3600) { shutdownGraceSeconds = n }
+        let every = reader.duration("BACKUP_EVERY", 5...(30 * 86400))
+        let keep = reader.number("BACKUP_KEEP", 1...1000)
+        guard let directory = reader.value("BACKUP_DIR") else {
+            if every != nil || keep != nil { reader.problems.append("BACKUP_EVERY and BACKUP_KEEP need BACKUP_DIR") }
+            return
+        }
+        if case .postgres = database {
+            reader.problems.append("BACKUP_DIR backs up the embedded SQLite database; back PostgreSQL up with its own tools (docs/operations.md)")
+        }
+        backups = BackupSchedule(directory: directory, everySeconds: every ?? 86400, keep: keep ?? 7)
+    }
+
     /// All of the Apple settings or none of them.
     static func appleSettings(_ value: (String) -> String?, _ problems: inout [String]) -> AppleSettings? {
         let keys = ["APPLE_ROOT_CERTIFICATES", "APPLE_BUNDLE_ID", "APPLE_APP_APPLE_ID", "APPLE_ENVIRONMENT", "APPLE_ACCEPT_SANDBOX"]
@@ -273,6 +293,21 @@ struct EnvironmentReader {
         return n
     }
 
+    /// Seconds, written as a number with a unit: `90s`, `30m`, `6h`, `1d` (a bare number is seconds).
+    mutating func duration(_ key: String, _ range: ClosedRange<Int>) -> Int? {
+        guard let raw = value(key)?.lowercased() else { return nil }
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+        let unit = raw.last.flatMap { units[$0] }
+        let digits = unit == nil ? Substring(raw) : raw.dropLast()
+        guard digits.count <= 9, let n = Int(digits), case let (seconds, overflow) = n.multipliedReportingOverflow(by: unit ?? 1), !overflow,
+            range.contains(seconds)
+        else {
+            problems.append("\(key) must be a duration such as 30m, 6h or 1d, from \(range.lowerBound) s to \(range.upperBound / 86400) days")
+            return nil
+        }
+        return seconds
+    }
+
     mutating func flag(_ key: String) -> Bool? {
         switch value(key)?.lowercased() {
         case nil: return nil
@@ -283,6 +318,13 @@ struct EnvironmentReader {
             return nil
         }
     }
+}
+
+/// Where and how often `serve` copies its SQLite database, and how many copies it keeps.
+struct BackupSchedule: Sendable {
+    var directory: String
+    var everySeconds: Int
+    var keep: Int
 }
 
 /// Every configuration problem, listed together.

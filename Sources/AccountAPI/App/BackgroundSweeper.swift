@@ -39,6 +39,10 @@ struct BackgroundSweeper: Service {
                 }
             }
         }
+        // Shutting down (a rolling restart): the lease goes back, so the other nodes sweep from their next pass on.
+        do { try await dependencies.database.transaction(logger: logger) { try await lease.release($0) } } catch {
+            logger.warning("sweeper lease not handed back; it lapses by itself", metadata: ["error": "\(error)"])
+        }
     }
 
     static let batch = 500
