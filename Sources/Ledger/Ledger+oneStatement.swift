@@ -85,6 +85,9 @@ extension Ledger {
                 key, requestJSON, userID, amountTokens, reason, metadata, now, operation,
             ] + eventBinds)
         guard let row else { return declined }
+        // The rows come before the implicit commit: answer only once it is done (a crash or failover in between would
+        // otherwise lose an acknowledged spend; scripts/operations-test failover found it).
+        try await connection.confirmImplicitCommit()
         return OneStatementAnswer(
             outcome: try Self.outcome(row, operationID: operation, userID: userID, amountTokens: amountTokens, reason: reason), callerFound: true,
             callerID: row.optionalString("caller_id"),

@@ -18,6 +18,11 @@ public protocol SQLExecutor: Sendable {
     func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow]
     /// Ends a transaction that failed with `error`. The default sends ROLLBACK and ignores its outcome.
     func rollback(after error: any Error) async
+    /// Returns once a write run outside a transaction (an implicit transaction) has committed. PostgreSQL answers a
+    /// statement's rows before its implicit commit (the commit, with its WAL flush and any synchronous standby's
+    /// confirmation, happens at the protocol's Sync): a caller that acknowledges on the rows alone could acknowledge a
+    /// write a crash or a failover then loses. SQLite commits before it answers: nothing to wait for.
+    func confirmImplicitCommit() async throws
 }
 
 extension SQLExecutor {
@@ -32,6 +37,8 @@ extension SQLExecutor {
     public func rollback(after error: any Error) async {
         _ = try? await query("ROLLBACK")
     }
+
+    public func confirmImplicitCommit() async throws {}
 
     /// `begin`, then `body`, then COMMIT; ROLLBACK (and rethrow) when `body` throws.
     func inTransaction<T: Sendable>(begin: String, _ body: () async throws -> T) async throws -> T {

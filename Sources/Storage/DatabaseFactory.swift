@@ -15,7 +15,7 @@ public enum DatabaseLocation: Sendable, Equatable {
             return .sqlite(path: path)
         }
         if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
-            _ = try PostgresDatabase.configuration(url: url)
+            _ = try PostgresDatabase.hostConfigurations(url: url)
             return .postgres(url: url)
         }
         throw StorageError.invalidURL("must start with sqlite: or postgres://")
@@ -28,17 +28,19 @@ public enum DatabaseLocation: Sendable, Equatable {
         }
     }
 
-    /// Opens the engine. On PostgreSQL the pool comes back too: the application runs it as a service.
+    /// Opens the engine. On PostgreSQL the hosts' pools come back too: the application runs them as a service.
     public func open(
         leaseTimeoutSeconds: Double, pool: PostgresPoolSettings = PostgresPoolSettings(), logger: Logger
-    ) async throws -> (any Database, PostgresClient?) {
+    ) async throws -> (any Database, PostgresHosts?) {
         switch self {
         case .sqlite(let path):
             return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
         case .postgres(let url):
-            let configurations = try PostgresDatabase.configurations(url: url, pool: pool)
-            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
-            return (PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: leaseTimeoutSeconds), client)
+            let hosts = PostgresHosts(
+                hosts: try PostgresDatabase.hostConfigurations(url: url, pool: pool).map {
+                    .init(name: $0.name, client: PostgresClient(configuration: $0.pool, backgroundLogger: logger), connection: $0.connection)
+                }, logger: logger)
+            return (PostgresDatabase(hosts: hosts, leaseTimeoutSeconds: leaseTimeoutSeconds), hosts)
         }
     }
 }

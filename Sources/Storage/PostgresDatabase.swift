@@ -9,19 +9,30 @@ import Synchronization
 /// PostgreSQL through postgres-nio's `PostgresClient` pool. The client is a `Service`: the app runs it.
 public final class PostgresDatabase: Database {
     public let engine = Engine.postgres
-    public let client: PostgresClient
+    /// The servers of `DATABASE_URL` and which one is the primary (``PostgresHosts``).
+    public let hosts: PostgresHosts
     /// How long to wait for a connection before answering `unavailable` (so an outage gives fast 503s).
     public let leaseTimeoutSeconds: Double
-
-    /// How ``batchedStatement(sql:maxBatch:logger:loops:prepare:)`` opens its own connections (nil: it is not offered).
-    let connectionConfiguration: PostgresConnection.Configuration?
+    /// Whether ``batchedStatement(sql:maxBatch:logger:loops:prepare:)`` is offered (it opens connections of its own).
+    let offersBatchedStatements: Bool
     /// The batched statements made here; ``close()`` closes their connections.
     private let batched = Mutex<[@Sendable () async -> Void]>([])
 
-    public init(client: PostgresClient, connection: PostgresConnection.Configuration? = nil, leaseTimeoutSeconds: Double = 3) {
-        self.client = client
-        self.connectionConfiguration = connection
+    public init(hosts: PostgresHosts, leaseTimeoutSeconds: Double = 3, batchedStatements: Bool = true) {
+        self.hosts = hosts
+        self.offersBatchedStatements = batchedStatements
         self.leaseTimeoutSeconds = leaseTimeoutSeconds
+    }
+
+    /// One server; without `connection` no batched statements are offered.
+    public convenience init(
+        client: PostgresClient, connection: PostgresConnection.Configuration? = nil, leaseTimeoutSeconds: Double = 3,
+        logger: Logger = Logger(label: "postgres")
+    ) {
+        let placeholder = PostgresConnection.Configuration(host: "localhost", username: "postgres", password: nil, database: nil, tls: .disable)
+        self.init(
+            hosts: PostgresHosts(hosts: [.init(name: "primary", client: client, connection: connection ?? placeholder)], logger: logger),
+            leaseTimeoutSeconds: leaseTimeoutSeconds, batchedStatements: connection != nil)
     }
 
     /// Lookups that share statements on dedicated connections, one per event loop of `loops` (see
@@ -30,13 +41,15 @@ public final class PostgresDatabase: Database {
         sql: String, maxBatch: Int, logger: Logger, loops: [any EventLoop] = Array(MultiThreadedEventLoopGroup.singleton.makeIterator()),
         prepare: @escaping PostgresBatchedStatement<Key, Value>.Prepare
     ) -> PostgresBatchedStatement<Key, Value>? {
-        guard let configuration = connectionConfiguration else { return nil }
+        guard offersBatchedStatements else { return nil }
         let ids = Atomic(0)
+        let hosts = self.hosts
         let statement = PostgresBatchedStatement<Key, Value>(
             sql: sql, maxBatch: maxBatch, loops: loops, logger: logger,
+            // Each (re)connection goes to the primary of the moment.
             connect: { loop in
                 try await PostgresConnection.connect(
-                    on: loop, configuration: configuration, id: ids.add(1, ordering: .relaxed).newValue, logger: logger)
+                    on: loop, configuration: hosts.current.connection, id: ids.add(1, ordering: .relaxed).newValue, logger: logger)
             },
             prepare: prepare)
         batched.withLock { $0.append(statement.close) }
@@ -48,9 +61,37 @@ public final class PostgresDatabase: Database {
     /// How long opening a connection may take, in the pool and for the batched statements' own connections.
     static let connectTimeoutSeconds: Int64 = 3
 
-    /// Builds the pool configuration from a `postgres://user:pass@host:port/db?sslmode=…` URL.
+    /// Builds the pool configuration from a `postgres://user:pass@host:port/db?sslmode=…` URL (its first host).
     public static func configuration(url: String) throws -> PostgresClient.Configuration {
         try configurations(url: url).pool
+    }
+
+    /// Every host of a URL that may name several (`postgres://user@db1:5432,db2:5433/accounts?target_session_attrs=read-write`),
+    /// each with the URL's user, database and options. `target_session_attrs` may be `read-write` or `primary` (what the
+    /// service does with several hosts anyway) or `any` with one host.
+    public static func hostConfigurations(
+        url: String, pool: PostgresPoolSettings = PostgresPoolSettings()
+    ) throws -> [(name: String, pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration)] {
+        guard let match = url.wholeMatch(of: /(postgres(?:ql)?:\/\/)([^@\/?]*@)?([^\/?]*)(.*)/) else {
+            throw StorageError.invalidURL("expected postgres://user:pass@host:port/db")
+        }
+        let hosts = match.output.3.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+        guard hosts.count <= 8, hosts.allSatisfy({ !$0.isEmpty }) else {
+            throw StorageError.invalidURL("hosts are host:port, comma-separated (at most 8)")
+        }
+        guard var options = URLComponents(string: "x://h" + match.output.4) else { throw StorageError.invalidURL("the path or query cannot be read") }
+        let attributes = options.queryItems?.first(where: { $0.name == "target_session_attrs" })?.value
+        if let attributes, !["read-write", "primary"].contains(attributes) && !(attributes == "any" && hosts.count == 1) {
+            throw StorageError.invalidURL("target_session_attrs must be read-write or primary (the service always writes to the primary)")
+        }
+        // The service's own option is not a server setting: it is not passed on.
+        options.queryItems = options.queryItems?.filter { $0.name != "target_session_attrs" }
+        if options.queryItems?.isEmpty == true { options.queryItems = nil }
+        let rest = options.percentEncodedPath + (options.percentEncodedQuery.map { "?" + $0 } ?? "")
+        return try hosts.map { host in
+            let single = try configurations(url: "\(match.output.1)\(match.output.2 ?? "")\(host)\(rest)", pool: pool)
+            return (host, single.pool, single.connection)
+        }
     }
 
     /// The pool's configuration and the same settings for a single connection (``batchedStatement(sql:maxBatch:logger:loops:prepare:)``).
@@ -151,30 +192,35 @@ public final class PostgresDatabase: Database {
     ///   (and, through the ledger sweeper, the app's shutdown) waited with it. The stuck query is abandoned.
     /// A leased connection that is still open runs to completion, however long it takes.
     private func lease<T: Sendable>(logger: Logger, _ body: @Sendable @escaping (PostgresConnection) async throws -> T) async throws -> T {
-        let client = self.client
+        let hosts = self.hosts
+        let client = hosts.current.client
         let watch = LeaseWatch<T>(everySeconds: leaseTimeoutSeconds)
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                watch.begin(continuation)
-                watch.started(
-                    Task {
-                        do {
-                            let value = try await client.withConnection { connection in
-                                watch.leased(connection)
-                                return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    watch.begin(continuation)
+                    watch.started(
+                        Task {
+                            do {
+                                let value = try await client.withConnection { connection in
+                                    // Answered `unavailable` already (no connection in time): the work must not run late.
+                                    try Task.checkCancellation()
+                                    watch.leased(connection)
+                                    return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
+                                }
+                                watch.finish(.success(value))
+                            } catch {
+                                watch.finish(.failure(error))
                             }
-                            watch.finish(.success(value))
-                        } catch {
-                            watch.finish(
-                                .failure(
-                                    watch.timedOutUnleased ? StorageError.unavailable("no database connection within \(watch.everySeconds)s") : error)
-                            )
-                        }
-                    })
-                watch.arm()
+                        })
+                    watch.arm()
+                }
+            } onCancel: {
+                watch.cancel()
             }
-        } onCancel: {
-            watch.cancel()
+        } catch {
+            hosts.suspect(error)
+            throw error
         }
     }
 
@@ -194,13 +240,19 @@ public final class PostgresDatabase: Database {
         if let state = sqlState(error) {
             if state == "23505" { return StorageError.uniqueViolation(error.serverInfo?[.constraintName] ?? "unique") }
             if state.hasPrefix("08") || state == "57P01" || state == "57P03" { return StorageError.unavailable("sqlstate \(state)") }
+            // A server that became a standby (a failover): 503 while the primary is found again, never a 500.
+            if state == "25006" || state == "57P02" {
+                return StorageError.unavailable("the server is read-only (sqlstate \(state)); finding the primary")
+            }
             return error
         }
         return StorageError.unavailable(String(describing: error.code))
     }
 
     public func migrate(_ migrations: [Migration], logger: Logger) async throws -> [Migration] {
-        try await withConnection(logger: logger) { executor in
+        // Several hosts: start on the one that is the primary now.
+        if hosts.isMultiHost, !(await hosts.locate()) { throw StorageError.unavailable("no host of DATABASE_URL is a writable primary") }
+        return try await withConnection(logger: logger) { executor in
             // Session-level advisory lock: a second process starting at the same time waits here,
             // then finds every migration applied.
             try await executor.query("SELECT pg_advisory_lock(7246813579) AS locked")
@@ -225,7 +277,6 @@ final class LeaseWatch<T: Sendable>: Sendable {
         var work: Task<Void, Never>?
         var timer: Scheduled<Void>?
         var connection: PostgresConnection?
-        var timedOutUnleased = false
         var cancelled = false
     }
     private let state = Mutex(State())
@@ -244,9 +295,6 @@ final class LeaseWatch<T: Sendable>: Sendable {
     }
 
     func leased(_ connection: PostgresConnection) { state.withLock { $0.connection = connection } }
-
-    /// The lease timer fired before a connection came.
-    var timedOutUnleased: Bool { state.withLock { $0.timedOutUnleased } }
 
     func cancel() {
         let work = state.withLock { state in
@@ -282,15 +330,17 @@ final class LeaseWatch<T: Sendable>: Sendable {
     private func check() {
         let verdict: LeaseVerdict = state.withLock { state in
             guard state.continuation != nil else { return .finished }
-            guard let connection = state.connection else {
-                state.timedOutUnleased = true
-                return .noConnection(state.work)
-            }
+            guard let connection = state.connection else { return .noConnection(state.work) }
             return connection.isClosed ? .connectionClosed : .running
         }
         switch verdict {
         case .finished: return
-        case .noConnection(let work): work?.cancel()
+        case .noConnection(let work):
+            // The caller answers now; the pool's wait is cancelled too, but the answer never depends on the pool
+            // honouring that (a pool retrying a dead host's connections did not, and requests hung).
+            work?.cancel()
+            finish(.failure(StorageError.unavailable("no database connection within \(everySeconds)s")))
+            return
         case .connectionClosed:
             finish(.failure(StorageError.unavailable("the database closed the connection")))
             return
@@ -326,6 +376,13 @@ struct PostgresExecutor: SQLExecutor {
     let connection: PostgresConnection
     let logger: Logger
     var engine: Engine { .postgres }
+
+    /// A statement on the same connection: postgres-nio sends it only after the previous one's ReadyForQuery, which
+    /// PostgreSQL sends once the implicit commit is done (flushed, and confirmed by a synchronous standby). A commit
+    /// that fails, or a connection lost before it, fails this call: the caller answers `unavailable`, never success.
+    func confirmImplicitCommit() async throws {
+        _ = try await query("SELECT 1 AS committed", [])
+    }
 
     @discardableResult
     func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow] {

@@ -18,7 +18,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
         configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
         logger: logger
     )
-    if let client = dependencies.postgresClient { app.addServices(client) }
+    if let hosts = dependencies.postgresHosts { app.addServices(PostgresPoolService(hosts: hosts)) }
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
@@ -109,6 +109,12 @@ func addConsole(to router: Router<AppRequestContext>, _ d: Dependencies, problem
         content: d.stickerContent
     ).addRoutes(to: group)
     ConsoleWebhookController(gate: gate, pages: pages, webhooks: d.webhooks, auth: d.auth).addRoutes(to: group)
+}
+
+/// The PostgreSQL hosts' pools, for the application's lifetime.
+struct PostgresPoolService: Service {
+    let hosts: PostgresHosts
+    func run() async throws { await hosts.run() }
 }
 
 /// Closes the database after graceful shutdown, once the server (shut down first) has finished its requests.

@@ -25,7 +25,7 @@ public struct Dependencies: Sendable {
     public let mailQueue: MailQueue
     let clock: any TimeSource
     /// The PostgreSQL pool, when that is the engine: the application runs it as a service.
-    public let postgresClient: PostgresClient?
+    public let postgresHosts: PostgresHosts?
     /// The Argon2 pool (a service: its threads stop with the app).
     let hasher: PasswordHasher
     public let auth: AuthService
@@ -56,7 +56,7 @@ public struct Dependencies: Sendable {
         }
         // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
         let apple = try appleVerifier(config, clock: clock)
-        let (database, postgresClient) = try await open(config, logger: logger)
+        let (database, postgresHosts) = try await open(config, logger: logger)
         let mailQueue = MailQueue(transport: mailer ?? config.mailTransport.makeMailer(from: config.mailFrom), logger: logger)
         let mailer = QueuedMailer(queue: mailQueue)
         let hasher = try PasswordHasher(parameters: config.argon2, threads: config.argon2Threads, queueLimit: config.argon2QueueLimit)
@@ -76,7 +76,7 @@ public struct Dependencies: Sendable {
         let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
         let apiKeys = APIKeyService(database: database, clock: clock)
         return Dependencies(
-            config: config, database: database, catalog: catalog, mailer: mailer, mailQueue: mailQueue, clock: clock, postgresClient: postgresClient,
+            config: config, database: database, catalog: catalog, mailer: mailer, mailQueue: mailQueue, clock: clock, postgresHosts: postgresHosts,
             hasher: hasher,
             auth: auth,
             apiKeys: apiKeys,
@@ -138,7 +138,7 @@ public struct Dependencies: Sendable {
     }
 
     /// The configured engine (the PostgreSQL pool runs as a service of the application).
-    static func open(_ config: AppConfig, logger: Logger) async throws -> (any Database, PostgresClient?) {
+    static func open(_ config: AppConfig, logger: Logger) async throws -> (any Database, PostgresHosts?) {
         try await config.database.open(leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds, pool: config.databasePool, logger: logger)
     }
 

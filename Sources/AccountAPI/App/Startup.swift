@@ -23,7 +23,7 @@ public enum Startup {
         }
         let dependencies = try await Dependencies.make(config: config, logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            if let client = dependencies.postgresClient { group.addTask { await client.run() } }
+            if let hosts = dependencies.postgresHosts { group.addTask { await hosts.run() } }
             defer { group.cancelAll() }
             let database = dependencies.database
             try await body(dependencies, try await database.migrate(database.engine.migrations, logger: logger))
