@@ -9,6 +9,7 @@ public struct SQLiteFailure: Error, CustomStringConvertible, Sendable {
     public var description: String { "SQLite error \(code): \(message)" }
     /// SQLITE_BUSY or SQLITE_LOCKED (any extended form): another connection holds the lock; worth retrying.
     public var isBusy: Bool { code & 0xff == 5 || code & 0xff == 6 }
+    var isInterrupt: Bool { code & 0xff == 9 }
     /// SQLITE_CONSTRAINT_UNIQUE or SQLITE_CONSTRAINT_PRIMARYKEY.
     var isUniqueViolation: Bool { code == 2067 || code == 1555 }
 }
@@ -52,6 +53,12 @@ final class SQLiteConnection: @unchecked Sendable {
     deinit { close() }
 
     var isClosed: Bool { handle == nil }
+
+    /// Makes the statement running on this connection stop with SQLITE_INTERRUPT (any thread may call it while the
+    /// connection is open).
+    func interrupt() {
+        if let handle { sqlite_nio_sqlite3_interrupt(handle) }
+    }
 
     func close() {
         for statement in statements.values { sqlite_nio_sqlite3_finalize(statement) }

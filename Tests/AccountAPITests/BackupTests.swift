@@ -83,6 +83,54 @@ struct BackupTests {
         #expect(!left.contains { $0.hasPrefix("db.sqlite") }, "\(left)")
     }
 
+    @Test("a copy whose schema was edited (an append-only trigger dropped) is refused even though its books balance")
+    func editedSchemaIsRefused() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let config = try Self.config(dir)
+        try await Self.grant(config, users: ["u1"])
+        let file = dir.appendingPathComponent("backup.sqlite").path
+        _ = try await Backups.take(config, to: file, mediaTo: nil)
+        let edited = try await SQLiteDatabase.open(path: file, logger: TestDatabase.logger)
+        let trigger = try await edited.withConnection(logger: TestDatabase.logger) {
+            try await $0.query("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name LIMIT 1")
+        }
+        let name = try #require(try trigger.first?.string("name"))
+        _ = try await edited.transaction(logger: TestDatabase.logger) { try await $0.query("DROP TRIGGER \(name)") }
+        try await edited.close()
+        do {
+            _ = try await Backups.restore(
+                try Self.config(dir.appendingPathComponent("target")), from: file, mediaFrom: nil, replace: false, clock: ManualTimeSource(),
+                logger: TestDatabase.logger)
+            Issue.record("an edited schema was restored")
+        } catch let error as BackupError {
+            #expect(error.description.contains("trigger \(name) is missing"), "\(error)")
+        }
+    }
+
+    @Test("scheduled backups remove only the copies they wrote, never another file or the database they serve")
+    func pruneTouchesOnlyItsOwnCopies() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        // The database served lives in the backup directory under a copy's name: the worst case.
+        let live = dir.appendingPathComponent("account-service-20200101T000000Z.sqlite").path
+        let config = try Self.config(dir, database: "sqlite:\(live)", extra: ["BACKUP_DIR": dir.path, "BACKUP_KEEP": "1"])
+        try await Self.grant(config, users: ["u1"])
+        for name in [
+            "account-service-notes.sqlite", "account-service-20260101T000000Z.sqlite", "account-service-20260101T000000Z.sqlite.partial-0123abcd",
+        ] {
+            _ = FileManager.default.createFile(atPath: dir.appendingPathComponent(name).path, contents: Data("x".utf8))
+        }
+        let service = BackupService(config: config, schedule: try #require(config.backups), clock: ManualTimeSource(), logger: TestDatabase.logger)
+        try await service.backUpOnce()
+        let left = Set(try FileManager.default.contentsOfDirectory(atPath: dir.path)).filter { !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }
+        #expect(
+            left == [
+                "account-service-20200101T000000Z.sqlite", "account-service-notes.sqlite", "account-service-20270115T080000Z.sqlite", "media", "data",
+            ], "\(left)")
+    }
+
     @Test("PostgreSQL is pointed at its own tools, by the commands and by the scheduled backup's configuration")
     func postgresIsRefused() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")

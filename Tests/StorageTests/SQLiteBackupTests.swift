@@ -54,6 +54,27 @@ struct SQLiteBackupTests {
         #expect(!FileManager.default.fileExists(atPath: snapshot.path + ".partial"))
     }
 
+    @Test("two backups to one name at once: one copy wins whole, the other reports it, no partial file is left")
+    func racingBackupsToOneName() async throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("db.sqlite").path
+        let database = try await SQLiteDatabase.open(path: path, logger: Self.logger)
+        _ = try await database.migrate(Self.migrations, logger: Self.logger)
+        try await database.transaction(logger: Self.logger) { tx in
+            for n in 0..<2000 { _ = try await tx.query("INSERT INTO t (n) VALUES (?)", [n]) }
+        }
+        let target = dir.appendingPathComponent("copy.sqlite").path
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<4 { group.addTask { (try? await SQLiteBackup.snapshot(of: path, to: target)) != nil } }
+            return await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        try await database.close()
+        #expect(results.filter { $0 }.count == 1, "\(results)")
+        try await SQLiteBackup.check(target, migrations: Self.migrations)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains("partial") }.isEmpty)
+    }
+
     @Test("a copy is refused when it is not SQLite, comes from a newer schema, or carries an edited migration")
     func checksRefuse() async throws {
         let dir = try Self.directory()

@@ -35,15 +35,18 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     return app
 }
 
-/// `serve`: runs the application until SIGTERM or SIGINT, then drains. The listener closes at once (a load balancer's
-/// next connection goes to another node), requests in flight finish, then the services stop in reverse order: mail
+/// `serve`: runs the application until SIGTERM or SIGINT, then drains. `/ready` answers 503 and answers carry
+/// `Connection: close`; the listener closes at once (a load balancer's next connection goes to another node), requests
+/// in flight finish, then the services stop in reverse order: mail
 /// goes out, the webhook worker records its tries, the sweeper hands its lease back, the database closes. Whatever
 /// is still running after `SHUTDOWN_GRACE_SECONDS` is cancelled.
 public func serve(_ dependencies: Dependencies, logger: Logger) async throws {
     let app = buildApplication(dependencies, logger: logger)
-    var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+    // The drain flag is set first (services stop last to first), then the application drains. After the grace, work
+    // is cancelled; what cannot be (a SQLite statement waiting for another process's lock) ends within its busy timeout.
+    var configuration = ServiceGroupConfiguration(
+        services: [app, DrainService(state: dependencies.drain)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
     configuration.maximumGracefulShutdownDuration = .seconds(dependencies.config.shutdownGraceSeconds)
-    configuration.maximumCancellationDuration = .seconds(5)
     try await ServiceGroup(configuration: configuration).run()
 }
 
@@ -52,6 +55,7 @@ public func serve(_ dependencies: Dependencies, logger: Logger) async throws {
 func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AppMetrics.bootstrap
     let router = Router(context: AppRequestContext.self)
+    router.add(middleware: DrainMiddleware(state: d.drain))
     router.add(middleware: AccessLogMiddleware())
     // Requests by route (the pattern, never the raw path) and status, with latency histograms; Hummingbird's series,
     // recorded without turning each response into a streamed one (see RequestMetricsMiddleware).
@@ -60,7 +64,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
     router.add(middleware: ClientAddressMiddleware(proxies: d.config.trustedProxies))
     let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys, profiles: d.profiles, requireAdminMFA: d.config.requireAdminMFA)
-    SystemController(database: d.database, catalog: d.catalog).addRoutes(to: router)
+    SystemController(database: d.database, catalog: d.catalog, drain: d.drain).addRoutes(to: router)
     MetricsController(ledger: d.ledger, token: d.config.metricsToken).addRoutes(to: router)
     AuthController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)
     AccountController(auth: d.auth, authenticator: authenticator).addRoutes(to: router)

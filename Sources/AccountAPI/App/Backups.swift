@@ -64,6 +64,10 @@ public enum Backups {
         _ config: AppConfig, from file: String, mediaFrom: String?, replace: Bool, clock: any TimeSource, logger: Logger
     ) async throws -> Restored {
         let path = try sqlitePath(config)
+        let staging = path + ".restoring"
+        guard SQLiteBackup.absolute(file) != SQLiteBackup.absolute(staging) else {
+            throw BackupError("\(file) is the file restore works in; copy it elsewhere first")
+        }
         if FileManager.default.fileExists(atPath: path) {
             guard replace else {
                 throw BackupError("a database exists at \(path); pass --replace to put the backup in its place (the current file is kept beside it)")
@@ -73,7 +77,6 @@ public enum Backups {
             }
             probe.release()
         }
-        let staging = path + ".restoring"
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
         try FileManager.default.createDirectory(
             atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
@@ -98,6 +101,7 @@ public enum Backups {
         staged.database = .sqlite(path: staging)
         let result = Mutex<(Int, Int, Int)>((0, 0, 0))
         try await Startup.withMigratedDatabase(config: staged, logger: logger) { dependencies, applied in
+            try await SQLiteBackup.checkSchema(staging, migrations: Engine.sqlite.migrations, logger: logger)
             let report = try await dependencies.ledger.verify(logger: logger)
             guard report.ok else {
                 throw BackupError("the backup's ledger does not balance: " + report.differences.prefix(5).map { "\($0)" }.joined(separator: "; "))

@@ -43,6 +43,8 @@ public struct Dependencies: Sendable {
     let secretBox: SecretBox
     /// Sign in with Apple's token verifier (nil: not configured).
     let appleSignIn: AppleIdentityVerifier?
+    /// Set when SIGTERM starts the drain (``DrainState``).
+    let drain = DrainState()
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     public static func make(

@@ -9,6 +9,7 @@ import Storage
 struct SystemController: Sendable {
     let database: any Database
     let catalog: PlanCatalog
+    let drain: DrainState
 
     func addRoutes(to router: Router<AppRequestContext>) {
         router.get("/health", use: health)
@@ -22,8 +23,9 @@ struct SystemController: Sendable {
         JSONResponse(["status": "ok"])
     }
 
-    /// 200 when the database answers within 2 s, else a 503 problem.
+    /// 200 when the database answers within 2 s, else a 503 problem; 503 too while the node drains (SIGTERM).
     @Sendable func ready(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<[String: String]> {
+        if drain.isDraining { throw Problem.unavailable("This node is shutting down.", retryAfterSeconds: 1) }
         do {
             return JSONResponse(["status": "ready", "database": try await database.readiness(timeoutSeconds: 2, logger: context.logger)])
         } catch {
