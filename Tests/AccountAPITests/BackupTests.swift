@@ -30,6 +30,16 @@ struct BackupTests {
         }
     }
 
+    /// A temporary directory with a database holding one grant, and a backup of it.
+    static func backedUp() async throws -> (URL, String) {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")
+        let config = try Self.config(dir)
+        try await Self.grant(config, users: ["u1"])
+        let file = dir.appendingPathComponent("backup.sqlite").path
+        _ = try await Backups.take(config, to: file, mediaTo: nil)
+        return (dir, file)
+    }
+
     @Test("a backup restores into an empty place and over a database, whose file is kept; media files come along")
     func takeAndRestore() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")
@@ -61,12 +71,8 @@ struct BackupTests {
 
     @Test("a copy whose books do not balance is refused and nothing is replaced")
     func unbalancedCopyIsRefused() async throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")
+        let (dir, file) = try await Self.backedUp()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let config = try Self.config(dir)
-        try await Self.grant(config, users: ["u1"])
-        let file = dir.appendingPathComponent("backup.sqlite").path
-        _ = try await Backups.take(config, to: file, mediaTo: nil)
         let tampered = try await SQLiteDatabase.open(path: file, logger: TestDatabase.logger)
         _ = try await tampered.transaction(logger: TestDatabase.logger) {
             try await $0.query("UPDATE ledger_accounts SET balance = balance + 5 WHERE user_id = 'u1'")
@@ -85,12 +91,8 @@ struct BackupTests {
 
     @Test("a copy whose schema was edited (an append-only trigger dropped) is refused even though its books balance")
     func editedSchemaIsRefused() async throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("backup-\(UUID().uuidString)")
+        let (dir, file) = try await Self.backedUp()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let config = try Self.config(dir)
-        try await Self.grant(config, users: ["u1"])
-        let file = dir.appendingPathComponent("backup.sqlite").path
-        _ = try await Backups.take(config, to: file, mediaTo: nil)
         let edited = try await SQLiteDatabase.open(path: file, logger: TestDatabase.logger)
         let trigger = try await edited.withConnection(logger: TestDatabase.logger) {
             try await $0.query("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name LIMIT 1")
