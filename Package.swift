@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
@@ -30,6 +30,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+        // OpenTelemetry traces over OTLP/HTTP (the gRPC exporter is not built).
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
     ],
     targets: [
         .systemLibrary(
@@ -59,7 +62,7 @@ let package = Package(
         .target(
             name: "Storage",
             dependencies: [
-                "CSQLiteSupport",
+                "CSQLiteSupport", "Traces",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -71,6 +74,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Spans through swift-distributed-tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT is set (then swift-otel exports them).
+        .target(name: "Traces", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")], swiftSettings: swiftSettings),
         // Time: the injectable clock every timestamp comes from, and the one ISO 8601 format of every answer and event.
         .target(name: "Clock", swiftSettings: swiftSettings),
         // Ports every module records through inside its own transaction: domain events (the outbox, owned by Webhooks) and
@@ -85,6 +90,7 @@ let package = Package(
         .target(
             name: "Mail",
             dependencies: [
+                "Traces",
                 .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -93,7 +99,7 @@ let package = Package(
         .target(
             name: "Auth",
             dependencies: [
-                "Mail", "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage",
+                "Mail", "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage", "Traces",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -132,7 +138,8 @@ let package = Package(
         .target(
             name: "Webhooks",
             dependencies: [
-                "Clock", "Events", "Networks", "Secrets", "Storage", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                "Clock", "Events", "Networks", "Secrets", "Storage", "Traces", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -155,6 +162,7 @@ let package = Package(
             name: "AccountAPI",
             dependencies: [
                 "Mail", "Clock", "Networks", "Secrets", "Events", "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
+                "Traces", .product(name: "OTel", package: "swift-otel"), .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Metrics
 import ServiceLifecycle
+import Traces
 
 /// Mail goes out after the answer. The auth flows hand their messages to this queue after their transaction commits and
 /// answer at once; a drainer sends them in the background (four at a time), so neither a slow transport nor whether a
@@ -15,7 +16,8 @@ public actor MailQueue {
     public let capacity: Int
     let transport: any Mailer
     let logger: Logger
-    private var pending: [MailMessage] = []
+    /// Each message with the span it was queued in (its send is traced as that request's child).
+    private var pending: [(message: MailMessage, parent: Traces.Parent?)] = []
     private var draining = false
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     private static let sendsInFlightMax = 4
@@ -35,7 +37,7 @@ public actor MailQueue {
             Self.dropped.increment()
             logger.error("mail queue full: the oldest message was dropped", metadata: ["capacity": "\(capacity)"])
         }
-        pending.append(message)
+        pending.append((message, Traces.parent()))
         guard !draining else { return }
         draining = true
         Task { await self.drain() }
@@ -54,9 +56,11 @@ public actor MailQueue {
             let transport = self.transport
             let logger = self.logger
             await withTaskGroup(of: Void.self) { group in
-                for message in batch {
+                for (message, parent) in batch {
                     group.addTask {
-                        do { try await transport.send(message, logger: logger) } catch {
+                        do {
+                            try await Traces.span("mail.send", client: true, parent: parent) { try await transport.send(message, logger: logger) }
+                        } catch {
                             // Never log the body: it may carry a code.
                             Self.failed.increment()
                             logger.error("mail delivery failed", metadata: ["subject": "\(message.subject)", "error": "\(error)"])

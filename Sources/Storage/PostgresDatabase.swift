@@ -5,6 +5,7 @@ import NIOPosix
 import NIOSSL
 import PostgresNIO
 import Synchronization
+import Traces
 
 /// PostgreSQL through postgres-nio's `PostgresClient` pool. The client is a `Service`: the app runs it.
 public final class PostgresDatabase: Database {
@@ -402,14 +403,22 @@ struct PostgresExecutor: SQLExecutor {
         // A closed connection fails at once (postgres-nio 1.33 may never answer a query written to it; see `lease`).
         guard !connection.isClosed else { throw StorageError.unavailable("the database closed the connection") }
         do {
-            if let slot = PreparedStatements.shared.slot(for: sql) {
-                return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
+            let (connection, logger) = (self.connection, self.logger)
+            return try await Traces.span("db.query", client: true, attributes: Self.spanAttributes(sql)) {
+                if let slot = PreparedStatements.shared.slot(for: sql) {
+                    return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
+                }
+                let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
+                return try await Self.rows(connection.query(query, logger: logger))
             }
-            let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
-            return try await Self.rows(connection.query(query, logger: logger))
         } catch let error as PSQLError {
             throw PostgresDatabase.isRetryable(error) ? error : PostgresDatabase.mapped(error)
         }
+    }
+
+    /// What a statement's span records: the engine and the statement's text (its values are bound, never in it).
+    static func spanAttributes(_ sql: String) -> [String: String] {
+        ["db.system.name": "postgresql", "db.query.text": String(sql.prefix(300))]
     }
 
     /// A connection lost mid-transaction has no transaction left to roll back: PostgreSQL ends it with the session.

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Synchronization
+import Traces
 
 /// The embedded engine: one SQLite file in WAL mode. One connection serves the process and an
 /// in-process FIFO lock serializes its transactions (SQLite allows one writer at a time anyway);
@@ -180,7 +181,10 @@ struct SQLiteExecutor: SQLExecutor {
 
     @discardableResult
     func query(_ sql: String, _ binds: [any SQLBindable]) async throws -> [SQLRow] {
-        try connection.query(sql, binds.map(\.sqlValue))
+        guard Traces.enabled else { return try connection.query(sql, binds.map(\.sqlValue)) }
+        return try await Traces.span("db.query", client: true, attributes: ["db.system.name": "sqlite", "db.query.text": String(sql.prefix(300))]) {
+            try connection.query(sql, binds.map(\.sqlValue))
+        }
     }
 }
 

@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import Secrets
 import Storage
+import Traces
 
 /// How a try went, as the sender saw it.
 public enum SendOutcome: Sendable, Equatable {
@@ -117,7 +118,13 @@ extension WebhookWorker {
                     WebhookSigner.header(secrets: delivery.secrets, id: delivery.eventID, timestamp: timestamp, body: delivery.body)
                 ),
             ]
-            outcome = await sender.send(url: delivery.url, headers: headers, body: delivery.body, timeoutSeconds: settings.timeoutSeconds)
+            // Traced as a client span; its W3C trace context goes to the receiver (`traceparent`).
+            outcome = await Traces.span(
+                "webhook.send", client: true, attributes: ["webhook.event_id": delivery.eventID, "webhook.attempt": "\(delivery.attempt)"]
+            ) {
+                let traced = headers + Traces.outgoingHeaders().map { ($0.name, $0.value) }
+                return await sender.send(url: delivery.url, headers: traced, body: delivery.body, timeoutSeconds: settings.timeoutSeconds)
+            }
         }
         return Try(delivery: delivery, outcome: outcome, started: started, finished: clock.now())
     }

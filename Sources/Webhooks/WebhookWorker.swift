@@ -5,6 +5,7 @@ import Logging
 import Metrics
 import Secrets
 import Storage
+import Traces
 
 /// Delivers the outbox. Each pass (on every node; the database arbitrates):
 /// 1. **Fan-out**: outbox events (claimed with `FOR UPDATE SKIP LOCKED` on PostgreSQL) become one delivery per
@@ -38,13 +39,15 @@ public struct WebhookWorker: Sendable {
     /// delivery stays leased to a node that is gone; cancelling cuts tries short (their leases lapse, then they retry).
     public func run(keepGoing: @escaping @Sendable () -> Bool = { true }) async {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await loop("fan-out", keepGoing) { try await fanOut(limit: Self.fanOutBatch) > 0 } }
+            group.addTask {
+                await loop("fan-out", keepGoing) { try await Traces.span("job.webhook_fan_out") { try await fanOut(limit: Self.fanOutBatch) } > 0 }
+            }
             group.addTask {
                 var passes = 0
                 await loop("delivery", keepGoing) {
                     passes += 1
                     if passes % 60 == 0 { try await purge() }
-                    return try await deliverOnce() >= settings.maxInFlight
+                    return try await Traces.span("job.webhook_delivery") { try await deliverOnce() } >= settings.maxInFlight
                 }
             }
         }

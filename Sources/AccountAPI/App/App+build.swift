@@ -5,6 +5,7 @@ import Logging
 import Mail
 import ServiceLifecycle
 import Storage
+import Traces
 import UnixSignals
 
 /// The one entry point that `serve` and the tests share: the application with its services, migrated before it serves.
@@ -41,11 +42,14 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
 /// goes out, the webhook worker records its tries, the sweeper hands its lease back, the database closes. Whatever
 /// is still running after `SHUTDOWN_GRACE_SECONDS` is cancelled.
 public func serve(_ dependencies: Dependencies, logger: Logger) async throws {
+    // Traces (OTEL_EXPORTER_OTLP_ENDPOINT), before the router is built; the exporter stops last, so the drain's own
+    // spans are sent.
+    let tracing = try TraceExport.bootstrap(dependencies.config, logger: logger)
     let app = buildApplication(dependencies, logger: logger)
     // The drain flag is set first (services stop last to first), then the application drains. After the grace, work
     // is cancelled; what cannot be (a SQLite statement waiting for another process's lock) ends within its busy timeout.
     var configuration = ServiceGroupConfiguration(
-        services: [app, DrainService(state: dependencies.drain)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        services: tracing + [app, DrainService(state: dependencies.drain)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
     configuration.maximumGracefulShutdownDuration = .seconds(dependencies.config.shutdownGraceSeconds)
     try await ServiceGroup(configuration: configuration).run()
 }
@@ -55,6 +59,8 @@ public func serve(_ dependencies: Dependencies, logger: Logger) async throws {
 func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AppMetrics.bootstrap
     let router = Router(context: AppRequestContext.self)
+    // One span per request, named by its route, continuing the caller's `traceparent` (only when tracing is on).
+    if Traces.enabled { router.add(middleware: TracingMiddleware()) }
     router.add(middleware: DrainMiddleware(state: d.drain))
     router.add(middleware: AccessLogMiddleware())
     // Requests by route (the pattern, never the raw path) and status, with latency histograms; Hummingbird's series,

@@ -73,6 +73,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var backups: BackupSchedule?
     /// How long a graceful shutdown (SIGTERM) waits for requests in flight before it cancels them.
     var shutdownGraceSeconds = 25
+    /// OpenTelemetry traces: an OTLP endpoint is set (swift-otel reads the rest of `OTEL_*` itself).
+    var tracesEnabled = false
     /// The name authenticator apps show for TOTP entries (`TOTP_ISSUER`).
     var totpIssuer = "Account Service"
 
@@ -221,6 +223,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// Running it: scheduled backups and the shutdown bound.
     mutating func readOperations(_ reader: inout EnvironmentReader) {
         if let n = reader.number("SHUTDOWN_GRACE_SECONDS", 1...3600) { shutdownGraceSeconds = n }
+        let endpoint = reader.value("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") ?? reader.value("OTEL_EXPORTER_OTLP_ENDPOINT")
+        tracesEnabled = endpoint != nil && reader.value("OTEL_SDK_DISABLED")?.lowercased() != "true" && reader.value("OTEL_TRACES_EXPORTER") != "none"
         let every = reader.duration("BACKUP_EVERY", 5...(30 * 86400))
         let keep = reader.number("BACKUP_KEEP", 1...1000)
         guard let directory = reader.value("BACKUP_DIR") else {

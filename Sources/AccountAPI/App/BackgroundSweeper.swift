@@ -6,6 +6,7 @@ import Ledger
 import Logging
 import ServiceLifecycle
 import Storage
+import Traces
 
 /// Background work, on one node at a time (a database lease): each pass asks the owners to do their part — the ledger
 /// releases expired holds and purges idempotency records past retention, subscriptions drip yearly plans' monthly
@@ -34,7 +35,7 @@ struct BackgroundSweeper: Service {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(intervalSeconds))
-                do { _ = try await sweepOnce() } catch is CancellationError { return } catch {
+                do { _ = try await Traces.span("job.sweep") { try await sweepOnce() } } catch is CancellationError { return } catch {
                     logger.warning("background sweep failed", metadata: ["error": "\(error)"])
                 }
             }

@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import ServiceLifecycle
 import Storage
+import Traces
 
 /// Scheduled backups inside `serve` (`BACKUP_DIR`, `BACKUP_EVERY`, `BACKUP_KEEP`): every interval a copy of the database
 /// as `BACKUP_DIR/account-service-STAMP.sqlite`, media files into the shared `BACKUP_DIR/media` (content-addressed, so
@@ -24,7 +25,7 @@ struct BackupService: Service {
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(wait))
                 wait = Double(schedule.everySeconds)
-                do { try await backUpOnce() } catch is CancellationError { return } catch {
+                do { try await Traces.span("job.backup") { try await backUpOnce() } } catch is CancellationError { return } catch {
                     Counter(label: "backup_failures_total").increment()
                     logger.error("scheduled backup failed", metadata: ["error": "\(error)"])
                 }

@@ -6,6 +6,7 @@ import Logging
 import Media
 import NIOPosix
 import Storage
+import Traces
 
 /// The media side: image checks and thumbnails (libvips), the blob store (`DATA_DIR/media`), signed URLs.
 struct MediaServices: UploadedImages {
@@ -31,7 +32,12 @@ struct MediaServices: UploadedImages {
         }
         let images = images
         let outcome: Result<ImageWorker.Answer, any Error>
-        do { outcome = .success(try await NIOThreadPool.singleton.runIfActive { try images.process(data) }) } catch { outcome = .failure(error) }
+        do {
+            outcome = .success(
+                try await Traces.span("image.process", attributes: ["image.bytes": "\(data.count)"]) {
+                    try await NIOThreadPool.singleton.runIfActive { try images.process(data) }
+                })
+        } catch { outcome = .failure(error) }
         await jobs.end(owner)
         let answer: ImageWorker.Answer
         do {

@@ -6,6 +6,7 @@ import NIOCore
 import NIOPosix
 import ServiceLifecycle
 import Synchronization
+import Traces
 
 /// Runs Argon2 off the event loops on a dedicated thread pool with a cap on work in flight, so a
 /// sign-in flood neither blocks other requests nor exhausts memory. Beyond `queueLimit` waiting hashes
@@ -52,11 +53,11 @@ public final class PasswordHasher: Service {
 
     public func hash(_ password: String) async throws -> String {
         let parameters = self.parameters
-        return try await submit { try Argon2.hash(password, parameters: parameters) }
+        return try await Traces.span("argon2.hash") { try await submit { try Argon2.hash(password, parameters: parameters) } }
     }
 
     public func verify(_ password: String, encoded: String) async throws -> Bool {
-        try await submit { Argon2.verify(password, encoded: encoded) }
+        try await Traces.span("argon2.verify") { try await submit { Argon2.verify(password, encoded: encoded) } }
     }
 
     /// True when `encoded` was made with other parameters than the current ones.
