@@ -101,8 +101,10 @@ public final class PostgresDatabase: Database {
     ) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
         guard let components = URLComponents(string: url),
             components.scheme == "postgres" || components.scheme == "postgresql",
-            let host = components.host, !host.isEmpty
+            let bracketed = components.host, !bracketed.isEmpty
         else { throw StorageError.invalidURL("expected postgres://user:pass@host:port/db") }
+        // An IPv6 literal comes back as `[::1]`; the connection wants the address itself.
+        let host = bracketed.hasPrefix("[") && bracketed.hasSuffix("]") ? String(bracketed.dropFirst().dropLast()) : bracketed
         let user = components.user ?? "postgres"
         let database = String(components.path.drop(while: { $0 == "/" }))
         let sslMode = components.queryItems?.first(where: { $0.name == "sslmode" })?.value ?? "disable"
@@ -115,7 +117,7 @@ public final class PostgresDatabase: Database {
         }
         var config = PostgresClient.Configuration(
             host: host, port: components.port ?? 5432, username: user,
-            password: components.password?.removingPercentEncoding, database: database.isEmpty ? nil : database, tls: tls)
+            password: components.password, database: database.isEmpty ? nil : database, tls: tls)
         config.options.connectTimeout = .seconds(connectTimeoutSeconds)
         config.options.maximumConnections = maximumConnections
         config.options.minimumConnections = min(pool.minimumConnections, maximumConnections)
@@ -205,8 +207,7 @@ public final class PostgresDatabase: Database {
                             do {
                                 let value = try await client.withConnection { connection in
                                     // Answered `unavailable` already (no connection in time): the work must not run late.
-                                    try Task.checkCancellation()
-                                    watch.leased(connection)
+                                    guard watch.leased(connection) else { throw CancellationError() }
                                     return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
                                 }
                                 watch.finish(.success(value))
@@ -269,7 +270,7 @@ public final class PostgresDatabase: Database {
     }
 }
 
-enum LeaseVerdict { case finished, noConnection(Task<Void, Never>?), connectionClosed, running }
+enum LeaseVerdict<T: Sendable> { case finished, noConnection(Task<Void, Never>?, CheckedContinuation<T, any Error>), connectionClosed, running }
 
 /// One lease's state, shared by its task, its timer and its caller; the caller is resumed exactly once.
 final class LeaseWatch<T: Sendable>: Sendable {
@@ -295,7 +296,14 @@ final class LeaseWatch<T: Sendable>: Sendable {
         if cancelled { work.cancel() }
     }
 
-    func leased(_ connection: PostgresConnection) { state.withLock { $0.connection = connection } }
+    /// Records the connection the work got; false when the caller was already answered (the work must not run).
+    func leased(_ connection: PostgresConnection) -> Bool {
+        state.withLock { state in
+            guard state.continuation != nil else { return false }
+            state.connection = connection
+            return true
+        }
+    }
 
     func cancel() {
         let work = state.withLock { state in
@@ -329,18 +337,23 @@ final class LeaseWatch<T: Sendable>: Sendable {
     }
 
     private func check() {
-        let verdict: LeaseVerdict = state.withLock { state in
-            guard state.continuation != nil else { return .finished }
-            guard let connection = state.connection else { return .noConnection(state.work) }
+        // Decided under the lock: once the caller is answered for want of a connection, `leased` refuses the work.
+        let verdict: LeaseVerdict<T> = state.withLock { state in
+            guard let continuation = state.continuation else { return .finished }
+            guard let connection = state.connection else {
+                state.continuation = nil
+                state.timer = nil
+                return .noConnection(state.work, continuation)
+            }
             return connection.isClosed ? .connectionClosed : .running
         }
         switch verdict {
         case .finished: return
-        case .noConnection(let work):
-            // The caller answers now; the pool's wait is cancelled too, but the answer never depends on the pool
-            // honouring that (a pool retrying a dead host's connections did not, and requests hung).
+        case .noConnection(let work, let continuation):
+            // The pool's wait is cancelled too, but the answer never depends on the pool honouring that (a pool
+            // retrying a dead host's connections did not, and requests hung).
             work?.cancel()
-            finish(.failure(StorageError.unavailable("no database connection within \(everySeconds)s")))
+            continuation.resume(throwing: StorageError.unavailable("no database connection within \(everySeconds)s"))
             return
         case .connectionClosed:
             finish(.failure(StorageError.unavailable("the database closed the connection")))
@@ -403,17 +416,19 @@ struct PostgresExecutor: SQLExecutor {
         // A closed connection fails at once (postgres-nio 1.33 may never answer a query written to it; see `lease`).
         guard !connection.isClosed else { throw StorageError.unavailable("the database closed the connection") }
         do {
-            let (connection, logger) = (self.connection, self.logger)
-            return try await Traces.span("db.query", client: true, attributes: Self.spanAttributes(sql)) {
-                if let slot = PreparedStatements.shared.slot(for: sql) {
-                    return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
-                }
-                let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
-                return try await Self.rows(connection.query(query, logger: logger))
-            }
+            guard Traces.enabled else { return try await run(sql, bindings) }
+            return try await Traces.span("db.query", client: true, attributes: Self.spanAttributes(sql)) { try await run(sql, bindings) }
         } catch let error as PSQLError {
             throw PostgresDatabase.isRetryable(error) ? error : PostgresDatabase.mapped(error)
         }
+    }
+
+    private func run(_ sql: String, _ bindings: PostgresBindings) async throws -> [SQLRow] {
+        if let slot = PreparedStatements.shared.slot(for: sql) {
+            return try await Self.execute(PreparedSlots.all[slot], bindings, connection, logger)
+        }
+        let query = PostgresQuery(unsafeSQL: SQLDialect.numberedPlaceholders(sql), binds: bindings)
+        return try await Self.rows(connection.query(query, logger: logger))
     }
 
     /// What a statement's span records: the engine and the statement's text (its values are bound, never in it).

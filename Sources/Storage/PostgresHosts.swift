@@ -91,32 +91,58 @@ public final class PostgresHosts: Sendable {
         }
     }
 
-    /// Asks every host at once, each on a fresh connection (the connect timeout bounds a host that does not answer);
-    /// the first writable primary in URL order wins.
+    /// How long one host may take to answer a probe (connecting and the query) before it counts as not the primary.
+    static let probeDeadlineSeconds = 3.0
+
+    /// Asks every host at once, each on a fresh connection and within ``probeDeadlineSeconds`` (a host that froze after
+    /// the handshake never holds a probe up: its answer is abandoned); the first writable primary in URL order wins.
     private func probe() async -> Int? {
         let logger = self.logger
         return await withTaskGroup(of: (Int, Bool).self) { group in
             for (index, host) in hosts.enumerated() {
-                group.addTask {
-                    do {
-                        let connection = try await PostgresConnection.connect(
-                            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: host.connection, id: 900_000 + index, logger: logger)
-                        var writable = false
-                        do {
-                            let rows = try await connection.query(
-                                "SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') AS read_only", logger: logger)
-                            for try await (standby, readOnly) in rows.decode((Bool, String).self) { writable = !standby && readOnly == "off" }
-                        } catch {}
-                        try? await connection.close()
-                        return (index, writable)
-                    } catch {
-                        return (index, false)
-                    }
-                }
+                group.addTask { (index, await Self.withinDeadline { await Self.isWritablePrimary(host, index: index, logger: logger) }) }
             }
             var writable: [Int] = []
             for await (index, ok) in group where ok { writable.append(index) }
             return writable.min()
+        }
+    }
+
+    /// `work`'s answer, or false once the deadline passes (the work is cancelled and left to end by itself).
+    static func withinDeadline(_ work: @escaping @Sendable () async -> Bool) async -> Bool {
+        let answer = OneAnswer()
+        return await withCheckedContinuation { continuation in
+            answer.waiting(continuation)
+            let task = Task { answer.give(await work()) }
+            Task {
+                try? await Task.sleep(for: .seconds(probeDeadlineSeconds))
+                task.cancel()
+                answer.give(false)
+            }
+        }
+    }
+
+    /// The first of two answers resumes the waiter; the other is dropped.
+    final class OneAnswer: Sendable {
+        private let continuation = Mutex<CheckedContinuation<Bool, Never>?>(nil)
+        func waiting(_ waiter: CheckedContinuation<Bool, Never>) { continuation.withLock { $0 = waiter } }
+        func give(_ answer: Bool) { continuation.withLock { $0.take() }?.resume(returning: answer) }
+    }
+
+    static func isWritablePrimary(_ host: Host, index: Int, logger: Logger) async -> Bool {
+        do {
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: host.connection, id: 900_000 + index, logger: logger)
+            var writable = false
+            do {
+                let rows = try await connection.query(
+                    "SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') AS read_only", logger: logger)
+                for try await (standby, readOnly) in rows.decode((Bool, String).self) { writable = !standby && readOnly == "off" }
+            } catch {}
+            try? await connection.close()
+            return writable
+        } catch {
+            return false
         }
     }
 }

@@ -170,15 +170,16 @@ public struct BackupError: Error, CustomStringConvertible, Sendable {
     public init(_ description: String) { self.description = description }
 }
 
-/// An advisory `flock` on a database file. Every process that opens the file holds it shared for as long as it does;
-/// `restore` needs it exclusively, so it never swaps a file from under a server or a tool. (SQLite's own locks are
-/// POSIX record locks, which `flock` does not touch on Linux.)
+/// An advisory `flock` beside a database file (`PATH.lock`, created once, empty). Every process that opens the
+/// database holds it shared for as long as it does; `restore` needs it exclusively, so it never swaps a file from under
+/// a server or a tool. It is a file of its own: opening and closing the database file itself would drop the POSIX locks
+/// SQLite holds on it in this process (closing any descriptor of a file releases them all).
 public final class SQLiteFileLock: @unchecked Sendable {
     private var descriptor: Int32
 
     public init?(path: String, exclusive: Bool) {
-        descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        // Nothing there yet: nobody can have it open.
+        descriptor = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        // No directory yet: nobody can have the database open.
         guard descriptor >= 0 else {
             if errno == ENOENT { return }
             return nil

@@ -48,7 +48,10 @@ public final class SQLiteDatabase: Database {
         }
         let connection = try SQLiteConnection(path: path)
         let fileLock = path == ":memory:" ? nil : SQLiteFileLock(path: path, exclusive: false)
-        if path != ":memory:" && fileLock == nil { throw StorageError.unavailable("\(path) is being restored; try again when that finishes") }
+        if path != ":memory:" && fileLock == nil {
+            connection.close()
+            throw StorageError.unavailable("\(path) is being restored; try again when that finishes")
+        }
         _ = try connection.query("PRAGMA busy_timeout = 5000", [])
         if path != ":memory:" { try await switchToWAL(connection, path: path) }
         _ = try connection.query("PRAGMA synchronous = NORMAL", [])

@@ -126,7 +126,9 @@ struct BackupTests {
         }
         let service = BackupService(config: config, schedule: try #require(config.backups), clock: ManualTimeSource(), logger: TestDatabase.logger)
         try await service.backUpOnce()
-        let left = Set(try FileManager.default.contentsOfDirectory(atPath: dir.path)).filter { !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }
+        let left = Set(try FileManager.default.contentsOfDirectory(atPath: dir.path)).filter {
+            !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") && !$0.hasSuffix(".lock")
+        }
         #expect(
             left == [
                 "account-service-20200101T000000Z.sqlite", "account-service-notes.sqlite", "account-service-20270115T080000Z.sqlite", "media", "data",

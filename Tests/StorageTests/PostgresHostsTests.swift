@@ -18,6 +18,10 @@ struct PostgresHostsTests {
         #expect(hosts.map(\.pool.port) == [5432, 6543, 5432])
         #expect(hosts.allSatisfy { $0.pool.username == "app" && $0.pool.password == "s@cret" && $0.pool.database == "accounts" })
         #expect(try PostgresDatabase.hostConfigurations(url: "postgres://u@one/db?target_session_attrs=any").count == 1)
+        // A password is decoded once (`%25` is a percent sign); IPv6 literals lose their brackets.
+        let v6 = try PostgresDatabase.hostConfigurations(url: "postgres://app:100%25%40x@[::1]:5433,[fd00::2]/accounts")
+        #expect(v6.map(\.pool.host) == ["::1", "fd00::2"] && v6.map(\.pool.port) == [5433, 5432])
+        #expect(v6.allSatisfy { $0.pool.password == "100%@x" })
         for bad in [
             "postgres://u@db1,db2/db?target_session_attrs=any", "postgres://u@db1,,db2/db", "postgres://u@/db",
             "postgres://u@" + Array(repeating: "h", count: 9).joined(separator: ",") + "/db", "postgres://u@db1,db2/db?target_session_attrs=standby",

@@ -60,7 +60,12 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AppMetrics.bootstrap
     let router = Router(context: AppRequestContext.self)
     // One span per request, named by its route, continuing the caller's `traceparent` (only when tracing is on).
-    if Traces.enabled { router.add(middleware: TracingMiddleware()) }
+    // Query values that are capabilities or personal data (signed media URLs, searches, cursors) are never recorded.
+    if Traces.enabled {
+        router.add(
+            middleware: TracingMiddleware(
+                redactingQueryParameters: ["sig", "exp", "email", "query", "q", "cursor", "before", "after", "user", "actor", "token", "code"]))
+    }
     router.add(middleware: DrainMiddleware(state: d.drain))
     router.add(middleware: AccessLogMiddleware())
     // Requests by route (the pattern, never the raw path) and status, with latency histograms; Hummingbird's series,

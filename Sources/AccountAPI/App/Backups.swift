@@ -77,7 +77,7 @@ public enum Backups {
             }
             probe.release()
         }
-        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
+        for suffix in ["", "-wal", "-shm", ".lock"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
         try FileManager.default.createDirectory(
             atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
         do {
@@ -86,11 +86,12 @@ public enum Backups {
             let checked = try await verify(config, staging: staging, logger: logger)
             let media = try mediaFrom.map { try FileBlobStore.mirror(from: URL(fileURLWithPath: $0, isDirectory: true), to: mediaDirectory(config)) }
             let kept = try SQLiteBackup.replace(path, with: staging, stamp: stamp(clock.now()))
+            try? FileManager.default.removeItem(atPath: staging + ".lock")
             return Restored(
                 path: path, kept: kept, migrationsApplied: checked.applied, accountsChecked: checked.accounts, transfersChecked: checked.transfers,
                 mediaFiles: media?.files ?? 0)
         } catch {
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
+            for suffix in ["", "-wal", "-shm", ".lock"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
             throw error
         }
     }

@@ -82,7 +82,7 @@ paths:
     get:
       tags: [system]
       operationId: getReady
-      summary: Readiness — the database answers within 2 seconds.
+      summary: Readiness — the database answers within 2 seconds and the node is not draining (SIGTERM received).
       responses:
         "200":
           description: Ready to serve.
