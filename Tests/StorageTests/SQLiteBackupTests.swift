@@ -14,15 +14,21 @@ struct SQLiteBackupTests {
     }
 
     static let logger = Logger(label: "test")
+
+    /// A fresh directory with `db.sqlite` in it, open and migrated.
+    static func migratedDatabase() async throws -> (URL, String, SQLiteDatabase) {
+        let dir = try directory()
+        let path = dir.appendingPathComponent("db.sqlite").path
+        let database = try await SQLiteDatabase.open(path: path, logger: logger)
+        _ = try await database.migrate(migrations, logger: logger)
+        return (dir, path, database)
+    }
     static let migrations = [Migration(version: 1, file: "0001_t.sql", sql: "-- Why: a test table.\nCREATE TABLE t (n INTEGER NOT NULL)")]
 
     @Test("a snapshot taken while another task commits holds every row committed before it began, and passes the checks")
     func snapshotUnderWrites() async throws {
-        let dir = try Self.directory()
+        let (dir, path, database) = try await Self.migratedDatabase()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let path = dir.appendingPathComponent("db.sqlite").path
-        let database = try await SQLiteDatabase.open(path: path, logger: Self.logger)
-        _ = try await database.migrate(Self.migrations, logger: Self.logger)
         let committed = Atomic(0)
         let writer = Task {
             var n = 0
@@ -56,11 +62,8 @@ struct SQLiteBackupTests {
 
     @Test("two backups to one name at once: one copy wins whole, the other reports it, no partial file is left")
     func racingBackupsToOneName() async throws {
-        let dir = try Self.directory()
+        let (dir, path, database) = try await Self.migratedDatabase()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let path = dir.appendingPathComponent("db.sqlite").path
-        let database = try await SQLiteDatabase.open(path: path, logger: Self.logger)
-        _ = try await database.migrate(Self.migrations, logger: Self.logger)
         try await database.transaction(logger: Self.logger) { tx in
             for n in 0..<2000 { _ = try await tx.query("INSERT INTO t (n) VALUES (?)", [n]) }
         }
@@ -109,11 +112,8 @@ struct SQLiteBackupTests {
 
     @Test("the swap is refused while a process has the database open, keeps the file it replaces, and drops its WAL")
     func replaceRespectsOpenDatabases() async throws {
-        let dir = try Self.directory()
+        let (dir, path, live) = try await Self.migratedDatabase()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let path = dir.appendingPathComponent("db.sqlite").path
-        let live = try await SQLiteDatabase.open(path: path, logger: Self.logger)
-        _ = try await live.migrate(Self.migrations, logger: Self.logger)
         let copy = try await SQLiteBackup.snapshot(of: path, to: dir.appendingPathComponent("copy.sqlite").path)
         #expect(throws: BackupError.self) { try SQLiteBackup.replace(path, with: copy.path, stamp: "x") }
         // While a restore holds the file, nobody opens it.

@@ -77,7 +77,7 @@ public enum Backups {
             }
             probe.release()
         }
-        for suffix in ["", "-wal", "-shm", ".lock"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
+        removeStaging(staging)
         try FileManager.default.createDirectory(
             atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
         do {
@@ -91,9 +91,14 @@ public enum Backups {
                 path: path, kept: kept, migrationsApplied: checked.applied, accountsChecked: checked.accounts, transfersChecked: checked.transfers,
                 mediaFiles: media?.files ?? 0)
         } catch {
-            for suffix in ["", "-wal", "-shm", ".lock"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
+            removeStaging(staging)
             throw error
         }
+    }
+
+    /// Removes the staged copy and the files SQLite and the lock made beside it.
+    static func removeStaging(_ staging: String) {
+        for suffix in ["", "-wal", "-shm", ".lock"] { try? FileManager.default.removeItem(atPath: staging + suffix) }
     }
 
     /// Migrates the staged copy forward and checks that its books balance.
