@@ -378,11 +378,12 @@ def scenario_nodes():
     check(held["heldTokens"] == 20 and after["heldTokens"] == 0 and after["totalTokens"] == before + 50,
           f"nodes: 20 expired holds released exactly once by the sweepers (held {held['heldTokens']} → {after['heldTokens']}, total {after['totalTokens']})")
     # Monthly drip with rollover once: a yearly plan whose period began 95 days ago is due its month-3 tokens;
-    # both nodes sweep every second, and the period is started exactly once.
+    # both nodes sweep every second, and the period is started exactly once. The shift marks it due (next_drip_at_ms
+    # = 0, as the comp does): a sweep between the comp and the shift has already scheduled the next drip a month on.
     s, _, _ = request("POST", a.url(f"/api/admin/users/{user}/subscription"), {"planId": "basic_yearly"}, auth)
     check(s == 200, f"nodes: comp a yearly plan ({s})")
     before_drip = balance(a, key, user)["subscriptionTokens"]
-    subprocess.run(["psql", url, "-q", "-c", f"UPDATE subscriptions SET current_period_start_ms = current_period_start_ms - {95 * 86400000} WHERE user_id = '{user}'"],
+    subprocess.run(["psql", url, "-q", "-c", f"UPDATE subscriptions SET current_period_start_ms = current_period_start_ms - {95 * 86400000}, next_drip_at_ms = 0 WHERE user_id = '{user}'"],
                    check=True, stdout=subprocess.DEVNULL)
     time.sleep(4)
     rows = subprocess.run(["psql", url, "-At", "-c", f"SELECT COUNT(*) FROM ledger_period_grants WHERE user_id = '{user}' AND period_key LIKE '%:month:3'"],
