@@ -56,6 +56,15 @@ let package = Package(
         // A C function for SQLite's variadic configuration call (the query planner stability guarantee).
         // The one door for JSON from outside: a scan that refuses what traps Foundation's decoder, then JSONDecoder.
         .target(name: "SafeJSON", swiftSettings: swiftSettings),
+        // Passkeys: the WebAuthn relying party's checks, with the bounded CBOR and COSE decoding they need (no Swift
+        // WebAuthn package is available) and swift-crypto for the signatures. No database: Auth keeps the credentials.
+        .target(
+            name: "WebAuthn",
+            dependencies: [
+                "SafeJSON", .product(name: "Crypto", package: "swift-crypto"), .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(name: "CSQLiteSupport"),
         // Storage: one small SQL interface over PostgreSQL (postgres-nio) and SQLite (sqlite-nio),
         // the transaction helper and the migrations runner.
@@ -99,7 +108,7 @@ let package = Package(
         .target(
             name: "Auth",
             dependencies: [
-                "Mail", "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage", "Traces",
+                "Mail", "Clock", "Events", "Networks", "Secrets", "CArgon2", "Storage", "Traces", "WebAuthn",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -162,7 +171,7 @@ let package = Package(
             name: "AccountAPI",
             dependencies: [
                 "Mail", "Clock", "Networks", "Secrets", "Events", "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
-                "Traces", .product(name: "OTel", package: "swift-otel"), .product(name: "Tracing", package: "swift-distributed-tracing"),
+                "Traces", "WebAuthn", .product(name: "OTel", package: "swift-otel"), .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -198,10 +207,15 @@ let package = Package(
                 "Storage", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "StorageTests", dependencies: ["Clock", "Storage", "TestSupport", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "WebAuthnTests",
+            dependencies: ["WebAuthn", "TestSupport", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings),
         .testTarget(name: "AuthTests", dependencies: ["Mail", "Clock", "Auth", "Storage", "TestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "MediaTests", dependencies: ["Media", "MediaImages"], swiftSettings: swiftSettings),
         .testTarget(name: "LedgerTests", dependencies: ["Clock", "Events", "Ledger", "Storage", "TestSupport"], swiftSettings: swiftSettings),

@@ -2,6 +2,8 @@
 public enum AuthError: Error, Equatable, Sendable {
     case validation(String)
     case invalidCredentials
+    /// A passkey sign-in that failed (unknown credential, bad signature, a counter that went back): one answer for all.
+    case passkeyNotAccepted
     /// A password check behind a valid session failed (change-password, erasure, PIN changes): not a sign-out.
     case invalidPassword
     case emailNotVerified

@@ -52,6 +52,7 @@ extension AuthService {
         for profileID in try await profiles.ids(tx, userID: id) { try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID)) }
         try await profiles.deleteAll(tx, userID: id)
         try await tx.query("DELETE FROM known_devices WHERE user_id = ?", [id])
+        try await PasskeyStore().deleteAll(tx, userID: id)
         for table in ["user_identities", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges"] {
             try await tx.query("DELETE FROM \(table) WHERE user_id = ?", [id])
         }

@@ -20,7 +20,7 @@ public struct AppleSignIn: Sendable {
 
 /// A way an account signs in.
 public struct SignInMethod: Sendable, Equatable {
-    /// `password` or `apple`.
+    /// `password`, `apple` or `passkey` (one per passkey).
     public let provider: String
     /// The address Apple shared (a relay address included); nil for the password.
     public let email: String?
@@ -129,6 +129,9 @@ extension AuthService {
                 methods.append(
                     SignInMethod(provider: try row.string("provider"), email: row.optionalString("email"), linkedAt: try row.date("created_at_ms")))
             }
+            for passkey in try await PasskeyStore().list(tx, userID: userID) {
+                methods.append(SignInMethod(provider: "passkey", email: nil, linkedAt: passkey.createdAt))
+            }
             return methods
         }
     }
@@ -188,9 +191,7 @@ extension AuthService {
             guard try await tx.first("SELECT subject FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id]) != nil else {
                 throw AuthError.notFound
             }
-            guard try await users.passwordHash(tx, id: session.user.id) != nil else {
-                throw AuthError.conflict("Apple is this account's only way in; set a password (reset it by email) before unlinking Apple.")
-            }
+            try await requireAnotherWayIn(tx, userID: session.user.id, removing: "Apple")
             try await tx.query("DELETE FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id])
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "apple_unlinked", subject: session.user.id, ip: client.ip)
         }

@@ -93,7 +93,7 @@ extension AuthService {
         if try await hasPassword(userID: session.user.id, logger: logger) {
             try await passwords.require(password, of: session.user, ip: client.ip, logger: logger)
         } else if clock.now().timeIntervalSince(session.authenticatedAt) > Self.recentSignInSeconds {
-            throw AuthError.forbidden("Sign in with Apple again, then retry within 10 minutes.")
+            throw AuthError.forbidden("Sign in again (with Apple or a passkey), then retry within 10 minutes.")
         }
     }
 }

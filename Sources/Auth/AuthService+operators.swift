@@ -7,7 +7,7 @@ import Storage
 public struct AccountFacts: Sendable, Equatable {
     /// Two-factor codes are on.
     public let secondFactor: Bool
-    /// Linked sign-in providers (`apple`).
+    /// Linked sign-in providers (`apple`), and `passkey` when the account has one.
     public let identities: [String]
     /// A password is set (accounts from Sign in with Apple may have none).
     public let hasPassword: Bool
@@ -20,7 +20,9 @@ extension AuthService {
             let factor = try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [userID])
             let identities = try await tx.query("SELECT provider FROM user_identities WHERE user_id = ? ORDER BY provider", [userID])
             return AccountFacts(
-                secondFactor: factor?.optionalInt("enabled_at_ms") != nil, identities: try identities.map { try $0.string("provider") },
+                secondFactor: factor?.optionalInt("enabled_at_ms") != nil,
+                identities: try identities.map { try $0.string("provider") }
+                    + (try await PasskeyStore().count(tx, userID: userID) > 0 ? ["passkey"] : []),
                 hasPassword: try await users.passwordHash(tx, id: userID) != nil)
         }
     }

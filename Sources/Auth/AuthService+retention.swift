@@ -12,16 +12,17 @@ public struct AuthPurge: Sendable, Equatable {
     public var mfaChallenges = 0
     public var emailChanges = 0
     public var auditRows = 0
+    public var usedChallenges = 0
 
-    public var total: Int { attemptBudgets + signUpRequests + codes + sessions + mfaChallenges + emailChanges + auditRows }
+    public var total: Int { attemptBudgets + signUpRequests + codes + sessions + mfaChallenges + emailChanges + auditRows + usedChallenges }
 }
 
 extension AuthService {
     /// Forgets what Auth keeps only for a while, at most `limit` rows of each table, each table in its own short
     /// transaction (the sweeper calls it every pass): idle attempt budgets (2 hours), sign-up requests past their
     /// lifetime, codes an hour after they expired, sessions ``AuthPolicy/sessionRetentionSeconds`` after they
-    /// expired, second-factor challenges and email changes a day after, and audit rows older than
-    /// ``AuthPolicy/auditRetentionSeconds``. Every delete finds its rows by an index (migration 0018).
+    /// expired, second-factor challenges and email changes a day after, audit rows older than
+    /// ``AuthPolicy/auditRetentionSeconds``, and used passkey challenges once expired (they cannot be used again then). Every delete finds its rows by an index (migration 0018).
     public func purgeExpired(limit: Int, logger: Logger) async throws -> AuthPurge {
         let now = clock.now()
         var purged = AuthPurge()
@@ -42,6 +43,8 @@ extension AuthService {
             "email_changes", key: "user_id", column: "expires_at_ms", before: now.addingTimeInterval(-86400), limit: limit, logger: logger)
         purged.auditRows = try await purge(
             "audit_log", key: "id", column: "at_ms", before: now.addingTimeInterval(-policy.auditRetentionSeconds), limit: limit, logger: logger)
+        purged.usedChallenges = try await purge(
+            "webauthn_used_challenges", key: "challenge_hash", column: "expires_at_ms", before: now, limit: limit, logger: logger)
         return purged
     }
 

@@ -40,6 +40,14 @@ enum Mails {
         )
     }
 
+    static func passkeyAdded(to email: String, name: String) -> MailMessage {
+        MailMessage(
+            to: email, subject: "A passkey was added to your account",
+            body:
+                "Your account can now also be opened with the passkey \"\(name)\" (no password or code needed).\n\nIf this was not you, remove it under your account's sign-in methods, change your password and contact support."
+        )
+    }
+
     static func emailChangeCode(to email: String, code: String, minutes: Int) -> MailMessage {
         MailMessage(
             to: email, subject: "Your code to use this address",

@@ -75,6 +75,7 @@ extension ContractTests {
         "Auth": [
             "users", "sessions", "otp_codes", "attempt_budgets", "known_devices", "family_profiles", "welcome_grants", "api_keys", "audit_log",
             "user_identities", "apple_signin_events", "email_changes", "totp_factors", "recovery_codes", "mfa_challenges", "sign_up_requests",
+            "passkeys", "webauthn_used_challenges",
         ],
         "Ledger": [
             "ledger_accounts", "ledger_transfers", "ledger_lots", "ledger_holds", "ledger_hold_parts", "ledger_period_grants", "idempotency_records",
@@ -131,7 +132,8 @@ extension ContractTests {
     /// the module may read them in a join. A write elsewhere fails here.
     static let stores = [
         "sessions": "Auth/Sessions/SessionStore.swift", "users": "Auth/Users/UserStore.swift", "family_profiles": "Auth/Profiles/ProfileStore.swift",
-        "api_keys": "Auth/APIKeys/APIKeyService.swift",
+        "api_keys": "Auth/APIKeys/APIKeyService.swift", "passkeys": "Auth/Passkeys/PasskeyStore.swift",
+        "webauthn_used_challenges": "Auth/Passkeys/PasskeyStore.swift",
         "idempotency_records": "Ledger/Idempotency.swift", "purchase_requests": "Entitlements/PurchaseRequests.swift",
     ]
 

@@ -110,9 +110,12 @@ struct ParserFuzzTests {
     /// JSON bodies through the real router: mutants of the corpus against every kind of endpoint answer 4xx or 2xx,
     /// never 5xx.
     @Test func jsonBodiesThroughTheRouter() async throws {
-        try await TestApp.run(.sqlite) { client, app in
+        try await TestApp.run(.sqlite, configure: PasskeyHTTPTests.configure) { client, app in
             let key = try await app.apiKey(["ledger:write", "admin"])
-            let paths = ["/api/auth/sign-in", "/api/auth/sign-up", "/api/verify-otp", "/api/ledger/spend", "/api/ledger/grants", "/api/ledger/holds"]
+            let paths = [
+                "/api/auth/sign-in", "/api/auth/sign-up", "/api/verify-otp", "/api/ledger/spend", "/api/ledger/grants", "/api/ledger/holds",
+                "/api/auth/passkeys/sign-in/verify",
+            ]
             let corpus = try Fuzzer.corpus("json-bodies", root: repositoryRoot)
             var statuses: [Int: Int] = [:]
             var index = 0

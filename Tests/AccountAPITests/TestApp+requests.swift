@@ -33,6 +33,11 @@ extension TestApp {
     func rows(_ sql: String, _ binds: [any SQLBindable] = []) async throws -> [SQLRow] {
         try await dependencies.database.withConnection(logger: TestDatabase.logger) { try await $0.query(sql, binds) }
     }
+
+    /// Runs one writing statement in a transaction of its own (to set up a state no endpoint makes).
+    func write(_ sql: String, _ binds: [any SQLBindable] = []) async throws {
+        try await dependencies.database.transaction(logger: TestDatabase.logger) { try await $0.query(sql, binds) }
+    }
 }
 
 /// A decoded problem body.

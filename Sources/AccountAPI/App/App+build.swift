@@ -99,6 +99,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AdminOperatorController(auth: d.auth, apiKeys: d.apiKeys, authenticator: authenticator).addRoutes(to: router)
     AdminWebhookController(webhooks: d.webhooks, authenticator: authenticator).addRoutes(to: router)
     AppleSignInController(auth: d.auth, verifier: d.appleSignIn, authenticator: authenticator).addRoutes(to: router)
+    PasskeyController(passkeys: d.passkeys, authenticator: authenticator).addRoutes(to: router)
     MFAController(auth: d.auth, authenticator: authenticator, issuer: d.config.totpIssuer).addRoutes(to: router)
     if d.config.consoleEnabled { addConsole(to: router, d, problems: ProblemMiddleware(allowedMethods: allowedMethods)) }
     allowedMethods.record(router)

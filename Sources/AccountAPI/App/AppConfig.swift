@@ -6,6 +6,7 @@ import Logging
 import Mail
 import NIOCore
 import Storage
+import WebAuthn
 import Webhooks
 
 /// Everything the service reads from the environment, parsed and validated once at start-up.
@@ -65,6 +66,9 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// key set's URL (`SIGN_IN_WITH_APPLE_JWKS_URL`, default Apple's).
     var appleSignInClientIDs: Set<String> = []
     var appleSignInJWKSURL = "https://appleid.apple.com/auth/keys"
+    /// Passkeys: the relying party (`WEBAUTHN_RP_ID`; unset → the passkey endpoints answer 404), its origins
+    /// (`WEBAUTHN_ORIGINS`, default `https://<rp id>`) and the name authenticators show (`WEBAUTHN_RP_NAME`).
+    var relyingParty: RelyingParty?
     /// `REQUIRE_ADMIN_MFA=true`: admin sessions act as operators only after a TOTP code (set it in production).
     var requireAdminMFA = false
     /// `CONSOLE_ENABLED=true`: serve the operator console at `/console` (admins only; off by default).
@@ -102,6 +106,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         config.readIntegrations(&reader)
         config.readWebhooks(&reader)
         config.readOperations(&reader)
+        config.readPasskeys(&reader)
         if case .postgres = config.database, config.serverSecret == nil {
             reader.problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }

@@ -43,6 +43,8 @@ public struct Dependencies: Sendable {
     let secretBox: SecretBox
     /// Sign in with Apple's token verifier (nil: not configured).
     let appleSignIn: AppleIdentityVerifier?
+    /// Passkeys (nil: `WEBAUTHN_RP_ID` not set).
+    let passkeys: PasskeyService?
     /// Set when SIGTERM starts the drain (``DrainState``).
     let drain = DrainState()
 
@@ -111,7 +113,8 @@ public struct Dependencies: Sendable {
                 : AppleIdentityVerifier(
                     clientIDs: config.appleSignInClientIDs,
                     keySet: AppleKeySet(url: config.appleSignInJWKSURL, client: HTTPClient.shared, now: { clock.now() }),
-                    now: { clock.now() }))
+                    now: { clock.now() }),
+            passkeys: config.relyingParty.map { PasskeyService(auth: auth, relyingParty: $0) })
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).

@@ -376,7 +376,7 @@ paths:
     get:
       tags: [auth]
       operationId: signInMethods
-      summary: How the account signs in (`password`, `apple`).
+      summary: How the account signs in (`password`, `apple`, one `passkey` per passkey).
       security: [{ session: [] }]
       responses:
         "200":
@@ -393,7 +393,7 @@ paths:
                       type: object
                       required: [provider]
                       properties:
-                        provider: { type: string, enum: [password, apple] }
+                        provider: { type: string, enum: [password, apple, passkey] }
                         email: { type: string, description: The address Apple shared (a relay address included). }
                         linkedAt: { type: string, format: date-time }
         "401": { $ref: "#/components/responses/Unauthorized" }
@@ -435,6 +435,238 @@ paths:
         "404": { $ref: "#/components/responses/NotFound" }
         "409":
           description: "`already_exists`: Apple is the account's only way in."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/passkeys/register/options:
+    post:
+      tags: [auth]
+      operationId: passkeyRegistrationOptions
+      summary: Options for a new passkey (owner profile); 404 unless WEBAUTHN_RP_ID is set.
+      description: >-
+        Adding a way in needs presence: `currentPassword`, or for an account without a password a sign-in within the last
+        10 minutes. The answer is WebAuthn's PublicKeyCredentialCreationOptions in its JSON form (base64url bytes): pass it
+        to `PublicKeyCredential.parseCreationOptionsFromJSON` on the web, or its `challenge`, `user.id`, `user.name` and
+        `rp.id` to `ASAuthorizationPlatformPublicKeyCredentialProvider.createCredentialRegistrationRequest` on iOS. The
+        challenge lives 5 minutes, is bound to this account and works once. At most 20 passkeys per account (409).
+      security: [{ session: [] }]
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                currentPassword: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: The creation options.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/PasskeyCreationOptions" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`invalid_password`, `owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409":
+          description: "`already_exists`: the account holds 20 passkeys."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/passkeys/register/verify:
+    post:
+      tags: [auth]
+      operationId: passkeyRegister
+      summary: Keep the passkey the authenticator made for the registration options.
+      description: >-
+        The body is the credential's JSON form (`PublicKeyCredential.toJSON()`; on iOS `rawClientDataJSON` and
+        `rawAttestationObject` in base64url), plus an optional `name`. Checked: the client data's type
+        (`webauthn.create`), origin (one of WEBAUTHN_ORIGINS), the challenge (issued for this account, unexpired, unused),
+        attestation format `none`, the relying party id hash, user presence and user verification, and an ES256 (P-256)
+        or RS256 (2048–4096-bit) key. The owner is mailed a notice.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/PasskeyRegistration" }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "201":
+          description: The passkey.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [passkey]
+                properties:
+                  passkey: { $ref: "#/components/schemas/Passkey" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409":
+          description: "`already_exists`: this passkey is registered already, or the account holds 20."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/auth/passkeys/sign-in/options:
+    post:
+      tags: [auth]
+      operationId: passkeySignInOptions
+      summary: A challenge for a passkey sign-in (no account named; nothing is stored until it is used).
+      description: >-
+        WebAuthn's PublicKeyCredentialRequestOptions in JSON form, for discoverable credentials (`allowCredentials` is
+        empty: the authenticator offers the user's passkeys for `rpId`). The challenge lives 5 minutes and works once.
+      responses:
+        "200":
+          description: The request options.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/PasskeyRequestOptions" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/auth/passkeys/sign-in/verify:
+    post:
+      tags: [auth]
+      operationId: passkeySignIn
+      summary: Sign in with a passkey; the answer is a password sign-in's (`user`, `session`), never `mfaRequired`.
+      description: >-
+        The body is the assertion's JSON form. Checked in order: client data (`webauthn.get`, origin), the challenge
+        (issued here, unexpired); then in one transaction the challenge is used (a replay is 400) and the password flows'
+        attempts are reserved (failed sign-ins from the network; checks of the passkey's account); then the credential,
+        the relying party id hash, user presence and verification, the signature, the user handle, and the signature
+        counter (one that does not move on — a cloned authenticator — is refused and audited). Every failure of the
+        passkey itself is one `invalid_credentials`. A passkey with user verification is both factors: no TOTP step.
+        An account whose address is not verified is 403 `email_not_verified`.
+      parameters:
+        - { name: User-Agent, in: header, required: false, schema: { type: string } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/PasskeyAssertion" }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: Signed in.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/SignInResponse" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/InvalidCredentials" }
+        "403":
+          description: "`email_not_verified`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+  /api/auth/passkeys:
+    get:
+      tags: [auth]
+      operationId: listPasskeys
+      summary: The account's passkeys (owner profile).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: Oldest first.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [passkeys]
+                properties:
+                  passkeys: { type: array, items: { $ref: "#/components/schemas/Passkey" } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+  /api/auth/passkeys/{id}:
+    patch:
+      tags: [auth]
+      operationId: renamePasskey
+      summary: Rename a passkey (owner profile).
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string, maxLength: 1364 } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [name]
+              properties:
+                name: { type: string, maxLength: 64 }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: The passkey.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [passkey]
+                properties:
+                  passkey: { $ref: "#/components/schemas/Passkey" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+    delete:
+      tags: [auth]
+      operationId: deletePasskey
+      summary: Remove a passkey (owner profile); never the account's last way in.
+      description: >-
+        Needs the current password (an account without one: a sign-in within the last 10 minutes). The account must keep
+        another way in (its password, Apple, another passkey): otherwise 409 `already_exists`.
+      security: [{ session: [] }]
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: string, maxLength: 1364 } }
+      requestBody:
+        required: false
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                currentPassword: { type: string }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "204": { description: Removed. }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`invalid_password`, `owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "409":
+          description: "`already_exists`: the passkey is the account's only way in."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
@@ -3140,6 +3372,90 @@ components:
         user: { $ref: "#/components/schemas/User" }
         welcomeTokens: { type: integer, description: Tokens granted by this verification (once per account). }
         session: { $ref: "#/components/schemas/Session" }
+    PasskeyCreationOptions:
+      type: object
+      description: WebAuthn PublicKeyCredentialCreationOptionsJSON, plus `expiresAt`.
+      required: [rp, user, challenge, pubKeyCredParams, timeout, attestation, authenticatorSelection, excludeCredentials, expiresAt]
+      properties:
+        rp: { type: object, required: [id, name], properties: { id: { type: string }, name: { type: string } } }
+        user:
+          type: object
+          required: [id, name, displayName]
+          properties:
+            id: { type: string, description: "The account's user handle (base64url): a keyed hash, no personal data." }
+            name: { type: string }
+            displayName: { type: string }
+        challenge: { type: string, description: base64url }
+        pubKeyCredParams:
+          type: array
+          items: { type: object, required: [type, alg], properties: { type: { type: string, enum: [public-key] }, alg: { type: integer, enum: [-7, -257] } } }
+        timeout: { type: integer, description: Milliseconds (300000). }
+        attestation: { type: string, enum: [none] }
+        authenticatorSelection:
+          type: object
+          required: [residentKey, requireResidentKey, userVerification]
+          properties:
+            residentKey: { type: string, enum: [required] }
+            requireResidentKey: { type: boolean }
+            userVerification: { type: string, enum: [required] }
+        excludeCredentials: { type: array, items: { $ref: "#/components/schemas/PasskeyDescriptor" } }
+        expiresAt: { type: string, format: date-time }
+    PasskeyRequestOptions:
+      type: object
+      description: WebAuthn PublicKeyCredentialRequestOptionsJSON, plus `expiresAt`.
+      required: [challenge, rpId, timeout, userVerification, allowCredentials, expiresAt]
+      properties:
+        challenge: { type: string, description: base64url }
+        rpId: { type: string }
+        timeout: { type: integer }
+        userVerification: { type: string, enum: [required] }
+        allowCredentials: { type: array, maxItems: 0, items: { $ref: "#/components/schemas/PasskeyDescriptor" } }
+        expiresAt: { type: string, format: date-time }
+    PasskeyDescriptor:
+      type: object
+      required: [type, id]
+      properties:
+        type: { type: string, enum: [public-key] }
+        id: { type: string, description: The credential id (base64url). }
+    PasskeyRegistration:
+      type: object
+      description: RegistrationResponseJSON (base64url bytes); other members (`rawId`, `clientExtensionResults` …) are ignored.
+      required: [type, response]
+      properties:
+        id: { type: string }
+        type: { type: string, enum: [public-key] }
+        name: { type: string, maxLength: 64, description: A label for the user's list (default "Passkey"). }
+        response:
+          type: object
+          required: [clientDataJSON, attestationObject]
+          properties:
+            clientDataJSON: { type: string, maxLength: 5462 }
+            attestationObject: { type: string, maxLength: 21846 }
+    PasskeyAssertion:
+      type: object
+      description: AuthenticationResponseJSON (base64url bytes).
+      required: [id, type, response]
+      properties:
+        id: { type: string, maxLength: 1366 }
+        type: { type: string, enum: [public-key] }
+        response:
+          type: object
+          required: [clientDataJSON, authenticatorData, signature]
+          properties:
+            clientDataJSON: { type: string, maxLength: 5462 }
+            authenticatorData: { type: string, maxLength: 5462 }
+            signature: { type: string, maxLength: 1366 }
+            userHandle: { type: string, maxLength: 88 }
+    Passkey:
+      type: object
+      required: [id, name, createdAt, backupEligible, backedUp]
+      properties:
+        id: { type: string, description: The credential id (base64url). }
+        name: { type: string }
+        createdAt: { type: string, format: date-time }
+        lastUsedAt: { type: string, format: date-time }
+        backupEligible: { type: boolean, description: The authenticator may sync it (iCloud Keychain, a password manager). }
+        backedUp: { type: boolean }
     SignInResponse:
       type: object
       required: [user, session]

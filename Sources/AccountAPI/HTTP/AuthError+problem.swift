@@ -7,6 +7,10 @@ extension AuthError {
         switch self {
         case .validation(let detail): Problem.validation(detail)
         case .invalidCredentials: Problem(.unauthorized, code: "invalid_credentials", detail: "The email or password is incorrect.")
+        case .passkeyNotAccepted:
+            Problem(
+                .unauthorized, code: "invalid_credentials",
+                detail: "The passkey was not accepted; sign in another way, or register the passkey again.")
         case .invalidPassword:
             Problem(.forbidden, code: "invalid_password", detail: "The current password given is not correct; the session stays signed in.")
         case .emailNotVerified:

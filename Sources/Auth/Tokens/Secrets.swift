@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Secrets
 import Storage
+import WebAuthn
 
 /// Session tokens, one-time codes and the keyed hashes that stand in for them in the database.
 public struct SecretHasher: Sendable {
@@ -58,8 +59,5 @@ public struct SecretHasher: Sendable {
 
     static func hex(_ digest: some Sequence<UInt8>) -> String { hexString(digest) }
 
-    public static func base64url(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
+    public static func base64url(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
 }
