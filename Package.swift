@@ -136,7 +136,7 @@ let package = Package(
         .target(
             name: "Billing",
             dependencies: [
-                "Clock", "Entitlements", "Storage", "Ledger", "SafeJSON", .product(name: "Logging", package: "swift-log"),
+                "Clock", "Entitlements", "Storage", "Ledger", "SafeJSON", "AppStoreServer", "Events", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Metrics", package: "swift-metrics"),
             ],
@@ -165,13 +165,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Apple's App Store Server API, outbound (as Apple's app-store-server-library): ES256 tokens (jwt-kit), async-http-client,
+        // retries. Answers' signed payloads are verified by Billing; no tables.
+        .target(
+            name: "AppStoreServer",
+            dependencies: [
+                .product(name: "JWTKit", package: "jwt-kit"), .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"), "SafeJSON",
+            ],
+            swiftSettings: swiftSettings
+        ),
         // HTTP: Hummingbird controllers (one per file), middleware, problems, configuration and the wiring that builds the
         // application from the domain services. Tests import this library; the executable only adds the command line.
         .target(
             name: "AccountAPI",
             dependencies: [
                 "Mail", "Clock", "Networks", "Secrets", "Events", "Auth", "Ledger", "Entitlements", "Billing", "Storage", "Media", "Webhooks", "Identity", "SafeJSON",
-                "Traces", "WebAuthn", .product(name: "OTel", package: "swift-otel"), .product(name: "Tracing", package: "swift-distributed-tracing"),
+                "Traces", "WebAuthn", "AppStoreServer", .product(name: "OTel", package: "swift-otel"), .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),

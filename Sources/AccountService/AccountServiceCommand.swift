@@ -18,7 +18,7 @@ struct AccountServiceCommand: AsyncParsableCommand {
             """,
         subcommands: [
             Serve.self, Migrate.self, Demo.self, Admin.self, APIKeyCommand.self, LedgerCommand.self, Plans.self, Argon2Command.self,
-            MediaCommand.self, BackupCommand.self, RestoreCommand.self,
+            MediaCommand.self, BackupCommand.self, RestoreCommand.self, BillingCommand.self,
         ]
     )
 

@@ -24,6 +24,32 @@ struct LedgerCommand: AsyncParsableCommand {
     }
 }
 
+struct BillingCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "billing", abstract: "Billing tools.", subcommands: [Reconcile.self])
+
+    struct Reconcile: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Compare Apple purchases with Apple's records (App Store Server API) and repair what notifications missed.",
+            discussion:
+                "Needs APPLE_BUNDLE_ID, APPLE_ENVIRONMENT, APPLE_ROOT_CERTIFICATES and APPLE_API_KEY_ID, APPLE_API_ISSUER_ID, APPLE_API_PRIVATE_KEY_FILE. "
+                + CLI.databaseVariables)
+        @Option(name: .long, help: "One account's id.")
+        var user: String?
+        @Flag(name: .long, help: "Every account with Apple purchases.")
+        var all = false
+
+        func validate() throws {
+            guard (user != nil) != all else { throw ValidationError("Give exactly one of --user ID and --all.") }
+        }
+
+        func run() async throws {
+            try await CLI.withExistingDatabase { dependencies, logger in
+                for line in try await dependencies.reconcileApple(userID: user, logger: logger) { print(line) }
+            }
+        }
+    }
+}
+
 struct Plans: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Plan catalog tools.", subcommands: [Validate.self])
 

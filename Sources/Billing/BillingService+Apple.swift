@@ -141,6 +141,9 @@ extension BillingService {
                 return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }
             return try await applyMachine(tx, provider: .apple, eventID: "refund:\(transaction.transactionId)", userID: userID, at: at, .refund)
+        case "CONSUMPTION_REQUEST":
+            return try await queueConsumptionRequest(
+                tx, userID: userID, transactionID: transaction.transactionId, notificationUUID: notification.notificationUUID)
         case "REFUND_REVERSED":
             if let verdict = try await restorePack(tx, provider: "apple", sourceID: transaction.transactionId) { return verdict }
             guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) else {

@@ -107,6 +107,7 @@ extension BillingError {
         case .boundToAnotherAccount: "This purchase already belongs to another account; it is never moved silently. Contact support."
         case .unknownProduct(let id): "productId '\(id)' is not a plan or token pack in the catalog."
         case .transactionRevoked: "The transaction was refunded or revoked; it grants nothing."
+        case .offerNotEligible(let reason): "Not eligible: \(reason)."
         }
     }
 }

@@ -16,6 +16,8 @@ public enum BillingError: Error, Equatable, Sendable {
     case boundToAnotherAccount
     case unknownProduct(String)
     case transactionRevoked
+    /// A StoreKit offer the account may not have (the reason).
+    case offerNotEligible(String)
 }
 
 /// What a received event did (stored as `billing_events.verdict`).
@@ -96,6 +98,9 @@ public struct BillingService: Sendable {
     /// Which user ids are live accounts (owned by Auth).
     let accounts: any AccountDirectory
     let clock: any TimeSource
+
+    /// How CONSUMPTION_REQUESTs are answered (`APPLE_SAMPLE_CONTENT_PROVIDED`, `APPLE_REFUND_PREFERENCE`).
+    public var consumptionPolicy = AppleConsumptionPolicy()
 
     /// Raw bodies of rejected (unverified) events are kept only up to this size: enough for audit, not a free store.
     public static let rejectedRawBytesMax = 16 * 1024

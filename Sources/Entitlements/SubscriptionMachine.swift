@@ -86,7 +86,8 @@ public struct SubscriptionMachine: Sendable {
     public let store: SubscriptionStore
     public let ledger: Ledger
     let clock: any TimeSource
-    let audit: any AuditTrail
+    /// The audit log (Billing's repairs are audited through it too).
+    public let audit: any AuditTrail
     /// Where `subscription.updated` is recorded (in the change's transaction).
     let events: any EventSink
 

@@ -92,6 +92,19 @@ public struct Ledger: Sendable {
         try await prepare(tx, userID: userID, now: clock.now()).balances
     }
 
+    /// Purchased tokens the user still has: the purchased bucket plus what pending holds reserved from it (held is not
+    /// spent). Billing attributes spends to purchases from it (oldest purchase first).
+    public func purchasedUnspent(_ tx: any SQLExecutor, userID: String) async throws -> Int64 {
+        let balance = try await balances(tx, userID: userID).purchasedTokens
+        let held =
+            try await tx.first(
+                """
+                SELECT COALESCE(SUM(p.amount), 0) AS held FROM ledger_hold_parts p JOIN ledger_holds h ON h.id = p.hold_id
+                WHERE h.user_id = ? AND h.status = 'pending' AND p.bucket = 'purchased'
+                """, [userID])?.int("held") ?? 0
+        return balance + held
+    }
+
     /// Newest first, at most `limit` (≤ 100), before the `cursor` returned by the previous page.
     public func history(
         _ tx: any SQLExecutor, userID: String, limit: Int, cursor: Int64?

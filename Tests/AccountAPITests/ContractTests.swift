@@ -85,7 +85,9 @@ extension ContractTests {
             "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas",
             "purchase_requests",
         ],
-        "Billing": ["billing_events", "billing_accounts", "billing_grants"],
+        "Billing": [
+            "billing_events", "billing_accounts", "billing_grants", "billing_consents", "apple_consumption_requests", "apple_reconciliations",
+        ],
         "Storage": ["schema_migrations"],
         "Webhooks": ["outbox_events", "webhook_endpoints", "webhook_deliveries", "webhook_attempts"],
     ]

@@ -23,6 +23,9 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
+    if let client = dependencies.appStore, let settings = dependencies.config.appleAPI {
+        app.addServices(AppleServerJobs(dependencies: dependencies, client: client, settings: settings, logger: logger))
+    }
     if let schedule = dependencies.config.backups {
         app.addServices(BackupService(config: dependencies.config, schedule: schedule, clock: dependencies.clock, logger: logger))
     }
@@ -100,6 +103,8 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     AdminWebhookController(webhooks: d.webhooks, authenticator: authenticator).addRoutes(to: router)
     AppleSignInController(auth: d.auth, verifier: d.appleSignIn, authenticator: authenticator).addRoutes(to: router)
     PasskeyController(passkeys: d.passkeys, authenticator: authenticator).addRoutes(to: router)
+    AppleServerController(auth: d.auth, billing: d.billing, appStore: d.appStore, offers: d.offers, authenticator: authenticator).addRoutes(
+        to: router)
     MFAController(auth: d.auth, authenticator: authenticator, issuer: d.config.totpIssuer).addRoutes(to: router)
     if d.config.consoleEnabled { addConsole(to: router, d, problems: ProblemMiddleware(allowedMethods: allowedMethods)) }
     allowedMethods.record(router)

@@ -57,6 +57,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// Apple billing (`APPLE_ROOT_CERTIFICATES`, `APPLE_BUNDLE_ID`, `APPLE_APP_APPLE_ID`, `APPLE_ENVIRONMENT`,
     /// `APPLE_ACCEPT_SANDBOX`); nil → the Apple endpoints answer 503.
     var apple: AppleSettings?
+    /// The App Store Server API (`APPLE_API_*`; nil → consumption answers, reconciliation and offer signatures are off).
+    var appleAPI: AppleAPISettings?
     /// Webhooks out: URL policy, retries, timeouts (`WEBHOOKS_*`, `WEBHOOK_*`).
     var webhooks = WebhookSettings()
     /// Whether this node runs the delivery worker (`WEBHOOK_WORKER`, default true; every node may).
@@ -107,6 +109,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         config.readWebhooks(&reader)
         config.readOperations(&reader)
         config.readPasskeys(&reader)
+        config.readAppleAPI(&reader)
         if case .postgres = config.database, config.serverSecret == nil {
             reader.problems.append("SERVER_SECRET is required with PostgreSQL (every node must share it; e.g. openssl rand -hex 32)")
         }

@@ -1,3 +1,4 @@
+import AppStoreServer
 import AsyncHTTPClient
 import Auth
 import Billing
@@ -45,6 +46,9 @@ public struct Dependencies: Sendable {
     let appleSignIn: AppleIdentityVerifier?
     /// Passkeys (nil: `WEBAUTHN_RP_ID` not set).
     let passkeys: PasskeyService?
+    /// The App Store Server API and the StoreKit offer signer (nil: `APPLE_API_*` not set).
+    let appStore: AppStoreServerClient?
+    let offers: AppleOfferSigner?
     /// Set when SIGTERM starts the drain (``DrainState``).
     let drain = DrainState()
 
@@ -60,6 +64,7 @@ public struct Dependencies: Sendable {
         }
         // Everything that can fail on bad configuration comes before the database opens (nothing to close on failure).
         let apple = try appleVerifier(config, clock: clock)
+        let appStore = try await appStoreServer(config, clock: clock)
         let (database, postgresHosts) = try await open(config, logger: logger)
         let mailQueue = MailQueue(transport: mailer ?? config.mailTransport.makeMailer(from: config.mailFrom), logger: logger)
         let mailer = QueuedMailer(queue: mailQueue)
@@ -79,6 +84,7 @@ public struct Dependencies: Sendable {
         let idempotency = IdempotencyStore(clock: clock)
         let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
         let apiKeys = APIKeyService(database: database, clock: clock)
+        let billing = billingService(config, database: database, machine: machine, apple: apple, clock: clock)
         return Dependencies(
             config: config, database: database, catalog: catalog, mailer: mailer, mailQueue: mailQueue, clock: clock, postgresHosts: postgresHosts,
             hasher: hasher,
@@ -102,10 +108,7 @@ public struct Dependencies: Sendable {
                 database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads,
                 images: media),
             media: media,
-            billing: BillingService(
-                database: database, machine: machine, apple: apple,
-                stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
-                accounts: AuthDirectory(), clock: clock),
+            billing: billing,
             webhooks: WebhookService(database: database, box: box, audit: AuditLog.shared, clock: clock, settings: config.webhooks),
             secretBox: box,
             appleSignIn: config.appleSignInClientIDs.isEmpty
@@ -114,7 +117,8 @@ public struct Dependencies: Sendable {
                     clientIDs: config.appleSignInClientIDs,
                     keySet: AppleKeySet(url: config.appleSignInJWKSURL, client: HTTPClient.shared, now: { clock.now() }),
                     now: { clock.now() }),
-            passkeys: config.relyingParty.map { PasskeyService(auth: auth, relyingParty: $0) })
+            passkeys: config.relyingParty.map { PasskeyService(auth: auth, relyingParty: $0) },
+            appStore: appStore.client, offers: appStore.offers)
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).
@@ -126,6 +130,41 @@ public struct Dependencies: Sendable {
                 signer: URLSigner(secret: Data(secret), baseURL: config.mediaBaseURL), clock: clock)
         } catch {
             throw StartupError(message: "media: \(error)")
+        }
+    }
+
+    static func billingService(
+        _ config: AppConfig, database: any Database, machine: SubscriptionMachine, apple: AppleSignedDataVerifier?, clock: any TimeSource
+    ) -> BillingService {
+        var billing = BillingService(
+            database: database, machine: machine, apple: apple,
+            stripe: config.stripeWebhookSecrets.isEmpty ? nil : StripeSignatureVerifier(secrets: config.stripeWebhookSecrets),
+            accounts: AuthDirectory(), clock: clock)
+        if let consumption = config.appleAPI?.consumption { billing.consumptionPolicy = consumption }
+        return billing
+    }
+
+    /// The App Store Server API client and the offer signer, their keys read now (a bad file stops start-up).
+    static func appStoreServer(_ config: AppConfig, clock: any TimeSource) async throws -> (client: AppStoreServerClient?, offers: AppleOfferSigner?)
+    {
+        guard let settings = config.appleAPI, let apple = config.apple else { return (nil, nil) }
+        func read(_ path: String, _ name: String) throws -> String {
+            do { return try String(contentsOfFile: path, encoding: .utf8) } catch { throw StartupError(message: "\(name): \(path) cannot be read") }
+        }
+        let base = settings.baseURL ?? (apple.environment == .production ? AppStoreServerSettings.productionURL : AppStoreServerSettings.sandboxURL)
+        do {
+            let client = try await AppStoreServerClient(
+                settings: AppStoreServerSettings(
+                    keyID: settings.keyID, issuerID: settings.issuerID, bundleID: apple.bundleID,
+                    privateKeyPEM: try read(settings.privateKeyPath, "APPLE_API_PRIVATE_KEY_FILE"), baseURL: base),
+                http: HTTPClient.shared, now: { clock.now() })
+            let offers = try AppleOfferSigner(
+                keyID: settings.offerKeyID, bundleID: apple.bundleID, privateKeyPEM: try read(settings.offerKeyPath, "APPLE_OFFER_PRIVATE_KEY_FILE"))
+            return (client, offers)
+        } catch let error as AppStoreServerError {
+            throw StartupError(message: error.detail)
+        } catch let error as BillingError {
+            throw StartupError(message: "\(error)")
         }
     }
 

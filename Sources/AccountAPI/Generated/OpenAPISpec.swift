@@ -2733,6 +2733,135 @@ paths:
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
+  /api/iap/apple/offer-signature:
+    post:
+      tags: [billing]
+      operationId: appleOfferSignature
+      summary: Sign a StoreKit promotional or win-back offer for the signed-in account; 503 unless APPLE_API_* is set.
+      description: >-
+        For `Product.PurchaseOption.promotionalOffer(offerID:keyID:nonce:signature:timestamp:)` (StoreKit 2) or
+        `SKPaymentDiscount`: ECDSA P-256/SHA-256 over bundle id, key id, product id, offer id, app account token (the user's
+        id, lower case) and nonce (lower case) and timestamp (ms), joined by U+2063, DER in base64, as Apple specifies.
+        Eligibility: `productId` is one of the catalog's plans on Apple; `promotional` (default) needs an Apple subscription
+        now or before (a new customer gets StoreKit's introductory offer instead), `win_back` one before and none now; else
+        403 `offer_not_eligible`. A profile that may not make purchases gets 403 `purchase_not_allowed`. Pass
+        `appAccountToken` to the purchase too.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [productId, offerId]
+              properties:
+                productId: { type: string, maxLength: 100 }
+                offerId: { type: string, maxLength: 100, description: The offer's identifier in App Store Connect. }
+                kind: { type: string, enum: [promotional, win_back], default: promotional }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: The signature and what was signed.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [productId, offerId, keyIdentifier, nonce, timestamp, signature, appAccountToken]
+                properties:
+                  productId: { type: string }
+                  offerId: { type: string }
+                  keyIdentifier: { type: string }
+                  nonce: { type: string, format: uuid }
+                  timestamp: { type: integer, format: int64 }
+                  signature: { type: string, description: base64 DER }
+                  appAccountToken: { type: string, format: uuid }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`offer_not_eligible`, `purchase_not_allowed`, `profile_selection_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+        "503": { $ref: "#/components/responses/Unavailable" }
+  /api/user/consent:
+    get:
+      tags: [billing]
+      operationId: getConsent
+      summary: What the account agreed to share (owner profile).
+      security: [{ session: [] }]
+      responses:
+        "200":
+          description: The consent.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Consent" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+    post:
+      tags: [billing]
+      operationId: setConsent
+      summary: Agree (or no longer agree) that Apple may be told how much of a purchase was used when a refund is asked for.
+      description: >-
+        Apple asks (CONSUMPTION_REQUEST) when a customer requests a refund; it accepts an answer only with the customer's
+        consent. Without it nothing is sent. Audited. Applies to requests answered from now on.
+      security: [{ session: [] }]
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: { $ref: "#/components/schemas/Consent" }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: The consent now.
+          content:
+            application/json:
+              schema: { $ref: "#/components/schemas/Consent" }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403":
+          description: "`owner_profile_required` or `session_required`."
+          content:
+            application/problem+json:
+              schema: { $ref: "#/components/schemas/Problem" }
+  /api/admin/users/{userId}/apple/reconcile:
+    post:
+      tags: [admin]
+      operationId: reconcileApple
+      summary: Compare an account's Apple purchases with Apple's records now and repair what notifications missed.
+      description: >-
+        For each purchase chain bound to the account: Get Transaction History and Get Refund History (every page), each
+        signed transaction verified like a notification's, then applied through the notification paths, keyed by
+        transaction id: a missed renewal extends the subscription, a missed refund claws back (once, however often it is
+        found, and a late notification then changes nothing). Each repair is stored as a billing event (source
+        `reconcile`), audited (`apple_reconciled`) and emits its usual event. 503 when the API is not configured or Apple
+        fails after its retries (nothing changed for what was not reached).
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: userId, in: path, required: true, schema: { type: string } }
+      responses:
+        "200":
+          description: What was compared and repaired.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [userId, chains, transactions, repairs]
+                properties:
+                  userId: { type: string }
+                  chains: { type: integer }
+                  transactions: { type: integer }
+                  repairs: { type: array, items: { type: string } }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "404": { $ref: "#/components/responses/NotFound" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/iap/apple/verify:
     post:
       tags: [billing]
@@ -3326,7 +3455,8 @@ components:
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
             upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required, feature_not_in_plan,
-            profile_restricted, allowance_exceeded, purchase_request_resolved, content_restricted, hold_awaiting_approval]
+            profile_restricted, allowance_exceeded, purchase_request_resolved, content_restricted, hold_awaiting_approval,
+            offer_not_eligible]
       additionalProperties: true
     EmailRequest:
       type: object
@@ -3372,6 +3502,11 @@ components:
         user: { $ref: "#/components/schemas/User" }
         welcomeTokens: { type: integer, description: Tokens granted by this verification (once per account). }
         session: { $ref: "#/components/schemas/Session" }
+    Consent:
+      type: object
+      required: [appleConsumptionData]
+      properties:
+        appleConsumptionData: { type: boolean, description: Apple may be told how much of a purchase was used when a refund is asked for. }
     PasskeyCreationOptions:
       type: object
       description: WebAuthn PublicKeyCredentialCreationOptionsJSON, plus `expiresAt`.

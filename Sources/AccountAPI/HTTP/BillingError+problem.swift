@@ -12,6 +12,7 @@ extension BillingError {
         case .accountTokenMismatch: Problem(.forbidden, code: "account_mismatch", detail: detail)
         case .boundToAnotherAccount: Problem(.conflict, code: "purchase_bound_elsewhere", detail: detail)
         case .transactionRevoked: Problem(.conflict, code: "transaction_revoked", detail: detail)
+        case .offerNotEligible: Problem(.forbidden, code: "offer_not_eligible", detail: detail)
         }
     }
 }
