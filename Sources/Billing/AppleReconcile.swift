@@ -20,8 +20,8 @@ extension BillingService {
     static let reconcilePagesMax = 20
 
     /// Compares the account's Apple purchases with Apple's records and repairs what notifications missed (a renewal,
-    /// a refund). For each purchase chain bound to the account: Get Transaction History and Get Refund History (every
-    /// page), each signed transaction verified with the same chain checks as a notification, then applied through the same
+    /// a refund). For each purchase chain bound to the account: Get All Subscription Statuses, Get Transaction History and
+    /// Get Refund History (every page), each signed transaction verified with the same chain checks as a notification, then applied through the same
     /// paths a notification takes — keyed by transaction id, so a repair happens once however many times it is found, and
     /// never again when the notification arrives late. Each repair is stored as a billing event (source `reconcile`) and
     /// audited (`apple_reconciled`), and emits the event its effect always emits, in its transaction (`refund.clawed_back`,
@@ -35,7 +35,8 @@ extension BillingService {
         var report = AppleReconciliation()
         for chain in chains {
             report.chains += 1
-            var signed: [String] = []
+            // The chain's latest state first (Get All Subscription Statuses; empty for a consumable's chain), then its history.
+            var signed = try await client.subscriptionStatuses(chain, logger: logger).data.flatMap { $0.lastTransactions.map(\.signedTransactionInfo) }
             for refunds in [false, true] {
                 var revision: String?
                 for _ in 0..<Self.reconcilePagesMax {

@@ -87,7 +87,9 @@ final class AppStoreMock: Sendable {
         router.get("/inApps/v1/subscriptions/:id") { request, context -> Response in
             if let refusal = await self.gate(request, "statuses") { return refusal }
             let id = context.parameters.get("id") ?? ""
-            let last = self.history.withLock { $0[id]?.last } ?? ""
+            guard let last = self.history.withLock({ $0[id]?.last }) else {
+                return Self.json(#"{"environment":"Sandbox","bundleId":"\#(self.bundleID)","data":[]}"#)
+            }
             return Self.json(
                 #"{"environment":"Sandbox","bundleId":"\#(self.bundleID)","data":[{"subscriptionGroupIdentifier":"g1","lastTransactions":[{"originalTransactionId":"\#(id)","status":1,"signedTransactionInfo":"\#(last)"}]}]}"#
             )
