@@ -36,7 +36,9 @@ extension BillingService {
         for chain in chains {
             report.chains += 1
             // The chain's latest state first (Get All Subscription Statuses; empty for a consumable's chain), then its history.
-            var signed = try await client.subscriptionStatuses(chain, logger: logger).data.flatMap { $0.lastTransactions.map(\.signedTransactionInfo) }
+            var signed = try await client.subscriptionStatuses(chain, logger: logger).data.flatMap {
+                $0.lastTransactions.map(\.signedTransactionInfo)
+            }
             for refunds in [false, true] {
                 var revision: String?
                 for _ in 0..<Self.reconcilePagesMax {
@@ -121,5 +123,31 @@ extension BillingService {
                 """, [before, limit]
             ).map { try $0.string("user_id") }
         }
+    }
+}
+
+/// One transaction of an order, as support sees it.
+public struct AppleOrderTransaction: Sendable, Equatable {
+    public let transaction: AppleTransaction
+    /// The account its purchase chain is bound to (nil: none yet).
+    public let userID: String?
+}
+
+extension BillingService {
+    /// Look Up Order ID (the order id on the customer's receipt email): Apple's transactions for it, each verified, with
+    /// the account each belongs to here. nil: Apple says the order id is not valid.
+    public func lookUpAppleOrder(_ orderID: String, client: AppStoreServerClient, logger: Logger) async throws -> [AppleOrderTransaction]? {
+        let verifier = try requireApple()
+        let order = try await client.lookUpOrder(orderID, logger: logger)
+        guard order.status == 0 else { return nil }
+        var found: [AppleOrderTransaction] = []
+        for jws in order.signedTransactions ?? [] {
+            guard let (transaction, _) = try? await verifier.verifyTransaction(jws) else { continue }
+            let userID = try await database.withConnection(logger: logger) { tx in
+                try await boundUser(tx, provider: "apple", externalID: transaction.originalTransactionId)
+            }
+            found.append(AppleOrderTransaction(transaction: transaction, userID: userID))
+        }
+        return found
     }
 }

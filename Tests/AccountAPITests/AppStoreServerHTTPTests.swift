@@ -211,6 +211,14 @@ struct AppStoreServerHTTPTests {
                 #expect(try await app.rows("SELECT id FROM audit_log WHERE action = 'apple_reconciled'").count == 2)
                 #expect(try await AskToBuyHTTPTests.events(app, "refund.clawed_back").count == 1)
                 #expect(try await app.rows("SELECT id FROM billing_events WHERE source = 'reconcile'").count == 2)
+                // Support looks the order up: the refunded pack, bound to this account; an unknown order is not valid.
+                struct Order: Decodable {
+                    let valid: Bool; let transactions: [T]; struct T: Decodable { let transactionId: String; let revoked: Bool; let userId: String? }
+                }
+                let order = try await client.send(.get, "/api/admin/apple/orders/p1", token: admin).json(Order.self)
+                #expect(order.valid && order.transactions.count == 1 && order.transactions[0].revoked && order.transactions[0].userId == userID)
+                #expect(try await client.send(.get, "/api/admin/apple/orders/MNOPE1", token: admin).json(Order.self).valid == false)
+                #expect(try await client.send(.get, "/api/admin/apple/orders/bad%20id", token: admin).status == .badRequest)
                 // Again: nothing more. The late REFUND notification: nothing more either.
                 #expect(try await client.send(.post, path, token: admin).json(Reconciled.self).repairs.isEmpty)
                 let late = try await client.appleNotify(try fx.notification("REFUND", signed: app.clock.now(), transaction: refunded))

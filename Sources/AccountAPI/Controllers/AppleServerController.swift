@@ -24,12 +24,18 @@ struct AppleServerController: Sendable {
         let appAccountToken: String
     }
     struct ReconcileResponse: Encodable, Sendable { let userId: String; let chains: Int; let transactions: Int; let repairs: [String] }
+    struct OrderTransactionJSON: Encodable, Sendable {
+        let transactionId: String; let originalTransactionId: String; let productId: String; let purchaseDate: String; let revoked: Bool
+        let userId: String?
+    }
+    struct OrderResponse: Encodable, Sendable { let orderId: String; let valid: Bool; let transactions: [OrderTransactionJSON] }
 
     func addRoutes(to router: Router<AppRequestContext>) {
         router.get("/api/user/consent", use: consent)
         router.post("/api/user/consent", use: setConsent)
         router.post("/api/iap/apple/offer-signature", use: offerSignature)
         router.post("/api/admin/users/:userId/apple/reconcile", use: reconcile)
+        router.get("/api/admin/apple/orders/:orderId", use: order)
     }
 
     @Sendable func consent(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<ConsentResponse> {
@@ -74,6 +80,31 @@ struct AppleServerController: Sendable {
                 productId: body.productId, offerId: body.offerId, keyIdentifier: signed.keyIdentifier, nonce: signed.nonce,
                 timestamp: signed.timestamp,
                 signature: signed.signature, appAccountToken: signed.appAccountToken))
+    }
+
+    /// Operators: the transactions of the order id on a customer's receipt email, and whose they are here.
+    @Sendable func order(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<OrderResponse> {
+        _ = try await authenticator.requireOperator(request, context)
+        guard let appStore else {
+            throw BillingError.notConfigured("Order lookups need APPLE_API_KEY_ID, APPLE_API_ISSUER_ID and APPLE_API_PRIVATE_KEY_FILE.")
+        }
+        let orderID = try context.pathParameter("orderId")
+        guard orderID.wholeMatch(of: /[A-Za-z0-9]{1,64}/) != nil else { throw Problem.validation("An order id is 1 to 64 letters and digits.") }
+        do {
+            let found = try await billing.lookUpAppleOrder(orderID, client: appStore, logger: context.logger)
+            return JSONResponse(
+                OrderResponse(
+                    orderId: orderID, valid: found != nil,
+                    transactions: (found ?? []).map {
+                        OrderTransactionJSON(
+                            transactionId: $0.transaction.transactionId, originalTransactionId: $0.transaction.originalTransactionId,
+                            productId: $0.transaction.productId,
+                            purchaseDate: ISODate.string(Date(timeIntervalSince1970: Double($0.transaction.purchaseDate) / 1000)),
+                            revoked: $0.transaction.revocationDate != nil, userId: $0.userID)
+                    }))
+        } catch let error as AppStoreServerError {
+            throw Problem.unavailable("Apple's App Store Server API: \(error.detail)", retryAfterSeconds: 60)
+        }
     }
 
     /// Operators: compare one account's Apple purchases with Apple's records now and repair what is missing.

@@ -2830,6 +2830,45 @@ paths:
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
+  /api/admin/apple/orders/{orderId}:
+    get:
+      tags: [admin]
+      operationId: lookUpAppleOrder
+      summary: The transactions of an order id from a customer's receipt email (Look Up Order ID), and whose they are here.
+      description: >-
+        Each transaction Apple returns is verified with the notification chain checks; `userId` is the account its purchase
+        chain is bound to (absent: none). `valid: false` when Apple says the order id is not valid. 503 when the App Store
+        Server API is not configured or Apple fails after its retries.
+      security: [{ session: [] }, { apiKey: [] }]
+      parameters:
+        - { name: orderId, in: path, required: true, schema: { type: string, pattern: "^[A-Za-z0-9]{1,64}$" } }
+      responses:
+        "200":
+          description: The order.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [orderId, valid, transactions]
+                properties:
+                  orderId: { type: string }
+                  valid: { type: boolean }
+                  transactions:
+                    type: array
+                    items:
+                      type: object
+                      required: [transactionId, originalTransactionId, productId, purchaseDate, revoked]
+                      properties:
+                        transactionId: { type: string }
+                        originalTransactionId: { type: string }
+                        productId: { type: string }
+                        purchaseDate: { type: string, format: date-time }
+                        revoked: { type: boolean }
+                        userId: { type: string }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/Forbidden" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/admin/users/{userId}/apple/reconcile:
     post:
       tags: [admin]
