@@ -22,7 +22,10 @@ public struct AppStoreServerSettings: Sendable {
     public var attempts = 4
     /// The first retry waits this long, each next one twice as long (or Apple's `Retry-After`, at most 30 s).
     public var backoffSeconds = 0.5
-    public var timeoutSeconds: Int64 = 10
+    /// Each try's timeout; all tries of one call end within twice this (async-http-client keeps retrying a refused
+    /// connection until the request's deadline, so an unreachable Apple costs a try's whole timeout).
+    public var timeoutSeconds: Double = 10
+    var deadlineSeconds: Double { timeoutSeconds * 2 }
 
     public init(keyID: String, issuerID: String, bundleID: String, privateKeyPEM: String, baseURL: String) {
         self.keyID = keyID
@@ -101,7 +104,15 @@ public struct AppStoreServerClient: Sendable {
     /// One call: the path under the base URL, an optional JSON body. Returns the answer's status and body.
     func call(_ method: HTTPMethod, _ path: String, body: Data? = nil, logger: Logger) async throws(AppStoreServerError) -> (Int, Data) {
         var lastFailure = "no answer"
+        var tries = 0
+        let started = ContinuousClock.now
+        func remaining() -> Double {
+            let elapsed = ContinuousClock.now - started
+            return settings.deadlineSeconds - (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+        }
         for attempt in 1...max(1, settings.attempts) {
+            guard remaining() > 0.05 else { break }
+            tries = attempt
             var request = HTTPClientRequest(url: settings.baseURL + path)
             request.method = method
             do { request.headers.add(name: "Authorization", value: "Bearer \(try await token())") } catch {
@@ -113,7 +124,7 @@ public struct AppStoreServerClient: Sendable {
             }
             var wait = settings.backoffSeconds * Double(1 << min(attempt - 1, 6))
             do {
-                let response = try await http.execute(request, timeout: .seconds(settings.timeoutSeconds))
+                let response = try await http.execute(request, timeout: .milliseconds(Int64(min(settings.timeoutSeconds, remaining()) * 1000)))
                 let data = Data((try await response.body.collect(upTo: 4 * 1024 * 1024)).readableBytesView)
                 let status = Int(response.status.code)
                 if status == 429 || status >= 500 {
@@ -131,9 +142,10 @@ public struct AppStoreServerClient: Sendable {
                 lastFailure = "Apple could not be reached (\(type(of: error)))"
             }
             logger.warning("App Store Server API call failed", metadata: ["path": "\(path)", "attempt": "\(attempt)", "why": "\(lastFailure)"])
-            if attempt < settings.attempts { try? await sleep(wait) }
+            guard attempt < settings.attempts, wait < remaining() else { break }
+            try? await sleep(wait)
         }
-        throw .unavailable("\(lastFailure) after \(settings.attempts) tries")
+        throw .unavailable("\(lastFailure) after \(tries) \(tries == 1 ? "try" : "tries")")
     }
 
     func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws(AppStoreServerError) -> T {

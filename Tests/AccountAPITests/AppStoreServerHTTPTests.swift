@@ -22,11 +22,14 @@ struct AppStoreServerHTTPTests {
 
     final class Sleeps: Sendable { let values = Mutex<[Double]>([]) }
 
-    static func client(_ mock: AppStoreMock, _ base: String, key: String? = nil, slept: Sleeps? = nil) async throws -> AppStoreServerClient {
+    static func client(
+        _ mock: AppStoreMock, _ base: String, key: String? = nil, slept: Sleeps? = nil, timeout: Double = 10
+    ) async throws -> AppStoreServerClient {
         var settings = AppStoreServerSettings(
             keyID: AppStoreMock.keyID, issuerID: AppStoreMock.issuerID, bundleID: BillingFixture.bundle, privateKeyPEM: key ?? mock.keyPEM,
             baseURL: base)
         settings.backoffSeconds = 0.01
+        settings.timeoutSeconds = timeout
         return try await AppStoreServerClient(
             settings: settings, http: HTTPClient.shared, now: { Date() }, sleep: { seconds in slept?.values.withLock { $0.append(seconds) } })
     }
@@ -76,6 +79,11 @@ struct AppStoreServerHTTPTests {
             let stranger = try await Self.client(mock, base, key: P256.Signing.PrivateKey().pemRepresentation)
             await #expect(throws: AppStoreServerError.self) { try await stranger.lookUpOrder("h1", logger: Self.logger) }
             #expect(mock.refusedTokens.withLock { $0 } == 1)
+            // Apple unreachable (a refused port): every try of the call ends within twice one try's timeout.
+            let unreachable = try await Self.client(mock, "http://127.0.0.1:9", timeout: 0.5)
+            let started = ContinuousClock.now
+            await #expect(throws: AppStoreServerError.self) { try await unreachable.lookUpOrder("h1", logger: Self.logger) }
+            #expect(ContinuousClock.now - started < .seconds(2))
         }
     }
 

@@ -17,6 +17,8 @@ struct AppleAPISettings: Sendable {
     var reconcileEverySeconds: Double?
     /// How often the worker looks for CONSUMPTION_REQUESTs to answer.
     var pollSeconds: Double = 10
+    /// `APPLE_API_TIMEOUT_SECONDS`: each try's timeout (a call's tries end within twice it).
+    var timeoutSeconds: Double = 10
 }
 
 extension AppConfig {
@@ -50,6 +52,7 @@ extension AppConfig {
         }
         settings.reconcileEverySeconds = reader.duration("APPLE_RECONCILE_EVERY", 60...(30 * 86400)).map(Double.init)
         if let n = reader.number("APPLE_CONSUMPTION_POLL_SECONDS", 1...3600) { settings.pollSeconds = Double(n) }
+        if let n = reader.number("APPLE_API_TIMEOUT_SECONDS", 1...60) { settings.timeoutSeconds = Double(n) }
         appleAPI = settings
     }
 }

@@ -153,11 +153,11 @@ public struct Dependencies: Sendable {
         }
         let base = settings.baseURL ?? (apple.environment == .production ? AppStoreServerSettings.productionURL : AppStoreServerSettings.sandboxURL)
         do {
-            let client = try await AppStoreServerClient(
-                settings: AppStoreServerSettings(
-                    keyID: settings.keyID, issuerID: settings.issuerID, bundleID: apple.bundleID,
-                    privateKeyPEM: try read(settings.privateKeyPath, "APPLE_API_PRIVATE_KEY_FILE"), baseURL: base),
-                http: HTTPClient.shared, now: { clock.now() })
+            var clientSettings = AppStoreServerSettings(
+                keyID: settings.keyID, issuerID: settings.issuerID, bundleID: apple.bundleID,
+                privateKeyPEM: try read(settings.privateKeyPath, "APPLE_API_PRIVATE_KEY_FILE"), baseURL: base)
+            clientSettings.timeoutSeconds = settings.timeoutSeconds
+            let client = try await AppStoreServerClient(settings: clientSettings, http: HTTPClient.shared, now: { clock.now() })
             let offers = try AppleOfferSigner(
                 keyID: settings.offerKeyID, bundleID: apple.bundleID, privateKeyPEM: try read(settings.offerKeyPath, "APPLE_OFFER_PRIVATE_KEY_FILE"))
             return (client, offers)
