@@ -4,6 +4,8 @@ public enum AuthError: Error, Equatable, Sendable {
     case invalidCredentials
     /// A passkey sign-in that failed (unknown credential, bad signature, a counter that went back): one answer for all.
     case passkeyNotAccepted
+    /// Two-factor codes are on: this action needs a code (or a recovery code) too.
+    case secondFactorRequired
     /// A password check behind a valid session failed (change-password, erasure, PIN changes): not a sign-out.
     case invalidPassword
     case emailNotVerified

@@ -143,6 +143,24 @@ extension AuthService {
         return (token, expires)
     }
 
+    /// With two-factor codes on, an action that adds a way in (a passkey) needs a fresh second factor too — a password
+    /// alone must not buy a credential that skips the code at every later sign-in. Uses the factor up (no replay) and
+    /// counts against the account's second-factor budget. Without codes on: nothing to check.
+    func requireSecondFactorIfEnabled(_ session: AuthenticatedSession, factor: SecondFactor?, logger: Logger) async throws {
+        let enabled = try await database.withConnection(logger: logger) { tx in
+            try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [session.user.id])?.optionalInt("enabled_at_ms") != nil
+        }
+        guard enabled else { return }
+        guard let factor else { throw AuthError.secondFactorRequired }
+        let attempt = try await reserveSecondFactor(userID: session.user.id, logger: logger)
+        let used: Bool = try await database.transaction(logger: logger) { tx in
+            let ok = try await useSecondFactor(tx, userID: session.user.id, factor: factor, now: clock.now())
+            if ok { try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: session.user.id)) }
+            return ok
+        }
+        guard used else { throw wrongFactor(attempt) }
+    }
+
     /// Whether the session showed a second factor (sign-in with TOTP, or enabling it in this session).
     public func sessionHasSecondFactor(sessionID: String, logger: Logger) async throws -> Bool {
         try await sessions.secondFactorAt(database, sessionID: sessionID, logger: logger) != nil

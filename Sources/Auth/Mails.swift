@@ -40,11 +40,11 @@ enum Mails {
         )
     }
 
-    static func passkeyAdded(to email: String, name: String) -> MailMessage {
+    static func passkeyAdded(to email: String, client: ClientInfo, at: Date) -> MailMessage {
         MailMessage(
             to: email, subject: "A passkey was added to your account",
             body:
-                "Your account can now also be opened with the passkey \"\(name)\" (no password or code needed).\n\nIf this was not you, remove it under your account's sign-in methods, change your password and contact support."
+                "A passkey was added to your account from \(InputRules.truncated(client.userAgent ?? "unknown app", bytes: 120)) at \(ISO8601DateFormatter().string(from: at)). It opens the account with no password or code.\n\nIf this was not you, remove it under your account's sign-in methods, change your password and contact support."
         )
     }
 

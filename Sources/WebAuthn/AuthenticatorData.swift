@@ -27,6 +27,8 @@ public struct AuthenticatorData: Sendable {
         guard bytes.count >= 37 else { throw .malformed("authenticator data is \(bytes.count) bytes; at least 37 are expected") }
         rpIDHash = Array(bytes[0..<32])
         flags = bytes[32]
+        // WebAuthn: a credential that is backed up is backup eligible.
+        guard flags & 0x18 != 0x10 else { throw .malformed("the authenticator data says backed up but not backup eligible") }
         signCount = bytes[33..<37].reduce(0) { $0 << 8 | UInt32($1) }
         var offset = 37
         if flags & 0x40 != 0 {

@@ -83,6 +83,15 @@ public struct RelyingParty: Sendable {
             signCount: data.signCount, backupEligible: data.backupEligible, backedUp: data.backedUp)
     }
 
+    /// A sign-in's authenticator data, checked on its own (size, shape, this relying party, the user present and
+    /// verified): what can be checked before anything depends on which credential it names.
+    public func authenticatorData(_ bytes: [UInt8]) throws(WebAuthnError) -> AuthenticatorData {
+        guard bytes.count <= Self.authenticatorDataBytesMax else {
+            throw .malformed("authenticatorData is over \(Self.authenticatorDataBytesMax) bytes")
+        }
+        return try checked(AuthenticatorData(bytes))
+    }
+
     /// Checks a sign-in's assertion with the credential's stored key; returns the authenticator data (its counter is
     /// the caller's to compare).
     public func assertion(

@@ -1,3 +1,4 @@
+import Clock
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -159,6 +160,59 @@ struct PasskeyHTTPTests {
             try await app.write("DELETE FROM totp_factors WHERE user_id = ?", [userID])
             #expect(try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":""}"#).status == .noContent)
             #expect(try await app.rows("SELECT credential_id FROM passkeys").isEmpty)
+        }
+    }
+
+    /// With two-factor codes on, the password alone does not buy a passkey (which signs in without a code).
+    @Test(arguments: Engine.allCases)
+    func withCodesOnAddingAPasskeyNeedsACode(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: Self.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "codes@example.com")
+            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                .json(EmailChangeAndMFAHTTPTests.Setup.self)
+            let first = try EmailChangeAndMFAHTTPTests.code(setup.secret, at: app.clock.now())
+            #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: #"{"code":"\#(first)"}"#).status == .ok)
+            let path = "/api/auth/passkeys/register/options"
+            let passwordOnly = try await client.send(.post, path, token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+            #expect(passwordOnly.status == .forbidden)
+            #expect(try passwordOnly.problem().code == "mfa_required")
+            let wrong = try await client.send(.post, path, token: token, json: #"{"currentPassword":"correct horse battery","code":"000000"}"#)
+            #expect(wrong.status == .badRequest)
+            app.clock.advance(seconds: 30)
+            let next = try EmailChangeAndMFAHTTPTests.code(setup.secret, at: app.clock.now())
+            let ok = try await client.send(.post, path, token: token, json: #"{"currentPassword":"correct horse battery","code":"\#(next)"}"#)
+            #expect(ok.status == .ok, "\(String(buffer: ok.body))")
+            // The code is used up: the same one again is refused.
+            #expect(
+                try await client.send(.post, path, token: token, json: #"{"currentPassword":"correct horse battery","code":"\#(next)"}"#).status
+                    == .badRequest)
+        }
+    }
+
+    /// A malformed or foreign answer gets the same answer whether its credential id is registered or not.
+    @Test(arguments: Engine.allCases)
+    func answersDoNotTellWhetherACredentialExists(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: Self.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "oracle@example.com")
+            let (created, device) = try await Self.register(client, token: token)
+            #expect(created.status == .created)
+            let stranger = try SoftAuthenticator(rpID: "example.com", origin: "https://example.com", userHandle: [1])
+            for mangle in ["AAAAAAAAAAAAAA", String(repeating: "A", count: 50)] {
+                var answers: [String] = []
+                for id in [device.credentialIDText, stranger.credentialIDText] {
+                    let challenge = try await client.post("/api/auth/passkeys/sign-in/options", json: "").json(RequestOptions.self).challenge
+                    var phone = device
+                    var body = try phone.assertion(challenge: challenge)
+                    body["id"] = id
+                    var response = try #require(body["response"] as? [String: String])
+                    response["authenticatorData"] = mangle
+                    response.removeValue(forKey: "userHandle")
+                    body["response"] = response
+                    let answer = try await client.post("/api/auth/passkeys/sign-in/verify", json: try Self.json(body))
+                    answers.append("\(answer.status.code) \(try answer.problem().detail)")
+                }
+                #expect(answers[0] == answers[1] && answers[0].hasPrefix("400"), "\(answers)")
+            }
         }
     }
 

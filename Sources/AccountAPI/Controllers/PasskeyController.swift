@@ -14,7 +14,18 @@ struct PasskeyController: Sendable {
 
     static let bodyBytesMax = 64 * 1024
 
-    struct PresenceRequest: Decodable { let currentPassword: String? }
+    struct PresenceRequest: Decodable {
+        let currentPassword: String?; let code: String?; let recoveryCode: String?
+        /// With two-factor codes on, adding a passkey needs one of them too.
+        func factor() throws -> SecondFactor? {
+            switch (code, recoveryCode) {
+            case (nil, nil): return nil
+            case (let code?, nil): return .code(code)
+            case (nil, let recovery?): return .recoveryCode(recovery)
+            default: throw Problem.validation("Send at most one of 'code' and 'recoveryCode'.")
+            }
+        }
+    }
     struct RenameRequest: Decodable { let name: String }
     struct RegistrationRequest: Decodable {
         struct Response: Decodable { let clientDataJSON: String; let attestationObject: String }
@@ -71,7 +82,7 @@ struct PasskeyController: Sendable {
         var request = request
         let body = try await request.decodeJSON(PresenceRequest.self, context: context, emptyMeans: "{}", limitBytes: Self.bodyBytesMax)
         let options = try await service.registrationOptions(
-            session, currentPassword: body.currentPassword ?? "", client: context.client(request), logger: context.logger)
+            session, currentPassword: body.currentPassword ?? "", factor: try body.factor(), client: context.client(request), logger: context.logger)
         let party = service.relyingParty
         return JSONResponse(
             CreationOptionsJSON(

@@ -446,7 +446,8 @@ paths:
       summary: Options for a new passkey (owner profile); 404 unless WEBAUTHN_RP_ID is set.
       description: >-
         Adding a way in needs presence: `currentPassword`, or for an account without a password a sign-in within the last
-        10 minutes. The answer is WebAuthn's PublicKeyCredentialCreationOptions in its JSON form (base64url bytes): pass it
+        10 minutes; with two-factor codes on, also `code` or `recoveryCode` (a passkey signs in without one; 403
+        `mfa_required` without it, 400 `invalid_otp` for a wrong one, counted against the second-factor budget). The answer is WebAuthn's PublicKeyCredentialCreationOptions in its JSON form (base64url bytes): pass it
         to `PublicKeyCredential.parseCreationOptionsFromJSON` on the web, or its `challenge`, `user.id`, `user.name` and
         `rp.id` to `ASAuthorizationPlatformPublicKeyCredentialProvider.createCredentialRegistrationRequest` on iOS. The
         challenge lives 5 minutes, is bound to this account and works once. At most 20 passkeys per account (409).
@@ -459,6 +460,8 @@ paths:
               type: object
               properties:
                 currentPassword: { type: string }
+                code: { type: string, description: A TOTP code (accounts with two-factor codes on). }
+                recoveryCode: { type: string }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -470,7 +473,7 @@ paths:
         "400": { $ref: "#/components/responses/BadRequest" }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403":
-          description: "`invalid_password`, `owner_profile_required` or `session_required`."
+          description: "`invalid_password`, `mfa_required`, `owner_profile_required` or `session_required`."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }

@@ -11,6 +11,9 @@ extension AuthError {
             Problem(
                 .unauthorized, code: "invalid_credentials",
                 detail: "The passkey was not accepted; sign in another way, or register the passkey again.")
+        case .secondFactorRequired:
+            Problem(
+                .forbidden, code: "mfa_required", detail: "Two-factor codes are on: send 'code' (from the authenticator app) or 'recoveryCode' too.")
         case .invalidPassword:
             Problem(.forbidden, code: "invalid_password", detail: "The current password given is not correct; the session stays signed in.")
         case .emailNotVerified:

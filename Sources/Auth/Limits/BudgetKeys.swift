@@ -11,6 +11,9 @@ struct BudgetKeys: Sendable {
     /// Second-factor tries for an account (TOTP and recovery codes): cleared only by a right second factor, never by a
     /// right password, so password sign-ins cannot refill it.
     func secondFactor(userID: String) -> String { "mfa:" + userID }
+    /// Sign-ins naming a passkey nobody has: a budget of the credential id's own, with the password rule, so probing
+    /// an unknown id runs out exactly as probing a registered one does (which counts against its account's address).
+    func unknownPasskey(credentialID: String) -> String { "passkey:" + secrets.addressKey("credential\u{0}" + credentialID) }
     /// Failed sign-ins from one client network (``clientNetwork(_:)``).
     func network(ip: String) -> String { "signin-ip:" + Self.clientNetwork(ip) }
     /// Unauthenticated Argon2 runs from one client network.

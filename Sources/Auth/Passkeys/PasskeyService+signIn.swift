@@ -1,6 +1,8 @@
 import Clock
+import Crypto
 import Foundation
 import Logging
+import Mail
 import Storage
 import WebAuthn
 
@@ -22,16 +24,63 @@ public struct PasskeyAssertion: Sendable {
 }
 
 extension PasskeyService {
-    /// Signs in with a passkey. In order: the client data and the challenge are checked (no database); one transaction
-    /// uses the challenge (a replay is refused) and reserves the password flows' attempts — a failed sign-in from this
-    /// network, and for a known passkey a check of its account's address — before the signature is checked; a failure
-    /// of any kind answers one `invalid_credentials`. A counter that did not move on (a cloned authenticator) is refused
-    /// and audited. A passkey with user verification is both factors: no TOTP step. An unverified address is refused.
+    /// Signs in with a passkey. In order: the client data, the challenge and the authenticator data's own checks (this
+    /// relying party, user present and verified) — no database, and the same answer whichever credential is named; then
+    /// one transaction uses the challenge (a replay is refused) and reserves the password flows' attempts — a failed
+    /// sign-in from this network, and a check of the passkey's account address (of the credential id, for an unknown
+    /// one, so both run out alike) — before the signature is checked. Every failure of the passkey itself answers one
+    /// `invalid_credentials` and is recorded as a failed sign-in; a counter that did not move on (a cloned authenticator)
+    /// is refused and audited. A passkey with user verification is both factors: no TOTP step. An unverified address is
+    /// refused. A new device is told to the owner, as a password sign-in's.
     public func signIn(_ answer: PasskeyAssertion, client: ClientInfo, logger: Logger) async throws -> SignInOutcome {
         let challenge = try webAuthn { try relyingParty.challenge(inClientData: answer.clientData, ceremony: .get) }
         let expiresAt = try PasskeyChallenge.check(challenge, .signIn, userID: "", now: auth.clock.now(), secrets: auth.secrets)
+        let data = try webAuthn { try relyingParty.authenticatorData(answer.authenticatorData) }
         let credential = try await auth.database.withConnection(logger: logger) { tx in try await store.credential(tx, id: answer.credentialID) }
-        let attempt: AuthService.SignInAttempt = try await auth.database.transaction(logger: logger) { tx in
+        let attempt = try await reserve(
+            challenge: challenge, expiresAt: expiresAt, credential: credential, id: answer.credentialID, client: client, logger: logger)
+        if credential == nil { _ = COSEKey.es256(Self.standIn).isValidSignature(answer.signature, for: answer.authenticatorData + answer.clientData) }
+        guard let credential, let counter = try verified(answer, credential, data) else {
+            try await auth.recordFailure(attempt, userID: credential?.userId, client: client, logger: logger)
+            throw AuthError.passkeyNotAccepted
+        }
+        let outcome: Result<(SignInOutcome, [MailMessage]), AuthError> = try await auth.database.transaction(logger: logger) { tx in
+            let now = auth.clock.now()
+            guard
+                try await store.advance(
+                    tx, id: credential.credentialId, from: credential.signCount, to: counter.count, backedUp: counter.backedUp, now: now)
+            else {
+                try await AuditLog.record(tx, at: now, actor: "system", action: "passkey_counter_replayed", subject: credential.userId, ip: client.ip)
+                return .failure(.passkeyNotAccepted)
+            }
+            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
+            guard let user = try await auth.users.user(tx, id: credential.userId), user.emailVerified else { return .failure(.emailNotVerified) }
+            let profileID = try await auth.profiles.defaultProfileID(tx, userID: user.id)
+            let session = try await auth.createSession(tx, userID: user.id, profileID: profileID, client: client, now: now)
+            let newDevice = try await auth.rememberDevice(tx, userID: user.id, client: client, now: now)
+            try await AuditLog.record(tx, at: now, actor: user.id, action: "sign_in_passkey", subject: user.id, ip: client.ip)
+            let notify = newDevice ? try await auth.takeMailBudget(tx, .notice, email: user.email, now: now) == .allowed : false
+            return .success((.session(user, session), notify ? [Mails.newDevice(to: user.email, client: client, at: now)] : []))
+        }
+        switch outcome {
+        case .success(let (result, mails)):
+            try? await auth.database.transaction(logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey) }
+            await auth.send(mails, logger: logger)
+            return result
+        case .failure(let error):
+            if error == .passkeyNotAccepted { try await auth.recordFailure(attempt, userID: credential.userId, client: client, logger: logger) }
+            throw error
+        }
+    }
+
+    /// A key no credential has: an unknown credential's signature is checked against it, so the answer takes as long.
+    static let standIn = P256.Signing.PrivateKey().publicKey
+
+    /// Uses the challenge and reserves the attempts, in one transaction (all or nothing).
+    func reserve(
+        challenge: [UInt8], expiresAt: Date, credential: PasskeyStore.Row?, id: String, client: ClientInfo, logger: Logger
+    ) async throws -> AuthService.SignInAttempt {
+        try await auth.database.transaction(logger: logger) { tx in
             let now = auth.clock.now()
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")
@@ -42,54 +91,23 @@ extension PasskeyService {
                 throw AuthError.rateLimited(
                     retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
             }
-            var accountKey = "", account = 0
-            if let credential, let email = try await auth.users.email(tx, id: credential.userId) {
-                accountKey = auth.keys.password(email: email)
-                account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: auth.policy.passwordRule, now: now))
-            }
+            var accountKey = auth.keys.unknownPasskey(credentialID: id)
+            if let credential, let email = try await auth.users.email(tx, id: credential.userId) { accountKey = auth.keys.password(email: email) }
+            let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: auth.policy.passwordRule, now: now))
             return AuthService.SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)
         }
-        guard let credential, let counter = try verified(answer, credential) else {
-            try await auth.recordFailure(attempt, userID: credential?.userId, client: client, logger: logger)
-            throw AuthError.passkeyNotAccepted
-        }
-        let outcome: Result<SignInOutcome, AuthError> = try await auth.database.transaction(logger: logger) { tx in
-            let now = auth.clock.now()
-            guard
-                try await store.advance(
-                    tx, id: credential.credentialId, from: credential.signCount, to: counter.count, backedUp: counter.backedUp, now: now)
-            else {
-                try await AuditLog.record(tx, at: now, actor: "system", action: "passkey_counter_replayed", subject: credential.userId, ip: client.ip)
-                return .failure(.passkeyNotAccepted)
-            }
-            if !attempt.accountKey.isEmpty { try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now) }
-            guard let user = try await auth.users.user(tx, id: credential.userId), user.emailVerified else { return .failure(.emailNotVerified) }
-            let profileID = try await auth.profiles.defaultProfileID(tx, userID: user.id)
-            let session = try await auth.createSession(tx, userID: user.id, profileID: profileID, client: client, now: now)
-            _ = try await auth.rememberDevice(tx, userID: user.id, client: client, now: now)
-            try await AuditLog.record(tx, at: now, actor: user.id, action: "sign_in_passkey", subject: user.id, ip: client.ip)
-            return .success(.session(user, session))
-        }
-        if case .success = outcome {
-            try? await auth.database.transaction(logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey) }
-        }
-        return try outcome.get()
     }
 
-    /// The assertion's new counter and backup state when it verifies with the stored key and the user handle (when
-    /// sent) is the account's; nil when it does not. Malformed bytes are a 400.
-    func verified(_ answer: PasskeyAssertion, _ credential: PasskeyStore.Row) throws -> (count: Int64, backedUp: Bool)? {
+    /// The assertion's new counter and backup state when its signature verifies with the stored key, the user handle
+    /// (when sent) is the account's, and backup eligibility has not changed; nil otherwise. For an unknown credential the
+    /// caller never gets here; ``signIn(_:client:logger:)`` checks a stand-in signature so both take the same time.
+    func verified(_ answer: PasskeyAssertion, _ credential: PasskeyStore.Row, _ data: AuthenticatorData) throws -> (count: Int64, backedUp: Bool)? {
         guard let keyBytes = Base64URL.decode(credential.publicKey, bytesMax: 4_096) else { return nil }
-        if let handle = answer.userHandle, Base64URL.encode(handle) != credential.userHandle { return nil }
         let key = try webAuthn { try COSEKey(cbor: keyBytes) }
-        do {
-            let data = try relyingParty.assertion(
-                authenticatorData: answer.authenticatorData, clientData: answer.clientData, signature: answer.signature, key: key)
-            return (Int64(data.signCount), data.backedUp)
-        } catch .rejected {
-            return nil
-        } catch {
-            return try webAuthn { throw error }
-        }
+        let signed = answer.authenticatorData + Array(SHA256.hash(data: answer.clientData))
+        guard key.isValidSignature(answer.signature, for: signed) else { return nil }
+        if let handle = answer.userHandle, Base64URL.encode(handle) != credential.userHandle { return nil }
+        guard data.backupEligible == credential.backupEligible else { return nil }
+        return (Int64(data.signCount), data.backedUp)
     }
 }

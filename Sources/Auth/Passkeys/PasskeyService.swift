@@ -48,12 +48,14 @@ public struct PasskeyService: Sendable {
     func userHandle(_ userID: String) -> [UInt8] { PasskeyChallenge.mac(Array("user handle".utf8), userID: userID, secrets: auth.secrets) }
 
     /// Options for a new passkey. Adding a way in needs presence, as unlinking one does: the current password, or a
-    /// sign-in in the last 10 minutes for an account without one. Owner profile only.
+    /// sign-in in the last 10 minutes for an account without one; with two-factor codes on, a code too (a passkey signs
+    /// in without one). Owner profile only.
     public func registrationOptions(
-        _ session: AuthenticatedSession, currentPassword: String, client: ClientInfo, logger: Logger
+        _ session: AuthenticatedSession, currentPassword: String, factor: SecondFactor?, client: ClientInfo, logger: Logger
     ) async throws -> PasskeyCreationOptions {
         try auth.requireOwnerProfile(session)
         try await auth.requirePresence(session, password: currentPassword, client: client, logger: logger)
+        try await auth.requireSecondFactorIfEnabled(session, factor: factor, logger: logger)
         let existing = try await auth.database.withConnection(logger: logger) { tx in try await store.list(tx, userID: session.user.id) }
         guard existing.count < Self.perAccountMax else {
             throw AuthError.conflict("This account has \(Self.perAccountMax) passkeys, the most it may hold; remove one first.")
@@ -73,9 +75,24 @@ public struct PasskeyService: Sendable {
         let label = try Self.label(name)
         let challenge = try webAuthn { try relyingParty.challenge(inClientData: clientData, ceremony: .create) }
         let expiresAt = try PasskeyChallenge.check(challenge, .register, userID: session.user.id, now: auth.clock.now(), secrets: auth.secrets)
-        let credential = try webAuthn { try relyingParty.registration(attestationObject: attestationObject) }
+        let credential = try webAuthn(rejectedIs400: true) { try relyingParty.registration(attestationObject: attestationObject) }
         let id = Base64URL.encode(credential.id)
-        let (passkey, mails): (Passkey, [MailMessage]) = try await auth.database.transaction(logger: logger) { tx in
+        let (passkey, mails): (Passkey, [MailMessage])
+        do {
+            (passkey, mails) = try await keep(
+                session, challenge: challenge, expiresAt: expiresAt, credential: credential, id: id, label: label, client: client, logger: logger)
+        } catch StorageError.uniqueViolation {
+            throw AuthError.conflict("This passkey is already registered.")
+        }
+        await auth.send(mails, logger: logger)
+        return passkey
+    }
+
+    func keep(
+        _ session: AuthenticatedSession, challenge: [UInt8], expiresAt: Date, credential: RelyingParty.NewCredential, id: String, label: String,
+        client: ClientInfo, logger: Logger
+    ) async throws -> (Passkey, [MailMessage]) {
+        try await auth.database.transaction(logger: logger) { tx in
             let now = auth.clock.now()
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")
@@ -85,18 +102,17 @@ public struct PasskeyService: Sendable {
                 throw AuthError.conflict("This account has \(Self.perAccountMax) passkeys, the most it may hold; remove one first.")
             }
             guard try await store.credential(tx, id: id) == nil else { throw AuthError.conflict("This passkey is already registered.") }
+            // Two accounts registering one credential id at once: the primary key decides, the loser gets the same 409.
             try await store.insert(
                 tx, credentialID: id, userID: session.user.id, userHandle: Base64URL.encode(userHandle(session.user.id)),
                 publicKey: Base64URL.encode(credential.publicKey), algorithm: credential.algorithm, signCount: Int64(credential.signCount),
                 name: label, backupEligible: credential.backupEligible, backedUp: credential.backedUp, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "passkey_added", subject: session.user.id, ip: client.ip)
-            let notify = try await auth.takeMailBudget(tx, .notice, email: session.user.email, now: now) == .allowed
             let passkey = Passkey(
                 id: id, name: label, createdAt: now, lastUsedAt: nil, backupEligible: credential.backupEligible, backedUp: credential.backedUp)
-            return (passkey, notify ? [Mails.passkeyAdded(to: session.user.email, name: label)] : [])
+            // A new way in is always announced (never dropped by the notice budget, as Apple linking is not); at most 20.
+            return (passkey, [Mails.passkeyAdded(to: session.user.email, client: client, at: now)])
         }
-        await auth.send(mails, logger: logger)
-        return passkey
     }
 
     /// A challenge for a sign-in (discoverable credentials: no account named, nothing stored).
@@ -149,11 +165,12 @@ public struct PasskeyService: Sendable {
     }
 
     /// The WebAuthn module's refusals as Auth's: the client's bytes are a 400; a failed user or key check a 401.
-    func webAuthn<T>(_ body: () throws -> T) throws -> T {
+    /// (`rejectedIs400`: on a signed-in endpoint, where a 401 would read as "signed out", a failed check is a 400 too.)
+    func webAuthn<T>(rejectedIs400: Bool = false, _ body: () throws -> T) throws -> T {
         do { return try body() } catch let error as WebAuthnError {
             switch error {
             case .malformed(let detail), .unsupported(let detail), .mismatch(let detail): throw AuthError.validation(detail)
-            case .rejected: throw AuthError.passkeyNotAccepted
+            case .rejected(let detail): throw rejectedIs400 ? AuthError.validation(detail) : AuthError.passkeyNotAccepted
             }
         }
     }
