@@ -195,7 +195,9 @@ struct WebhookHTTPTests {
             let outcome = await WebhookReceiver.sender.send(
                 url: url.replacingOccurrences(of: "/hook", with: "/trickle"), headers: [], body: "{}", timeoutSeconds: 1)
             #expect(outcome != .status(200), "\(outcome)")
-            #expect(ContinuousClock.now - started < .seconds(8), "cut off at about the limit, not after the 1,000 s the body would take")
+            // Cut off near the 1 s limit, not after the 1,000 s the body would take; the bound leaves room for a loaded
+            // machine (a full parallel suite once measured 8.3 s here).
+            #expect(ContinuousClock.now - started < .seconds(30), "cut off at about the limit, not after the 1,000 s the body would take")
         }
     }
 
