@@ -62,12 +62,15 @@ struct CBORTests {
         #expect(throws: CBORError.self) { try CBORDecoder.decode(many) }
     }
 
-    /// Mutants of real attestation objects, COSE keys and authenticator data: each is a value or a refusal, never a trap;
+    /// Mutants of the committed corpus (`Tests/FuzzCorpus/webauthn-cbor`) and of real attestation objects, COSE keys and
+    /// authenticator data: each is a value or a refusal, never a trap;
     /// the unmutated inputs decode.
     @Test func fuzzedInputsNeverTrap() throws {
         let es = try SoftAuthenticator(rpID: "example.com", origin: "https://example.com", userHandle: [1, 2, 3])
         let rs = try SoftAuthenticator(rpID: "example.com", origin: "https://example.com", userHandle: [4], algorithm: .rs256)
-        var corpus: [[UInt8]] = []
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        var corpus = try Fuzzer.corpus("webauthn-cbor", root: root)
+        #expect(corpus.count >= 7)
         for authenticator in [es, rs] {
             let registration = try authenticator.registration(challenge: "AAAA")
             let response = try #require(registration["response"] as? [String: String])

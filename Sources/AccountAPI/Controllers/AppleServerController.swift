@@ -90,19 +90,22 @@ struct AppleServerController: Sendable {
         }
         let orderID = try context.pathParameter("orderId")
         guard orderID.wholeMatch(of: /[A-Za-z0-9]{1,64}/) != nil else { throw Problem.validation("An order id is 1 to 64 letters and digits.") }
-        do {
-            let found = try await billing.lookUpAppleOrder(orderID, client: appStore, logger: context.logger)
-            return JSONResponse(
-                OrderResponse(
-                    orderId: orderID, valid: found != nil,
-                    transactions: (found ?? []).map {
-                        OrderTransactionJSON(
-                            transactionId: $0.transaction.transactionId, originalTransactionId: $0.transaction.originalTransactionId,
-                            productId: $0.transaction.productId,
-                            purchaseDate: ISODate.string(Date(timeIntervalSince1970: Double($0.transaction.purchaseDate) / 1000)),
-                            revoked: $0.transaction.revocationDate != nil, userId: $0.userID)
-                    }))
-        } catch let error as AppStoreServerError {
+        let found = try await Self.apple { try await billing.lookUpAppleOrder(orderID, client: appStore, logger: context.logger) }
+        return JSONResponse(
+            OrderResponse(
+                orderId: orderID, valid: found != nil,
+                transactions: (found ?? []).map {
+                    OrderTransactionJSON(
+                        transactionId: $0.transaction.transactionId, originalTransactionId: $0.transaction.originalTransactionId,
+                        productId: $0.transaction.productId,
+                        purchaseDate: ISODate.string(Date(timeIntervalSince1970: Double($0.transaction.purchaseDate) / 1000)),
+                        revoked: $0.transaction.revocationDate != nil, userId: $0.userID)
+                }))
+    }
+
+    /// A call that reaches Apple: Apple unreachable or failing after its retries is the outage it is (503).
+    static func apple<T>(_ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch let error as AppStoreServerError {
             throw Problem.unavailable("Apple's App Store Server API: \(error.detail)", retryAfterSeconds: 60)
         }
     }
@@ -114,11 +117,7 @@ struct AppleServerController: Sendable {
             throw BillingError.notConfigured("Reconciliation needs APPLE_API_KEY_ID, APPLE_API_ISSUER_ID and APPLE_API_PRIVATE_KEY_FILE.")
         }
         let userID = try await authenticator.existingUser(context)
-        do {
-            let report = try await billing.reconcileApple(userID: userID, client: appStore, logger: context.logger)
-            return JSONResponse(ReconcileResponse(userId: userID, chains: report.chains, transactions: report.transactions, repairs: report.repairs))
-        } catch let error as AppStoreServerError {
-            throw Problem.unavailable("Apple's App Store Server API: \(error.detail)", retryAfterSeconds: 60)
-        }
+        let report = try await Self.apple { try await billing.reconcileApple(userID: userID, client: appStore, logger: context.logger) }
+        return JSONResponse(ReconcileResponse(userId: userID, chains: report.chains, transactions: report.transactions, repairs: report.repairs))
     }
 }

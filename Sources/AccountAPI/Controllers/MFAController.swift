@@ -15,11 +15,10 @@ struct MFAController: Sendable {
     struct FactorRequest: Decodable {
         let code: String?; let recoveryCode: String?; let currentPassword: String?; let mfaToken: String?
         func factor() throws -> SecondFactor {
-            switch (code, recoveryCode) {
-            case (let code?, nil): return .code(code)
-            case (nil, let recovery?): return .recoveryCode(recovery)
-            default: throw Problem.validation("Send exactly one of 'code' (from the authenticator app) or 'recoveryCode'.")
+            guard let factor = try SecondFactor.from(code: code, recoveryCode: recoveryCode, required: true) else {
+                throw Problem.validation("Send exactly one of 'code' (from the authenticator app) or 'recoveryCode'.")
             }
+            return factor
         }
     }
 

@@ -17,14 +17,7 @@ struct PasskeyController: Sendable {
     struct PresenceRequest: Decodable {
         let currentPassword: String?; let code: String?; let recoveryCode: String?
         /// With two-factor codes on, adding a passkey needs one of them too.
-        func factor() throws -> SecondFactor? {
-            switch (code, recoveryCode) {
-            case (nil, nil): return nil
-            case (let code?, nil): return .code(code)
-            case (nil, let recovery?): return .recoveryCode(recovery)
-            default: throw Problem.validation("Send at most one of 'code' and 'recoveryCode'.")
-            }
-        }
+        func factor() throws -> SecondFactor? { try SecondFactor.from(code: code, recoveryCode: recoveryCode, required: false) }
     }
     struct RenameRequest: Decodable { let name: String }
     struct RegistrationRequest: Decodable {
