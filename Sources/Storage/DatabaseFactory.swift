@@ -37,8 +37,8 @@ public enum DatabaseLocation: Sendable, Equatable {
             return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
         case .postgres(let url):
             let hosts = PostgresHosts(
-                hosts: try PostgresDatabase.hostConfigurations(url: url, pool: pool).map {
-                    .init(name: $0.name, client: PostgresClient(configuration: $0.pool, backgroundLogger: logger), connection: $0.connection)
+                hosts: try PostgresDatabase.hostConfigurations(url: url).map {
+                    .init(name: $0.name, pool: PostgresPool(configuration: $0.connection, settings: pool, logger: logger))
                 }, logger: logger)
             return (PostgresDatabase(hosts: hosts, leaseTimeoutSeconds: leaseTimeoutSeconds), hosts)
         }

@@ -7,7 +7,7 @@ import PostgresNIO
 import Synchronization
 import Traces
 
-/// PostgreSQL through postgres-nio's `PostgresClient` pool. The client is a `Service`: the app runs it.
+/// PostgreSQL through a ``PostgresPool`` per host (``PostgresHosts``), which the app runs as a service.
 public final class PostgresDatabase: Database {
     public let engine = Engine.postgres
     /// The servers of `DATABASE_URL` and which one is the primary (``PostgresHosts``).
@@ -25,15 +25,13 @@ public final class PostgresDatabase: Database {
         self.leaseTimeoutSeconds = leaseTimeoutSeconds
     }
 
-    /// One server; without `connection` no batched statements are offered.
+    /// One server.
     public convenience init(
-        client: PostgresClient, connection: PostgresConnection.Configuration? = nil, leaseTimeoutSeconds: Double = 3,
-        logger: Logger = Logger(label: "postgres")
+        pool: PostgresPool, leaseTimeoutSeconds: Double = 3, batchedStatements: Bool = false, logger: Logger = Logger(label: "postgres")
     ) {
-        let placeholder = PostgresConnection.Configuration(host: "localhost", username: "postgres", password: nil, database: nil, tls: .disable)
         self.init(
-            hosts: PostgresHosts(hosts: [.init(name: "primary", client: client, connection: connection ?? placeholder)], logger: logger),
-            leaseTimeoutSeconds: leaseTimeoutSeconds, batchedStatements: connection != nil)
+            hosts: PostgresHosts(hosts: [.init(name: "primary", pool: pool)], logger: logger), leaseTimeoutSeconds: leaseTimeoutSeconds,
+            batchedStatements: batchedStatements)
     }
 
     /// Lookups that share statements on dedicated connections, one per event loop of `loops` (see
@@ -62,17 +60,10 @@ public final class PostgresDatabase: Database {
     /// How long opening a connection may take, in the pool and for the batched statements' own connections.
     static let connectTimeoutSeconds: Int64 = 3
 
-    /// Builds the pool configuration from a `postgres://user:pass@host:port/db?sslmode=…` URL (its first host).
-    public static func configuration(url: String) throws -> PostgresClient.Configuration {
-        try configurations(url: url).pool
-    }
-
     /// Every host of a URL that may name several (`postgres://user@db1:5432,db2:5433/accounts?target_session_attrs=read-write`),
     /// each with the URL's user, database and options. `target_session_attrs` may be `read-write` or `primary` (what the
     /// service does with several hosts anyway) or `any` with one host.
-    public static func hostConfigurations(
-        url: String, pool: PostgresPoolSettings = PostgresPoolSettings()
-    ) throws -> [(name: String, pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration)] {
+    public static func hostConfigurations(url: String) throws -> [(name: String, connection: PostgresConnection.Configuration)] {
         guard let match = url.wholeMatch(of: /(postgres(?:ql)?:\/\/)([^@\/?]*@)?([^\/?]*)(.*)/) else {
             throw StorageError.invalidURL("expected postgres://user:pass@host:port/db")
         }
@@ -90,54 +81,36 @@ public final class PostgresDatabase: Database {
         if options.queryItems?.isEmpty == true { options.queryItems = nil }
         let rest = options.percentEncodedPath + (options.percentEncodedQuery.map { "?" + $0 } ?? "")
         return try hosts.map { host in
-            let single = try configurations(url: "\(match.output.1)\(match.output.2 ?? "")\(host)\(rest)", pool: pool)
-            return (host, single.pool, single.connection)
+            (host, try configuration(url: "\(match.output.1)\(match.output.2 ?? "")\(host)\(rest)"))
         }
     }
 
-    /// The pool's configuration and the same settings for a single connection (``batchedStatement(sql:maxBatch:logger:loops:prepare:)``).
-    public static func configurations(
-        url: String, pool: PostgresPoolSettings = PostgresPoolSettings()
-    ) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
+    /// One connection's settings from a `postgres://user:pass@host:port/db?sslmode=…` URL (one host).
+    public static func configuration(url: String) throws -> PostgresConnection.Configuration {
         guard let components = URLComponents(string: url),
             components.scheme == "postgres" || components.scheme == "postgresql",
             let bracketed = components.host, !bracketed.isEmpty
         else { throw StorageError.invalidURL("expected postgres://user:pass@host:port/db") }
         // An IPv6 literal comes back as `[::1]`; the connection wants the address itself.
         let host = bracketed.hasPrefix("[") && bracketed.hasSuffix("]") ? String(bracketed.dropFirst().dropLast()) : bracketed
-        let user = components.user ?? "postgres"
         let database = String(components.path.drop(while: { $0 == "/" }))
-        let sslMode = components.queryItems?.first(where: { $0.name == "sslmode" })?.value ?? "disable"
-        let tls: PostgresClient.Configuration.TLS
-        switch sslMode {
+        let tls: PostgresConnection.Configuration.TLS
+        switch components.queryItems?.first(where: { $0.name == "sslmode" })?.value ?? "disable" {
         case "disable": tls = .disable
-        case "require", "verify-full": tls = .require(.makeClientConfiguration())
-        case "prefer": tls = .prefer(.makeClientConfiguration())
+        case "prefer": tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case "require", "verify-full": tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
         default: throw StorageError.invalidURL("sslmode must be disable, prefer, require or verify-full")
         }
-        var config = PostgresClient.Configuration(
-            host: host, port: components.port ?? 5432, username: user,
-            password: components.password, database: database.isEmpty ? nil : database, tls: tls)
-        config.options.connectTimeout = .seconds(connectTimeoutSeconds)
-        config.options.maximumConnections = maximumConnections
-        config.options.minimumConnections = min(pool.minimumConnections, maximumConnections)
-        config.options.keepAliveBehavior = pool.keepAliveSeconds > 0 ? .init(frequency: .seconds(pool.keepAliveSeconds)) : nil
+        var configuration = PostgresConnection.Configuration(
+            host: host, port: components.port ?? 5432, username: components.user ?? "postgres", password: components.password,
+            database: database.isEmpty ? nil : database, tls: tls)
+        configuration.options.connectTimeout = .seconds(connectTimeoutSeconds)
         // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
         // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
         // length varies) meant about 2 ms of planning per 0.5 ms of execution. Every prepared statement here is a
         // lookup by key, for which the generic plan is the custom one.
-        config.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
-        let connectionTLS: PostgresConnection.Configuration.TLS
-        switch sslMode {
-        case "disable": connectionTLS = .disable
-        case "prefer": connectionTLS = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-        default: connectionTLS = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
-        }
-        var connection = PostgresConnection.Configuration(
-            host: host, port: components.port ?? 5432, username: user, password: config.password, database: config.database, tls: connectionTLS)
-        connection.options.connectTimeout = .seconds(connectTimeoutSeconds)
-        connection.options.additionalStartupParameters = config.options.additionalStartupParameters
-        return (config, connection)
+        configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
+        return configuration
     }
 
     public func transaction<T: Sendable>(
@@ -196,7 +169,7 @@ public final class PostgresDatabase: Database {
     /// A leased connection that is still open runs to completion, however long it takes.
     private func lease<T: Sendable>(logger: Logger, _ body: @Sendable @escaping (PostgresConnection) async throws -> T) async throws -> T {
         let hosts = self.hosts
-        let client = hosts.current.client
+        let pool = hosts.current.pool
         let watch = LeaseWatch<T>(everySeconds: leaseTimeoutSeconds)
         do {
             return try await withTaskCancellationHandler {
@@ -205,7 +178,7 @@ public final class PostgresDatabase: Database {
                     watch.started(
                         Task {
                             do {
-                                let value = try await client.withConnection { connection in
+                                let value = try await pool.withConnection { connection in
                                     // Answered `unavailable` already (no connection in time): the work must not run late.
                                     guard watch.leased(connection) else { throw CancellationError() }
                                     return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
@@ -555,18 +528,12 @@ struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }
 
-/// How the connection pool keeps its connections. postgres-nio parks each connection it gets back with a keep-alive
-/// timer and, for connections above the minimum, an idle-timeout timer; a lease cancels them, but a cancelled timer's
-/// memory stays held until its deadline passes. At 3,000 leases a second the defaults (keep-alive every 30 s, idle
-/// timeout 60 s, no minimum) held about 1 KB per lease for 60–90 s: the service's RSS grew from 44 to 167 MiB in 40 s of
-/// spends. The server's pool runs no keep-alive query (RSS 44 → 88 MiB over the same load, the idle timers left); a fixed
-/// pool (the minimum at the maximum) drops those too: no timer per lease at all (RSS 44 → 49 MiB, flat). A keep-alive is also what hung: a keep-alive `SELECT 1` written to a
-/// connection the server was closing (a dropped database, a failover) was never answered, and the pool's shutdown waited
-/// for it for ever (postgres-nio 1.33; the test suite hung at its end with a 5-second keep-alive). A connection the server
-/// closes is noticed by the lease watch when it is next used; for middleboxes that drop idle connections silently, set
-/// PostgreSQL's `tcp_keepalives_idle` (docs/operations.md).
+/// How a ``PostgresPool`` keeps its connections: at least `minimumConnections` stay open once opened (the sweep opens
+/// them at start), the rest close after a minute unused; `keepAliveSeconds` > 0 checks idle connections with `SELECT 1`
+/// that often (one that does not answer within 3 s is closed). A connection the server closes is forgotten at once; for
+/// middleboxes that drop idle connections silently, set PostgreSQL's `tcp_keepalives_idle` (docs/operations.md).
 public struct PostgresPoolSettings: Sendable, Equatable {
-    /// Connections opened at start and kept open (`DATABASE_POOL_MIN_CONNECTIONS`; at most the maximum, 20).
+    /// Connections opened at start and kept open when idle (`DATABASE_POOL_MIN_CONNECTIONS`; at most the maximum, 20).
     public var minimumConnections: Int
     /// How often an idle connection is checked with `SELECT 1` (`DATABASE_KEEPALIVE_SECONDS`; 0: never, the default).
     public var keepAliveSeconds: Int64
@@ -578,8 +545,6 @@ public struct PostgresPoolSettings: Sendable, Equatable {
     /// The most connections the pool opens (per node).
     public static let maximumConnections = PostgresDatabase.maximumConnections
 
-    /// The server's: connections opened as needed, no keep-alive query. A fixed pool (`minimumConnections` at the maximum)
-    /// also drops the idle-timeout timers (RSS flat at 49 MiB under load), but once left a request hanging after a
-    /// PostgreSQL restart in the outage scenario (`scripts/faults.py outage`), so it is opt-in until that is understood.
+    /// The server's: connections opened as needed, none kept open when idle, no keep-alive query.
     public static let server = PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 0)
 }

@@ -14,8 +14,10 @@ import Synchronization
 public final class PostgresHosts: Sendable {
     public struct Host: Sendable {
         public let name: String
-        public let client: PostgresClient
-        public let connection: PostgresConnection.Configuration
+        public let pool: PostgresPool
+        public var connection: PostgresConnection.Configuration { pool.configuration }
+
+        public init(name: String, pool: PostgresPool) { (self.name, self.pool) = (name, pool) }
     }
 
     public let hosts: [Host]
@@ -42,7 +44,7 @@ public final class PostgresHosts: Sendable {
     /// Runs every host's pool (the application runs this as a service).
     public func run() async {
         await withDiscardingTaskGroup { group in
-            for host in hosts { group.addTask { await host.client.run() } }
+            for host in hosts { group.addTask { await host.pool.run() } }
         }
     }
 

@@ -80,14 +80,13 @@ public enum TestDatabase {
                 throw error
             }
         case .postgres(let url):
-            let configurations = try PostgresDatabase.configurations(url: url)
-            let client = PostgresClient(configuration: configurations.pool, backgroundLogger: logger)
+            let pool = PostgresPool(configuration: try PostgresDatabase.configuration(url: url), logger: logger)
             return try await withThrowingTaskGroup(of: T?.self) { group in
                 group.addTask {
-                    await client.run()
+                    await pool.run()
                     return nil
                 }
-                let database = PostgresDatabase(client: client, connection: configurations.connection, leaseTimeoutSeconds: leaseTimeoutSeconds)
+                let database = PostgresDatabase(pool: pool, leaseTimeoutSeconds: leaseTimeoutSeconds, batchedStatements: true)
                 do {
                     let result = try await body(database)
                     try await database.close()

@@ -1,19 +1,172 @@
+import Foundation
+import Logging
 import PostgresNIO
-import Storage
+import Synchronization
+import TestSupport
 import Testing
 
-/// The pool settings reach postgres-nio as meant: the server's pool without keep-alive queries, a fixed pool and a
-/// keep-alive when asked for; a minimum above the maximum is held to it.
-@Suite("PostgreSQL pool settings")
+@testable import Storage
+
+/// The service's own PostgreSQL pool (``PostgresPool``): grows on demand up to its maximum and never past it, hands
+/// connections to waiters in order, forgets a connection the server closes, closes idle ones down to the minimum,
+/// opens the minimum, and answers `unavailable` once shut down.
+@Suite("PostgreSQL pool")
 struct PoolSettingsTests {
-    @Test func settingsReachThePool() throws {
-        let url = "postgres://u@127.0.0.1/db"
-        let server = try PostgresDatabase.configurations(url: url, pool: .server).pool.options
-        #expect(server.minimumConnections == 0 && server.keepAliveBehavior == nil)
-        let fixed = try PostgresDatabase.configurations(url: url, pool: PostgresPoolSettings(minimumConnections: 20, keepAliveSeconds: 30)).pool
-            .options
-        #expect(fixed.minimumConnections == fixed.maximumConnections && fixed.keepAliveBehavior?.frequency == .seconds(30))
-        #expect(
-            try PostgresDatabase.configurations(url: url, pool: PostgresPoolSettings(minimumConnections: 99)).pool.options.minimumConnections == 20)
+    private func withPool(
+        settings: PostgresPoolSettings = .server, maximum: Int, idleSeconds: Int64 = 60, _ body: (PostgresPool) async throws -> Void
+    ) async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        let handle = try await TestDatabase.create(.postgres)
+        let pool = PostgresPool(
+            configuration: try PostgresDatabase.configuration(url: handle.url), settings: settings, maximum: maximum, idleSeconds: idleSeconds,
+            logger: TestDatabase.logger)
+        do {
+            try await body(pool)
+            pool.shutDown()
+        } catch {
+            pool.shutDown()
+            throw error
+        }
+        try await handle.drop()
     }
+
+    private static func backend(_ connection: PostgresConnection) async throws -> Int {
+        for try await pid in try await connection.query("SELECT pg_backend_pid()", logger: TestDatabase.logger).decode(Int.self) { return pid }
+        throw StorageError.unavailable("no row")
+    }
+
+    @Test func growsOnDemandUpToItsMaximumAndServesEveryWaiter() async throws {
+        try await withPool(maximum: 4) { pool in
+            let busy = Shared((now: 0, most: 0))
+            let backends = Shared(Set<Int>())
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<40 {
+                    group.addTask {
+                        try await pool.withConnection { connection in
+                            busy.withLock {
+                                $0.now += 1; $0.most = max($0.most, $0.now)
+                            }
+                            let pid = try await Self.backend(connection)
+                            backends.withLock { _ = $0.insert(pid) }
+                            _ = try await connection.query("SELECT pg_sleep(0.02)", logger: TestDatabase.logger).collect()
+                            busy.withLock { $0.now -= 1 }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(busy.withLock { $0.most } == 4)
+            #expect(backends.withLock { $0.count } == 4)
+            #expect(pool.openCount == 4)
+        }
+    }
+
+    @Test func forgetsAConnectionTheServerClosesAndOpensAnother() async throws {
+        try await withPool(maximum: 1) { pool in
+            let first = try await pool.withConnection { try await Self.backend($0) }
+            // Terminated while idle in the pool (an operator, a restart): the next caller gets a new backend.
+            let admin = try await PostgresConnection.connect(
+                configuration: pool.configuration, id: 99, logger: TestDatabase.logger)
+            do {
+                _ = try await admin.query("SELECT pg_terminate_backend(\(first)::INTEGER)", logger: TestDatabase.logger).collect()
+                try await admin.close()
+            } catch {
+                try? await admin.close()
+                throw error
+            }
+            let deadline = ContinuousClock.now + .seconds(5)
+            while pool.openCount > 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(pool.openCount == 0)
+            let second = try await pool.withConnection { try await Self.backend($0) }
+            #expect(second != first)
+            // Closed while leased, with a caller waiting for the pool's only slot: the waiter opens a new one.
+            let third = try await withThrowingTaskGroup(of: Int?.self) { group in
+                group.addTask {
+                    try await pool.withConnection { connection in
+                        _ = try? await connection.query("SELECT pg_terminate_backend(pg_backend_pid())", logger: TestDatabase.logger).collect()
+                        return nil
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(20))
+                group.addTask { try await pool.withConnection { try await Self.backend($0) } }
+                var found: Int?
+                for try await pid in group { found = found ?? pid }
+                return found
+            }
+            #expect(third != nil && third != second)
+        }
+    }
+
+    @Test func sweepClosesIdleConnectionsDownToTheMinimumAndOpensIt() async throws {
+        try await withPool(settings: PostgresPoolSettings(minimumConnections: 2), maximum: 5, idleSeconds: 0) { pool in
+            await pool.sweep()
+            #expect(pool.openCount == 2)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<5 {
+                    group.addTask {
+                        try await pool.withConnection { connection -> Void in
+                            _ = try await connection.query("SELECT pg_sleep(0.1)", logger: TestDatabase.logger).collect()
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(pool.openCount == 5)
+            await pool.sweep()
+            #expect(pool.openCount == 2)
+        }
+    }
+
+    @Test func keepAliveChecksIdleConnectionsAndKeepsTheGoodOnes() async throws {
+        try await withPool(settings: PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 1), maximum: 2) { pool in
+            let pid = try await pool.withConnection { try await Self.backend($0) }
+            try await Task.sleep(for: .milliseconds(1_100))
+            await pool.sweep()
+            #expect(pool.openCount == 1)
+            #expect(try await pool.withConnection { try await Self.backend($0) } == pid)
+        }
+    }
+
+    @Test func aCancelledWaiterLeavesTheLineAndShutdownAnswersUnavailable() async throws {
+        try await withPool(maximum: 1) { pool in
+            let release = AsyncStream<Void>.makeStream()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await pool.withConnection { _ in for await _ in release.stream { break } } }
+                while pool.openCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+                let waiter = Task { try await pool.withConnection { _ in 1 } }
+                try await Task.sleep(for: .milliseconds(20))
+                waiter.cancel()
+                await #expect(throws: CancellationError.self) { try await waiter.value }
+                release.continuation.yield()
+                try await group.waitForAll()
+            }
+            // The cancelled waiter was not handed the connection: the next caller gets it at once.
+            #expect(try await pool.withConnection { _ in 2 } == 2)
+            // A caller waiting at shutdown, and every caller after it, gets `unavailable`.
+            let holding = AsyncStream<Void>.makeStream()
+            let held = Shared(false)
+            let holder = Task {
+                try await pool.withConnection { _ in
+                    held.withLock { $0 = true }
+                    for await _ in holding.stream { break }
+                }
+            }
+            while !held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            let late = Task { try await pool.withConnection { _ in 3 } }
+            try await Task.sleep(for: .milliseconds(20))
+            pool.shutDown()
+            await #expect(throws: StorageError.self) { try await late.value }
+            await #expect(throws: StorageError.self) { try await pool.withConnection { _ in 4 } }
+            holding.continuation.yield()
+            try await holder.value
+            #expect(pool.openCount == 0)
+        }
+    }
+}
+
+/// A value shared by concurrent tasks.
+private final class Shared<Value: Sendable>: Sendable {
+    private let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func withLock<T>(_ body: (inout Value) -> T) -> T { value.withLock { body(&$0) } }
 }

@@ -208,7 +208,7 @@ struct PostgresBatchedStatementTests {
 
     @Test("a database that cannot be reached fails lookups with unavailable, and the next lookup tries again")
     func unreachable() async throws {
-        let configuration = try Storage.PostgresDatabase.configurations(url: "postgres://nobody@127.0.0.1:1/none").connection
+        let configuration = try Storage.PostgresDatabase.configuration(url: "postgres://nobody@127.0.0.1:1/none")
         let attempts = Atomic(0)
         let statement = PostgresBatchedStatement<String, String>(
             sql: Self.sql, maxBatch: 8, loops: [MultiThreadedEventLoopGroup.singleton.next()], logger: TestDatabase.logger,

@@ -14,14 +14,14 @@ struct PostgresHostsTests {
         let hosts = try PostgresDatabase.hostConfigurations(
             url: "postgres://app:s%40cret@db1:5432,db2:6543,10.0.0.3/accounts?sslmode=disable&target_session_attrs=read-write")
         #expect(hosts.map(\.name) == ["db1:5432", "db2:6543", "10.0.0.3"])
-        #expect(hosts.map(\.pool.host) == ["db1", "db2", "10.0.0.3"])
-        #expect(hosts.map(\.pool.port) == [5432, 6543, 5432])
-        #expect(hosts.allSatisfy { $0.pool.username == "app" && $0.pool.password == "s@cret" && $0.pool.database == "accounts" })
+        #expect(hosts.map(\.connection.host) == ["db1", "db2", "10.0.0.3"])
+        #expect(hosts.map(\.connection.port) == [5432, 6543, 5432])
+        #expect(hosts.allSatisfy { $0.connection.username == "app" && $0.connection.password == "s@cret" && $0.connection.database == "accounts" })
         #expect(try PostgresDatabase.hostConfigurations(url: "postgres://u@one/db?target_session_attrs=any").count == 1)
         // A password is decoded once (`%25` is a percent sign); IPv6 literals lose their brackets.
         let v6 = try PostgresDatabase.hostConfigurations(url: "postgres://app:100%25%40x@[::1]:5433,[fd00::2]/accounts")
-        #expect(v6.map(\.pool.host) == ["::1", "fd00::2"] && v6.map(\.pool.port) == [5433, 5432])
-        #expect(v6.allSatisfy { $0.pool.password == "100%@x" })
+        #expect(v6.map(\.connection.host) == ["::1", "fd00::2"] && v6.map(\.connection.port) == [5433, 5432])
+        #expect(v6.allSatisfy { $0.connection.password == "100%@x" })
         for bad in [
             "postgres://u@db1,db2/db?target_session_attrs=any", "postgres://u@db1,,db2/db", "postgres://u@/db",
             "postgres://u@" + Array(repeating: "h", count: 9).joined(separator: ",") + "/db", "postgres://u@db1,db2/db?target_session_attrs=standby",

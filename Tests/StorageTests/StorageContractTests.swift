@@ -175,7 +175,7 @@ struct StorageContractTests {
         guard TestDatabase.engines.contains(.postgres) else { return }
         try await TestDatabase.with(.postgres) { pooled, _ in
             // The lease watch checks every lease-timeout period; 1 s keeps a caught hang well inside the deadline.
-            let db = PostgresDatabase(client: try #require(pooled as? PostgresDatabase).hosts.current.client, leaseTimeoutSeconds: 1)
+            let db = PostgresDatabase(pool: try #require(pooled as? PostgresDatabase).hosts.current.pool, leaseTimeoutSeconds: 1)
             for round in 0..<24 {
                 // The transaction runs in its own task so that a hang fails this test instead of stalling the suite.
                 let outcome = Mutex<Result<Void, any Error>?>(nil)
@@ -216,11 +216,11 @@ struct StorageContractTests {
     @Test func leaseTimeoutBoundsOnlyTheWaitForAConnection() async throws {
         guard TestDatabase.engines.contains(.postgres) else { return }
         try await TestDatabase.with(.postgres) { pooled, _ in
-            let client = try #require(pooled as? PostgresDatabase).hosts.current.client
+            let pool = try #require(pooled as? PostgresDatabase).hosts.current.pool
             // The long leases wait for their connections with the suite's usual timeout (opening 20 connections on a
             // loaded machine can take longer than 0.5 s); the caller that finds the pool full has 0.5 s.
-            let patient = PostgresDatabase(client: client, leaseTimeoutSeconds: TestDatabase.leaseTimeoutSeconds)
-            let db = PostgresDatabase(client: client, leaseTimeoutSeconds: 0.5)
+            let patient = PostgresDatabase(pool: pool, leaseTimeoutSeconds: TestDatabase.leaseTimeoutSeconds)
+            let db = PostgresDatabase(pool: pool, leaseTimeoutSeconds: 0.5)
             let leased = AttemptCounter()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<PostgresDatabase.maximumConnections {

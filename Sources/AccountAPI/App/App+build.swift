@@ -135,7 +135,7 @@ func addConsole(to router: Router<AppRequestContext>, _ d: Dependencies, problem
 /// The PostgreSQL hosts' pools, for the application's lifetime.
 struct PostgresPoolService: Service {
     let hosts: PostgresHosts
-    func run() async throws { await hosts.run() }
+    func run() async throws { await cancelWhenGracefulShutdown { await hosts.run() } }
 }
 
 /// Closes the database after graceful shutdown, once the server (shut down first) has finished its requests.
