@@ -214,7 +214,10 @@ public final class PostgresDatabase: Database {
     static func mapped(_ error: PSQLError) -> any Error {
         if let state = sqlState(error) {
             if state == "23505" { return StorageError.uniqueViolation(error.serverInfo?[.constraintName] ?? "unique") }
-            if state.hasPrefix("08") || state == "57P01" || state == "57P03" { return StorageError.unavailable("sqlstate \(state)") }
+            // Class 53 is the server short of a resource (53300: too many connections): an outage, not a bug.
+            if state.hasPrefix("08") || state.hasPrefix("53") || state == "57P01" || state == "57P03" {
+                return StorageError.unavailable("sqlstate \(state)")
+            }
             // A server that became a standby (a failover): 503 while the primary is found again, never a 500.
             if state == "25006" || state == "57P02" {
                 return StorageError.unavailable("the server is read-only (sqlstate \(state)); finding the primary")

@@ -31,7 +31,8 @@ public final class PostgresPool: Sendable {
     private struct State {
         var open: [PostgresConnection.ID: PostgresConnection] = [:]
         var opening = 0
-        var idle: [(connection: PostgresConnection, since: NIODeadline)] = []
+        /// Free connections, oldest first: since when each is unused, and when it was last known to answer.
+        var idle: [(connection: PostgresConnection, since: NIODeadline, checked: NIODeadline)] = []
         var waiters: [Waiter] = []
         var lastWaiter = 0
         var shutDown = false
@@ -77,7 +78,7 @@ public final class PostgresPool: Sendable {
             // postgres-nio closes the channel in the same event-loop turn that failed the query: let that turn end
             // before looking at whether the connection is still open.
             try? await connection.eventLoop.submit {}.get()
-            if Self.mayHavePoisoned(error) {
+            if Self.mustNotReuse(after: error) {
                 // Its close handler frees the slot (and opens another for a waiter).
                 Self.close(connection)
                 throw error
@@ -87,15 +88,21 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// A statement PostgreSQL could not parse or plan (class 42: a table, column or function missing — the schema
-    /// changing under the service, as while migrations run next to the first requests) may have failed while
-    /// postgres-nio was preparing it, and postgres-nio remembers a failed preparation on that connection: every later
-    /// call of that statement there fails the same way, even once the schema is there (seen: a sweeper's statement
-    /// prepared before the migrations had made its table failed on that connection for the rest of its life). Such a
-    /// connection is closed rather than reused.
-    static func mayHavePoisoned(_ error: any Error) -> Bool {
-        guard let state = (error as? PSQLError)?.serverInfo?[.sqlState] else { return false }
-        return state.hasPrefix("42") || state == "26000"
+    /// Whether a connection that failed this way must be closed rather than reused:
+    /// - anything but an ordinary statement error: the connection broke, the server ended the session (a FATAL
+    ///   error, 57P0x: terminated, shutting down; 08xxx), or a query was cancelled half-way. PostgreSQL says FATAL
+    ///   before it closes the socket, and a connection handed on in between fails its next caller;
+    /// - a statement PostgreSQL could not parse or plan (class 42: a table, column or function missing — the schema
+    ///   changing under the service, as while migrations run next to the first requests; 26000). It may have failed
+    ///   while postgres-nio was preparing it, and postgres-nio remembers a failed preparation on that connection:
+    ///   every later call of that statement there fails the same way, even once the schema is there (seen: a
+    ///   sweeper's statement prepared before the migrations had made its table failed on that connection for the rest
+    ///   of its life).
+    static func mustNotReuse(after error: any Error) -> Bool {
+        guard let error = error as? PSQLError else { return false }
+        guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return true }
+        if let severity = error.serverInfo?[.severity], severity == "FATAL" || severity == "PANIC" { return true }
+        return state.hasPrefix("42") || state == "26000" || state.hasPrefix("08") || state.hasPrefix("57P")
     }
 
     /// Connections open now and those being opened (tests and metrics).
@@ -150,7 +157,10 @@ public final class PostgresPool: Sendable {
         } catch {
             let (waiter, again) = state.withLock { state -> (Waiter?, Bool) in
                 state.opening -= 1
-                let waiter = state.waiters.isEmpty ? nil : state.waiters.removeFirst()
+                // With connections open, callers wait for one to come back (the lease watch bounds the wait); with none,
+                // nothing will: the first caller gets the error now (an outage answers 503 at once, not at the timeout).
+                guard state.open.isEmpty, !state.waiters.isEmpty else { return (nil, false) }
+                let waiter = state.waiters.removeFirst()
                 return (waiter, state.shouldOpen(maximum: maximum))
             }
             waiter?.continuation.resume(throwing: error)
@@ -184,7 +194,9 @@ public final class PostgresPool: Sendable {
         if open { openInBackground() }
     }
 
-    private func release(_ connection: PostgresConnection) {
+    /// Hands a connection to the first waiter, or back to the idle list (`since`: unused since then, for a connection
+    /// that only answered a keep-alive).
+    private func release(_ connection: PostgresConnection, unusedSince since: NIODeadline? = nil) {
         enum Then { case nothing, hand(Waiter), close }
         let then = state.withLock { state -> Then in
             // Closed already (its slot was freed then), or closing now (its close handler frees it).
@@ -194,7 +206,8 @@ public final class PostgresPool: Sendable {
                 return .close
             }
             if !state.waiters.isEmpty { return .hand(state.waiters.removeFirst()) }
-            state.idle.append((connection, .now()))
+            let now = NIODeadline.now()
+            state.idle.append((connection, since ?? now, now))
             return .nothing
         }
         switch then {
@@ -208,9 +221,8 @@ public final class PostgresPool: Sendable {
     /// close now and leased ones when handed back.
     public func run() async {
         while !Task.isCancelled {
-            try? await Task.sleep(for: .seconds(Self.sweepSeconds))
-            if Task.isCancelled { break }
             await sweep()
+            try? await Task.sleep(for: .seconds(Self.sweepSeconds))
         }
         shutDown()
     }
@@ -242,11 +254,11 @@ public final class PostgresPool: Sendable {
                 stale.append(free.connection)
                 return true
             }
-            var checks: [PostgresConnection] = []
+            var checks: [(connection: PostgresConnection, since: NIODeadline)] = []
             if settings.keepAliveSeconds > 0 {
                 state.idle.removeAll { free in
-                    guard now - free.since >= .seconds(settings.keepAliveSeconds) else { return false }
-                    checks.append(free.connection)
+                    guard now - free.checked >= .seconds(settings.keepAliveSeconds) else { return false }
+                    checks.append((free.connection, free.since))
                     return true
                 }
             }
@@ -255,17 +267,23 @@ public final class PostgresPool: Sendable {
             return (stale, checks, missing)
         }
         for connection in stale { Self.close(connection) }
-        for connection in checks {
-            let answered = await PostgresHosts.withinDeadline { [logger] in
-                do {
-                    for try await _ in try await connection.query("SELECT 1", logger: logger) {}
-                    return true
-                } catch {
-                    return false
+        // Opened in the background: a host that does not answer never holds the sweep (or shutdown) up.
+        for _ in 0..<missing { openInBackground() }
+        // At once, each within its deadline: the idle connections being checked are out of reach meanwhile.
+        await withTaskGroup(of: Void.self) { group in
+            for (connection, since) in checks {
+                group.addTask { [self] in
+                    let answered = await PostgresHosts.withinDeadline { [logger] in
+                        do {
+                            for try await _ in try await connection.query("SELECT 1", logger: logger) {}
+                            return true
+                        } catch {
+                            return false
+                        }
+                    }
+                    if answered { release(connection, unusedSince: since) } else { Self.close(connection) }
                 }
             }
-            if answered { release(connection) } else { Self.close(connection) }
         }
-        for _ in 0..<missing { await open() }
     }
 }

@@ -248,10 +248,20 @@ struct StorageContractTests {
                 #expect(waited >= .milliseconds(450) && waited < .seconds(3), "waited \(waited)")
                 try await group.waitForAll()
             }
-            // A leased connection that stays open outlives three watch periods of its own 0.5 s lease.
-            #expect(
-                try await db.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT 7 AS seven FROM pg_sleep(1.5)")!.int("seven") }
-                    == 7)
+            // A leased connection that stays open outlives three watch periods of its own 0.5 s lease. (Getting the
+            // connection must itself happen within 0.5 s, which a machine running the whole suite at once can miss:
+            // only that is tried again.)
+            var seven: Int64?
+            for _ in 0..<5 where seven == nil {
+                do {
+                    seven = try await db.withConnection(logger: TestDatabase.logger) {
+                        try await $0.first("SELECT 7 AS seven FROM pg_sleep(1.5)")!.int("seven")
+                    }
+                } catch StorageError.unavailable(let why) where why.contains("no database connection") {
+                    continue
+                }
+            }
+            #expect(seven == 7)
         }
     }
 
