@@ -163,7 +163,8 @@ public struct EntitlementService: Sendable {
     /// statement read and what they rendered to, and reuses the rendering only when every value read now is equal (and the
     /// subscription is still on the same side of its period end). The database is read on every call, so an unlock, a plan
     /// change or a revoked session shows on the very next request, on any node.
-    /// A user with an expired hold not yet released (its parts may return into lapsed lots) takes the full path.
+    /// A user with an expired hold not yet released (its parts may return into lapsed lots) has it released by this read,
+    /// which takes the full path once.
     public func rendered(subject: SnapshotSubject, logger: Logger) async throws -> (subject: SQLRow, snapshot: RenderedSnapshot)? {
         let now = clock.now()
         let (sql, binds) = statement(subject, now: now, engine: database.engine)
@@ -196,6 +197,14 @@ public struct EntitlementService: Sendable {
         if let hit = renderings.lookup(key, read: read) { return hit }
         let profile = try Self.profile(row, withProfile: withProfile)
         guard try row.int("expired_holds") == 0 else {
+            // An expired hold not released yet: release it now, as the next spend would (its parts may return into lapsed
+            // lots, which only the full path reads), so this user's later reads take the one-statement path. A release
+            // that fails (e.g. a read-only database) leaves the answer to the full path, which counts it as released.
+            do {
+                _ = try await ledger.releaseExpiredHolds(database, userID: userID, logger: logger)
+            } catch {
+                logger.warning("could not release expired holds on read", metadata: ["user": "\(userID)", "error": "\(error)"])
+            }
             let full = try await database.readTransaction(logger: logger) { try await self.snapshot($0, userID: userID, profile: profile) }
             return try RenderedSnapshot(full)
         }

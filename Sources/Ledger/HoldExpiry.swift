@@ -7,8 +7,8 @@ import Storage
 /// sweeper's drain of a backlog.
 ///
 /// **Expiry**: a pending hold whose `expires_at` is at or before now is expired. It is never captured; its tokens go back
-/// to the buckets (and bonus lots) they came from at the next access to the user's accounts (``settleExpiredHolds``), or
-/// by the sweeper (``Ledger/expireHoldBacklog(_:batch:batches:logger:)``). Until then every read treats it as already returned: ``peekBalances``
+/// to the buckets (and bonus lots) they came from at the next access to the user's accounts (``settleExpiredHolds``; a
+/// read of the user's entitlement snapshot counts, ``releaseExpiredHolds(_:userID:logger:)``), or by the sweeper (``Ledger/expireHoldBacklog(_:batch:batches:logger:)``). Until then every read treats it as already returned: ``peekBalances``
 /// and the entitlement snapshot (``Ledger/snapshotFragment(engine:)``) use ``HoldRules/expired`` / ``HoldRules/live``,
 /// and PostgreSQL's `ledger_spend_once` (migrations 0008, 0017) declines to spend while one exists. `LedgerFragmentTests`
 /// keeps the SQL forms equal to these.
@@ -43,13 +43,14 @@ extension Ledger {
                 [now, max(1, min(limit, 1000))])
         }
         var released = 0
-        for row in due {
-            let userID = try row.string("user_id")
-            released += try await database.transaction(logger: logger) { tx in
-                try await prepare(tx, userID: userID, now: clock.now()).expiredHolds
-            }
-        }
+        for row in due { released += try await releaseExpiredHolds(database, userID: try row.string("user_id"), logger: logger) }
         return released
+    }
+
+    /// Releases the user's expired pending holds now, in one short transaction (the sweeper's step, and the entitlement
+    /// snapshot's when its statement finds one: the user's later reads then take the one-statement path). Returns how many.
+    public func releaseExpiredHolds(_ database: any Database, userID: String, logger: Logger) async throws -> Int {
+        try await database.transaction(logger: logger) { tx in try await prepare(tx, userID: userID, now: clock.now()).expiredHolds }
     }
 
     /// During ``prepare(_:userID:now:)``, under the user's account locks: releases the user's expired pending holds and
