@@ -2,6 +2,7 @@ import Clock
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import Ledger
 import Logging
 import NIOCore
 import Storage
@@ -357,5 +358,33 @@ struct SnapshotProbe {
         #expect(etags.contains(etag) != changed, "\(label): ETag \(changed ? "unchanged" : "changed")")
         etags.append(etag)
         return try first.json(Snapshot.self)
+    }
+}
+
+extension EntitlementHTTPTests {
+    @Test(
+        "30 parallel entitlement reads of a user with an expired hold all give one answer and release the hold once", arguments: TestDatabase.engines)
+    func parallelReadsReleaseAnExpiredHoldOnce(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
+            let f = try await FamilyFixture.make(client, app, email: "expired-hold@example.com", allowance: 50)
+            #expect(try await f.reserve(client, tokens: 3, ttl: 60).status == .created)
+            app.clock.advance(seconds: 120)  // the hold expired, and the sweeper is off
+            let answers = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<30 {
+                    group.addTask {
+                        let r = try await client.get("/api/entitlements", token: f.token)
+                        return "\(r.status.code) \(r.text)"
+                    }
+                }
+                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+            }
+            #expect(answers.count == 1 && answers.first?.hasPrefix("200 ") == true, "\(answers)")
+            #expect(try await app.rows("SELECT id FROM ledger_holds WHERE user_id = ? AND status = 'pending'", [f.user]).isEmpty)
+            let parts = try await app.rows(
+                "SELECT p.hold_id FROM ledger_hold_parts p JOIN ledger_holds h ON h.id = p.hold_id WHERE h.user_id = ?", [f.user])
+            let released = try await app.rows("SELECT id FROM ledger_transfers WHERE user_id = ? AND reason = 'hold_expiry'", [f.user])
+            #expect(!parts.isEmpty && released.count == parts.count, "each part returned once")
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
     }
 }
