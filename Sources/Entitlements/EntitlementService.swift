@@ -97,6 +97,7 @@ public struct EntitlementService: Sendable {
     /// Mails the owner about a reservation that asks to buy (``reserve(_:_:logger:)`` with `askToBuy`).
     let notifier: (any PurchaseRequestNotifier)?
     let renderings = SnapshotRenderings()
+    let readReleases = ReadReleases()
 
     public init(
         database: any Database, subscriptions: SubscriptionStore, packs: StickerPackStore, ledger: Ledger, accounts: any AccountDirectory,
@@ -188,7 +189,9 @@ public struct EntitlementService: Sendable {
 
     /// The snapshot in one row of ``statement(_:now:engine:)`` read at `now`; the rendering of an equal earlier answer is
     /// reused (see ``rendered(subject:logger:)``).
-    func render(_ row: SQLRow, now: Date, withProfile: Bool, logger: Logger) async throws -> RenderedSnapshot {
+    /// With `releasingExpiredHolds` (the user's own reads), an expired hold not released yet is released first (see
+    /// ``ReadReleases``); operators and services read without writing.
+    func render(_ row: SQLRow, now: Date, withProfile: Bool, releasingExpiredHolds: Bool = false, logger: Logger) async throws -> RenderedSnapshot {
         let userID = try row.string("id")
         // Everything the answer depends on: the columns read for it, and which side of the period end "now" is.
         var read = SnapshotStatement.columns.map { row[$0] }
@@ -200,10 +203,15 @@ public struct EntitlementService: Sendable {
             // An expired hold not released yet: release it now, as the next spend would (its parts may return into lapsed
             // lots, which only the full path reads), so this user's later reads take the one-statement path. A release
             // that fails (e.g. a read-only database) leaves the answer to the full path, which counts it as released.
-            do {
-                _ = try await ledger.releaseExpiredHolds(database, userID: userID, logger: logger)
-            } catch {
-                logger.warning("could not release expired holds on read", metadata: ["user": "\(userID)", "error": "\(error)"])
+            if releasingExpiredHolds, readReleases.begin(userID, now: now) {
+                var failed = false
+                do {
+                    _ = try await ledger.releaseExpiredHolds(database, userID: userID, logger: logger)
+                } catch {
+                    failed = true
+                    logger.warning("could not release expired holds on read", metadata: ["user": "\(userID)", "error": "\(error)"])
+                }
+                readReleases.end(userID, failed: failed, now: now)
             }
             let full = try await database.readTransaction(logger: logger) { try await self.snapshot($0, userID: userID, profile: profile) }
             return try RenderedSnapshot(full)
@@ -332,5 +340,37 @@ public struct EntitlementService: Sendable {
             ])
         }
         return enabled ? nil : CheckResult(allowed: false, reason: "subscription_required")
+    }
+}
+
+/// The releases of expired holds that reads start: at most one at a time per user in this process (parallel reads of one
+/// user would otherwise each hold a connection waiting for the same account locks), and none for a minute after one
+/// failed (a read-only standby during a failover, say), so reads never repeat a failing write at their own rate.
+final class ReadReleases: Sendable {
+    private struct State {
+        var running: Set<String> = []
+        var failedAt: [String: Date] = [:]
+    }
+    private let state = Mutex(State())
+    static let backoffSeconds: Double = 60
+
+    /// True when the caller should release `userID`'s holds now (then it calls ``end(_:failed:now:)``).
+    func begin(_ userID: String, now: Date) -> Bool {
+        state.withLock { state in
+            if let failed = state.failedAt[userID], now.timeIntervalSince(failed) < Self.backoffSeconds { return false }
+            return state.running.insert(userID).inserted
+        }
+    }
+
+    func end(_ userID: String, failed: Bool, now: Date) {
+        state.withLock { state in
+            state.running.remove(userID)
+            if failed {
+                if state.failedAt.count >= 10_000 { state.failedAt.removeAll(keepingCapacity: true) }
+                state.failedAt[userID] = now
+            } else {
+                state.failedAt[userID] = nil
+            }
+        }
     }
 }

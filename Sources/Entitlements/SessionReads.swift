@@ -77,7 +77,8 @@ public struct SessionReads: Sendable {
             found = try await entitlements.database.quickQuery(sql, binds, logger: logger).first.map { SessionRow(row: $0, now: now) }
         }
         let row = try await sessions.check(found?.row, logger: logger)
-        return try await entitlements.render(row, now: found?.now ?? entitlements.clock.now(), withProfile: true, logger: logger)
+        return try await entitlements.render(
+            row, now: found?.now ?? entitlements.clock.now(), withProfile: true, releasingExpiredHolds: true, logger: logger)
     }
 
     /// The signed-in user's id and sticker catalog version (see ``StickerContentService/catalogVersion(userID:viewer:logger:)``),

@@ -118,7 +118,9 @@ extension Ledger {
         var update: (sql: String, binds: [any SQLBindable])?
         if let (bucket, delta) = userDelta {
             state.balances[bucket] += delta
-            precondition(state.balances[bucket] >= 0, "a user bucket never goes below zero")
+            // A user bucket never goes below zero; only books that disagree (`ledger verify` reports them) could: refuse
+            // the operation (it rolls back), never trap.
+            guard state.balances[bucket] >= 0 else { throw StorageError.decoding(column: "ledger_accounts.balance") }
             update = ("UPDATE ledger_accounts SET balance = balance + ? WHERE id = ?", [delta, Self.accountID(state.userID, bucket)])
         }
         let transfer: [any SQLBindable] = [
