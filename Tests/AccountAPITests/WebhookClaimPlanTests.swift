@@ -90,7 +90,7 @@ struct WebhookClaimPlanTests {
                     """)
             }
             try await insert("done-", status: "delivered")
-            try await database.withConnection(logger: TestDatabase.logger) { try await $0.query("ANALYZE webhook_deliveries") }
+            _ = try await database.withConnection(logger: TestDatabase.logger) { try await $0.query("ANALYZE webhook_deliveries") }
             try await insert("burst-", status: "pending")  // after the statistics: they say none is pending
             func plan(_ statement: String) async throws -> String {
                 try await database.transaction(logger: TestDatabase.logger) { tx in
