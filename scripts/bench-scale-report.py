@@ -3,10 +3,18 @@
 the big database of one run, the ratio or figure the goal is about, and whether it was met."""
 import sys
 
-results = {}
+# A figure recorded once per round of requests is the rounds' mean.
+recorded = {}
 for line in open(sys.argv[1]):
     key, _, value = line.strip().partition("=")
-    results[key] = value
+    recorded.setdefault(key, []).append(value)
+results = {}
+for key, values in recorded.items():
+    try:
+        numbers = [float(v) for v in values]
+        results[key] = values[0] if len(values) == 1 else f"{sum(numbers) / len(numbers):.3f}"
+    except ValueError:
+        results[key] = values[-1]
 big_users, small_users = int(sys.argv[2]), int(sys.argv[3])
 engine = {"postgres": "PostgreSQL", "sqlite": "SQLite"}[sys.argv[4] if len(sys.argv) > 4 else "postgres"]
 
@@ -31,6 +39,14 @@ def ratio_at_least(limit):
 
 def at_most(limit, what="big"):
     return lambda small, big: (f"{big:.0f}", "met" if max(small, big) <= limit else f"not met (≤ {limit})")
+
+
+def divided(top, bottom, label):
+    """Records `label` as top ÷ bottom on each database."""
+    for name in ("small", "big"):
+        a, b = num(f"{name}_{top}"), num(f"{name}_{bottom}")
+        if a and b:
+            results[f"{name}_{label}"] = f"{a / b:.3f}"
 
 
 def paired(first, far, label, limit=2.0):
@@ -79,10 +95,7 @@ row("yearly drip, subscriptions/s", "drip_rate")
 row("longest transaction during sweep and drip, ms", "jobs_longest_transaction_ms", at_most(100))
 row("spends p99, 4 connections, ms", "spends_4c_p99_ms", fmt="{:.2f}")
 row("spends p99 during the sweep, ms", "spends_4c_p99_during_sweep_ms", fmt="{:.2f}")
-for name in ("small", "big"):
-    a, b = num(f"{name}_spends_4c_p99_ms"), num(f"{name}_spends_4c_p99_during_sweep_ms")
-    if a and b:
-        results[f"{name}_p99_ratio"] = f"{b / a:.2f}"
+divided("spends_4c_p99_during_sweep_ms", "spends_4c_p99_ms", "p99_ratio")
 row("spends p99 during ÷ without", "p99_ratio", lambda s, b: (f"{b:.2f}", "met" if b < 2 else "not met (< 2)"), "{:.2f}")
 row("ledger verify, s", "verify_seconds", lambda s, b: (f"{b:.1f}", "met" if b < 60 else "not met (< 60)"), "{:.1f}")
 row("ledger verify peak RSS, MiB", "verify_peak_rss_mib")
@@ -91,7 +104,11 @@ row("fan-out, s", "fanout_seconds", fmt="{:.1f}")
 row("fan-out, events/s", "fanout_rate")
 row("longest transaction during fan-out, ms", "fanout_longest_transaction_ms", at_most(100))
 row("service RSS at start, MiB", "rss_start_mib", lambda s, b: (f"{b:.1f}", "met" if b < 50 else "not met (< 50)"), "{:.1f}")
-row("service RSS after the requests, MiB", "rss_after_requests_mib", fmt="{:.1f}")
+row("service RSS after the first round of requests, MiB", "rss_after_first_round_mib", fmt="{:.1f}")
+row("service RSS after the last round, MiB", "rss_after_requests_mib", fmt="{:.1f}")
+divided("rss_after_requests_mib", "rss_after_first_round_mib", "rss_ratio")
+row("RSS after the last round ÷ after the first", "rss_ratio",
+    lambda s, b: (f"{max(s, b):.2f}", "met" if 0.9 <= min(s, b) and max(s, b) <= 1.1 else "not met (±10 %)"), "{:.2f}")
 row("service RSS after the jobs, MiB", "rss_after_jobs_mib", fmt="{:.1f}")
 hangs = results.get("shutdown_hangs", "0")
 print(f"| nodes that did not exit within 20 s of SIGTERM (whole run) | | {hangs} | | {'met' if hangs == '0' else 'not met (0)'} |")

@@ -82,7 +82,8 @@ extension WebhookService {
             let body = WebhookBody.render(
                 type: WebhookEventType.webhookTest.rawValue, at: now, data: ["endpointId": .string(endpoint.id), "message": .string("It works.")])
             try await WebhookWorker.insertDeliveries(
-                tx, [.init(endpointID: endpoint.id, eventID: eventID, type: WebhookEventType.webhookTest.rawValue, body: body)], now: now,
+                tx, [.init(endpointID: endpoint.id, eventID: eventID, type: WebhookEventType.webhookTest.rawValue, body: body, outboxID: eventID)],
+                now: now,
                 retryUntil: now.addingTimeInterval(settings.retryWindowSeconds))
             let row = try await tx.first("SELECT * FROM webhook_deliveries WHERE endpoint_id = ? AND event_id = ?", [endpoint.id, eventID])
             try await audit.record(tx, at: now, actor: actor, action: "webhook_tested", subject: endpointID, ip: ip, detail: nil)

@@ -39,9 +39,7 @@ public struct WebhookWorker: Sendable {
     /// delivery stays leased to a node that is gone; cancelling cuts tries short (their leases lapse, then they retry).
     public func run(keepGoing: @escaping @Sendable () -> Bool = { true }) async {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await loop("fan-out", keepGoing) { try await Traces.span("job.webhook_fan_out") { try await fanOut(limit: Self.fanOutBatch) } > 0 }
-            }
+            group.addTask { await fanOutPasses(keepGoing: keepGoing) }
             group.addTask {
                 var passes = 0
                 await loop("delivery", keepGoing) {
@@ -119,106 +117,4 @@ public struct WebhookWorker: Sendable {
     }
 
     public static let deliveryRetentionDays = 30
-
-    /// Events fanned out per transaction. During a burst of a million events (scripts/bench-scale, deliveries going out
-    /// at the same time on two cores) the longest transaction was 155 ms at 250 and 98 ms at 100 (1,000 held one for
-    /// 224 ms at 200,000); 100 keeps each under the 100 ms the jobs aim for, at 7,400 events/s against 10,600.
-    static let fanOutBatch = 100
-
-    struct Target {
-        let id: String
-        let events: Set<String>
-        let threshold: Int64?
-        let createdAt: Date
-    }
-
-    func fanOut(limit: Int) async throws -> Int {
-        try await database.transaction(logger: logger) { tx in
-            let now = clock.now()
-            let skipLocked = tx.engine == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
-            let events = try await tx.query(
-                "SELECT * FROM outbox_events ORDER BY id LIMIT ?" + skipLocked, [limit])
-            guard !events.isEmpty else { return 0 }
-            let targets = try await tx.query("SELECT * FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL").map { row in
-                Target(
-                    id: try row.string("id"), events: Set(try row.string("events").split(separator: ",").map(String.init)),
-                    threshold: row.optionalInt("balance_low_threshold"), createdAt: try row.date("created_at_ms"))
-            }
-            var deliveries: [NewDelivery] = []
-            for event in events { deliveries += try fanOut(event: event, to: targets) }
-            let until = now.addingTimeInterval(settings.retryWindowSeconds)
-            for chunk in stride(from: 0, to: deliveries.count, by: 100).map({ deliveries[$0..<min($0 + 100, deliveries.count)] }) {
-                try await Self.insertDeliveries(tx, Array(chunk), now: now, retryUntil: until)
-            }
-            let ids = try events.map { try $0.string("id") }
-            // Fanned out: the deliveries hold each body from here on.
-            try await tx.query("DELETE FROM outbox_events WHERE id IN (\(Array(repeating: "?", count: ids.count).joined(separator: ", ")))", ids)
-            return events.count
-        }
-    }
-
-    struct NewDelivery {
-        let endpointID: String
-        let eventID: String
-        let type: String
-        let body: String
-    }
-
-    /// The deliveries one event makes: one per subscribed endpoint created before it, plus `balance.low` where the change
-    /// crossed an endpoint's threshold downwards.
-    func fanOut(event: SQLRow, to targets: [Target]) throws -> [NewDelivery] {
-        let id = try event.string("id")
-        let type = try event.string("type")
-        let at = try event.date("created_at_ms")
-        let body = WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))  // once per event, whatever the endpoints
-        var out: [NewDelivery] = []
-        for target in targets where target.createdAt <= at {
-            if target.events.contains(type) { out.append(NewDelivery(endpointID: target.id, eventID: id, type: type, body: body)) }
-            if target.events.contains(WebhookEventType.balanceLow.rawValue), let threshold = target.threshold,
-                let before = event.optionalInt("balance_before"), let after = event.optionalInt("balance_after"), before >= threshold,
-                after < threshold
-            {
-                let data: [String: EventValue] = [
-                    "userId": .optional(event.optionalString("user_id")), "threshold": .int(threshold), "totalTokens": .int(after),
-                    "previousTotalTokens": .int(before), "causeEventId": .string(id), "causeEventType": .string(type),
-                ]
-                let low = WebhookEventType.balanceLow.rawValue
-                out.append(
-                    NewDelivery(endpointID: target.id, eventID: id + "_low", type: low, body: WebhookBody.render(type: low, at: at, data: data)))
-            }
-        }
-        return out
-    }
-
-    /// Pending deliveries due now, in one statement (an endpoint that already has an event keeps its delivery).
-    static func insertDeliveries(_ tx: any SQLExecutor, _ deliveries: [NewDelivery], now: Date, retryUntil: Date) async throws {
-        guard !deliveries.isEmpty else { return }
-        var binds: [any SQLBindable] = []
-        for delivery in deliveries {
-            binds += [
-                "whd_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: ""), delivery.endpointID, delivery.eventID, delivery.type,
-                delivery.body, now, retryUntil, now,
-            ]
-        }
-        try await tx.query(
-            """
-            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms)
-            VALUES \(Array(repeating: "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)", count: deliveries.count).joined(separator: ", "))
-            ON CONFLICT (endpoint_id, event_id) DO NOTHING
-            """, binds)
-    }
-
-    /// A pending delivery due now (nil when this endpoint already has this event).
-    @discardableResult
-    static func insertDelivery(
-        _ tx: any SQLExecutor, endpointID: String, eventID: String, type: String, body: String, now: Date, retryUntil: Date
-    ) async throws -> SQLRow? {
-        try await tx.query(
-            """
-            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms)
-            VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?) ON CONFLICT (endpoint_id, event_id) DO NOTHING RETURNING *
-            """,
-            ["whd_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: ""), endpointID, eventID, type, body, now, retryUntil, now]
-        ).first
-    }
 }

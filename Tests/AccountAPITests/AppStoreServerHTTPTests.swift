@@ -96,6 +96,9 @@ struct AppStoreServerHTTPTests {
             config.appleAPI = AppleAPISettings(
                 keyID: AppStoreMock.keyID, issuerID: AppStoreMock.issuerID, privateKeyPath: path, baseURL: base, offerKeyID: AppStoreMock.keyID,
                 offerKeyPath: path)
+            // The tests answer consumption requests themselves: the app's job (every 10 s by default) would race them
+            // whenever a loaded machine stretches a test past its first poll.
+            config.appleAPI?.pollSeconds = 3600
         }
     }
 
