@@ -164,8 +164,9 @@ public struct EntitlementService: Sendable {
     /// statement read and what they rendered to, and reuses the rendering only when every value read now is equal (and the
     /// subscription is still on the same side of its period end). The database is read on every call, so an unlock, a plan
     /// change or a revoked session shows on the very next request, on any node.
-    /// A user with an expired hold not yet released (its parts may return into lapsed lots) has it released by this read,
-    /// which takes the full path once.
+    /// A user with an expired hold not yet released (its parts may return into lapsed lots) is answered by the full path,
+    /// read-only: operators' and services' reads write nothing (the user's own reads release such holds; see
+    /// ``render(_:now:withProfile:releasingExpiredHolds:logger:)``).
     public func rendered(subject: SnapshotSubject, logger: Logger) async throws -> (subject: SQLRow, snapshot: RenderedSnapshot)? {
         let now = clock.now()
         let (sql, binds) = statement(subject, now: now, engine: database.engine)
