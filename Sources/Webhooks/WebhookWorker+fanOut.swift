@@ -51,7 +51,7 @@ extension WebhookWorker {
         }
         guard !events.isEmpty else { return (0, nil) }
         let targets = try await database.withConnection(logger: logger) { db in
-            try await db.query("SELECT * FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL").map { row in
+            try await db.query(Self.liveEndpoints.replacingOccurrences(of: "SELECT id", with: "SELECT *")).map { row in
                 Target(
                     id: try row.string("id"), events: Set(try row.string("events").split(separator: ",").map(String.init)),
                     threshold: row.optionalInt("balance_low_threshold"), createdAt: try row.date("created_at_ms"))
@@ -95,6 +95,11 @@ extension WebhookWorker {
 
     static let fanOutPassesPerRestart = 50
 
+    /// The endpoints that take deliveries. Read again in the claiming write: an endpoint deleted or disabled since the
+    /// pass read the endpoints gets no delivery (a deleted one's would stay pending for good; its pending deliveries were
+    /// failed when it was deleted).
+    static let liveEndpoints = "SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL"
+
     /// The events of `claim` still in the outbox leave it, and their deliveries go in, in one write.
     func claim(_ claim: Claim, now: Date) async throws {
         let until = now.addingTimeInterval(settings.retryWindowSeconds)
@@ -103,7 +108,9 @@ extension WebhookWorker {
         guard database.engine == .postgres else {
             try await database.transaction(logger: logger) { tx in
                 let claimed = Set(try await tx.query("DELETE FROM outbox_events WHERE id IN (\(list)) RETURNING id", ids).map { try $0.string("id") })
-                try await Self.insertDeliveries(tx, claim.deliveries.filter { claimed.contains($0.outboxID) }, now: now, retryUntil: until)
+                let live = Set(try await tx.query(Self.liveEndpoints).map { try $0.string("id") })
+                let deliveries = claim.deliveries.filter { claimed.contains($0.outboxID) && live.contains($0.endpointID) }
+                try await Self.insertDeliveries(tx, deliveries, now: now, retryUntil: until)
             }
             return
         }
@@ -123,6 +130,7 @@ extension WebhookWorker {
             SELECT d.id, d.endpoint_id, d.event_id, d.event_type, d.body, 'pending', 0, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT)
             FROM (VALUES \(Array(repeating: row, count: claim.deliveries.count).joined(separator: ", "))) AS d(id, endpoint_id, event_id, outbox_id, event_type, body)
             JOIN claimed ON claimed.id = d.outbox_id
+            WHERE d.endpoint_id IN (\(Self.liveEndpoints))
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
             """
         let values = binds
