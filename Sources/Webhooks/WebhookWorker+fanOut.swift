@@ -116,7 +116,7 @@ extension WebhookWorker {
         }
         let claimed = "DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_events WHERE id IN (\(list)) FOR UPDATE SKIP LOCKED) RETURNING id"
         guard !claim.deliveries.isEmpty else {
-            try await database.withConnection(logger: logger) { try await $0.query(claimed, ids) }
+            _ = try await database.withConnection(logger: logger) { try await $0.query(claimed, ids) }
             return
         }
         var binds = ids + [now, until, now]
@@ -134,7 +134,7 @@ extension WebhookWorker {
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
             """
         let values = binds
-        try await database.withConnection(logger: logger) { try await $0.query(sql, values) }
+        _ = try await database.withConnection(logger: logger) { try await $0.query(sql, values) }
     }
 
     /// The deliveries one event makes: one per subscribed endpoint created before it, plus `balance.low` where the change
