@@ -51,7 +51,7 @@ extension WebhookWorker {
         }
         guard !events.isEmpty else { return (0, nil) }
         let targets = try await database.withConnection(logger: logger) { db in
-            try await db.query(Self.liveEndpoints.replacingOccurrences(of: "SELECT id", with: "SELECT *")).map { row in
+            try await db.query("SELECT * FROM webhook_endpoints WHERE \(Self.live)").map { row in
                 Target(
                     id: try row.string("id"), events: Set(try row.string("events").split(separator: ",").map(String.init)),
                     threshold: row.optionalInt("balance_low_threshold"), createdAt: try row.date("created_at_ms"))
@@ -98,7 +98,8 @@ extension WebhookWorker {
     /// The endpoints that take deliveries. Read again in the claiming write: an endpoint deleted or disabled since the
     /// pass read the endpoints gets no delivery (a deleted one's would stay pending for good; its pending deliveries were
     /// failed when it was deleted).
-    static let liveEndpoints = "SELECT id FROM webhook_endpoints WHERE deleted_at_ms IS NULL AND disabled_at_ms IS NULL"
+    static let liveEndpoints = "SELECT id FROM webhook_endpoints WHERE \(live)"
+    static let live = "deleted_at_ms IS NULL AND disabled_at_ms IS NULL"
 
     /// The events of `claim` still in the outbox leave it, and their deliveries go in, in one write.
     func claim(_ claim: Claim, now: Date) async throws {

@@ -101,13 +101,10 @@ public struct WebhookWorker: Sendable {
     /// `batch`, at most `batches` of them per call, each one statement on PostgreSQL (one short transaction on SQLite).
     /// Reads from `from` (a creation time in milliseconds, the `reached` of an earlier call) instead of from the oldest:
     /// each batch leaves its rows as dead index entries until vacuum, and reading from the oldest walked them all again
-    /// (a 30-day backlog of half a million deliveries held a purge's transaction for 244 ms). Returns how many
-    /// deliveries went and the creation time reached.
+    /// on every batch of a 30-day backlog. Returns how many deliveries went and the creation time reached.
     @discardableResult
     public func purge(batch: Int = 500, batches: Int = 20, from: Int64 = 0) async throws -> (purged: Int, reached: Int64) {
         let cutoff = clock.now().addingTimeInterval(-Double(Self.deliveryRetentionDays) * 86400)
-        let oldest =
-            "SELECT id FROM webhook_deliveries WHERE created_at_ms >= ? AND created_at_ms < ? AND status <> 'pending' ORDER BY created_at_ms LIMIT ?"
         var purged = 0
         var reached = from
         for _ in 0..<batches {
@@ -117,14 +114,14 @@ public struct WebhookWorker: Sendable {
                 gone = try await database.withConnection(logger: logger) {
                     try await $0.query(
                         """
-                        WITH gone AS (DELETE FROM webhook_deliveries WHERE id IN (\(oldest)) RETURNING id, created_at_ms),
+                        WITH gone AS (DELETE FROM webhook_deliveries WHERE id IN (\(Self.oldestFinished("id"))) RETURNING id, created_at_ms),
                           tries AS (DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM gone))
                         SELECT created_at_ms FROM gone
                         """, binds)
                 }
             } else {
                 gone = try await database.transaction(logger: logger) { tx in
-                    let rows = try await tx.query(oldest.replacingOccurrences(of: "SELECT id", with: "SELECT id, created_at_ms"), binds)
+                    let rows = try await tx.query(Self.oldestFinished("id, created_at_ms"), binds)
                     let ids = try rows.map { try $0.string("id") }
                     guard !ids.isEmpty else { return [] }
                     let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")
@@ -144,6 +141,11 @@ public struct WebhookWorker: Sendable {
     /// a purge went past it is forgotten on the next start).
     static let passesPerPurge = 60
     static let purgesPerRestart = 10
+
+    /// Binds: from, cutoff, limit.
+    static func oldestFinished(_ columns: String) -> String {
+        "SELECT \(columns) FROM webhook_deliveries WHERE created_at_ms >= ? AND created_at_ms < ? AND status <> 'pending' ORDER BY created_at_ms LIMIT ?"
+    }
 
     public static let deliveryRetentionDays = 30
 }
