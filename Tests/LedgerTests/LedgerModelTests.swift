@@ -249,9 +249,16 @@ struct LedgerModelTests {
             try await Self.migrated(db)
             let ledger = Ledger(clock: SystemTimeSource())
             _ = try await db.transaction(logger: TestDatabase.logger) { tx in
-                try await ledger.grant(tx, userID: "t", amountTokens: 10, bucket: .bonus, reason: "grant")
+                _ = try await ledger.grant(tx, userID: "t", amountTokens: 10, bucket: .bonus, reason: "grant")
+                _ = try await ledger.grant(tx, userID: "h", amountTokens: 9, bucket: .purchased, reason: "grant")
+                return try await ledger.hold(tx, userID: "h", amountTokens: 4, ttlSeconds: 600, reason: "job")
             }
             #expect(try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }.ok)
+            // A hold marked voided without its transfers: the holds account still holds it.
+            try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE ledger_holds SET status = 'voided'") }
+            let voided = try await db.withConnection(logger: TestDatabase.logger) { try await ledger.verify($0) }
+            #expect(voided.differences == ["holds account holds 4 but pending holds add up to 0"])
+            try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE ledger_holds SET status = 'pending'") }
             // Both engines refuse to change a transfer (a trigger each).
             await #expect(throws: (any Error).self) {
                 try await db.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE ledger_transfers SET amount = 1") }
