@@ -14,10 +14,14 @@ extension Ledger {
         var differences: [String] = []
         let limit = Self.verifyDifferencesMax + 1
         // One pass over the transfers sums every account. The user accounts that differ come back, and always, first, the
-        // holds account (its sum is what the pending holds must add up to; no index serves its transfers on their own).
+        // holds account (its sum is what the pending holds must add up to; no index serves its transfers on their own),
+        // with the pending holds read by the same statement: both sides of that check from one moment, even when the
+        // verify runs beside live traffic outside a transaction.
         let accounts = try await tx.query(
             """
-            SELECT a.id, a.balance, COALESCE(d.derived, 0) AS derived FROM ledger_accounts a LEFT JOIN (
+            SELECT a.id, a.balance, COALESCE(d.derived, 0) AS derived,
+                (SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger_holds WHERE status = 'pending') AS pending
+            FROM ledger_accounts a LEFT JOIN (
                 SELECT account_id, CAST(SUM(delta) AS BIGINT) AS derived FROM (
                     SELECT credit_account_id AS account_id, amount AS delta FROM ledger_transfers
                     UNION ALL SELECT debit_account_id AS account_id, -amount AS delta FROM ledger_transfers) movements
@@ -25,12 +29,12 @@ extension Ledger {
             WHERE a.id = ? OR (a.user_id IS NOT NULL AND (a.balance <> COALESCE(d.derived, 0) OR a.balance < 0))
             ORDER BY CASE WHEN a.id = ? THEN 0 ELSE 1 END, a.id LIMIT ?
             """, [Self.holds, Self.holds, limit + 1])
-        var held: Int64 = 0
+        var holds: (held: Int64, pending: Int64)?
         var differing = 0
         for account in accounts {
             let (id, stored, computed) = (try account.string("id"), try account.int("balance"), try account.int("derived"))
             guard id != Self.holds else {
-                held = computed
+                holds = (computed, try account.int("pending"))
                 continue
             }
             differing += 1
@@ -42,12 +46,12 @@ extension Ledger {
             differences.append("more user accounts differ (the first \(Self.verifyDifferencesMax) are listed)")
         }
         let totals = try await tx.first(
-            """
-            SELECT (SELECT COUNT(*) FROM ledger_accounts) AS accounts, (SELECT COUNT(*) FROM ledger_transfers) AS transfers,
-                (SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger_holds WHERE status = 'pending') AS pending
-            """, [])
-        let pending = totals?.optionalInt("pending") ?? 0
-        if held != pending { differences.append("holds account holds \(held) but pending holds add up to \(pending)") }
+            "SELECT (SELECT COUNT(*) FROM ledger_accounts) AS accounts, (SELECT COUNT(*) FROM ledger_transfers) AS transfers", [])
+        if let (held, pending) = holds {
+            if held != pending { differences.append("holds account holds \(held) but pending holds add up to \(pending)") }
+        } else {
+            differences.append("the holds account \(Self.holds) is missing")
+        }
         try await verifyLotsAndHolds(tx, into: &differences)
         try await verifyProfileUsage(tx, into: &differences)
         return VerifyReport(
