@@ -34,9 +34,11 @@ public struct WebhookService: Sendable {
         let secret = WebhookSigner.newSecret()
         let sealed = try box.seal(secret)
         let endpoint = try await database.transaction(logger: logger) { tx in
-            let now = clock.now()
-            // Parallel creates count one at a time (SQLite's writer lock does this already).
+            // Parallel creates count one at a time (SQLite's writer lock does this already). The creation time is read
+            // after the wait: the endpoint takes the events from then on, and a time from before a long wait would
+            // claim events that fan-out passes went through while it waited.
             if tx.engine == .postgres { try await tx.query("SELECT pg_advisory_xact_lock(hashtext('webhook_endpoints'))") }
+            let now = clock.now()
             let count = try await tx.first("SELECT COUNT(*) AS n FROM webhook_endpoints WHERE deleted_at_ms IS NULL")?.optionalInt("n") ?? 0
             guard count < settings.endpointsMax else { throw WebhookError.invalid("At most \(settings.endpointsMax) endpoints; delete one first.") }
             let id = "whe_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")

@@ -78,4 +78,38 @@ struct RetentionHTTPTests {
             #expect(try await app.rows("SELECT id FROM webhook_deliveries").map { try $0.string("id") } == ["d-new"])
         }
     }
+
+    /// An operator's retry that makes an old delivery pending while the purge is deleting it keeps the delivery and its
+    /// tries: the purge's read found it finished, and PostgreSQL re-reads only the row it deletes once the retry commits.
+    /// (SQLite has one writer at a time; the purge reads and deletes in one write transaction.)
+    @Test func aRetryCommittedDuringThePurgeKeepsItsDelivery() async throws {
+        try await TestApp.run(.postgres, configure: { $0.sweepIntervalSeconds = 0 }) { _, app in
+            let at = app.clock.now().addingTimeInterval(-31 * 86400)
+            try await app.write(
+                """
+                INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms,
+                    retry_until_ms, created_at_ms) VALUES ('d-race', 'e1', 'evt-race', 'tokens.spent', '{}', 'delivered', 1, ?, ?, ?)
+                """, [at, at, at])
+            try await app.write(
+                "INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES ('d-race', 1, ?, 200, NULL, 5)",
+                [at])
+            let worker = app.webhookWorker(sender: WebhookReceiver.sender)
+            // The retry's write holds the row while the purge's statement reaches it and waits; then the retry commits.
+            let purge = try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
+                try await tx.query("UPDATE webhook_deliveries SET status = 'pending' WHERE id = 'd-race'")
+                let purge = Task { try await worker.purge() }
+                var waiting = false
+                for _ in 0..<1000 where !waiting {
+                    waiting = try await !app.rows("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                        .isEmpty
+                    if !waiting { try await Task.sleep(for: .milliseconds(10)) }
+                }
+                #expect(waiting)
+                return purge
+            }
+            #expect(try await purge.value.purged == 0)
+            #expect(try await app.rows("SELECT status FROM webhook_deliveries WHERE id = 'd-race'").map { try $0.string("status") } == ["pending"])
+            #expect(try await app.rows("SELECT attempt FROM webhook_attempts WHERE delivery_id = 'd-race'").count == 1)
+        }
+    }
 }
