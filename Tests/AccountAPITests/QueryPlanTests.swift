@@ -1,3 +1,4 @@
+import Auth
 import Clock
 import Foundation
 import HTTPTypes
@@ -87,6 +88,35 @@ struct QueryPlanTests {
     }
 
     /// `scripts/seed-scale` into the test's database.
+    /// A session's minute-by-minute touch (its sliding idle expiry) stays on the row's own page, a HOT update that
+    /// touches none of the table's indexes, even where the sessions around it filled the page when they were written
+    /// (migration 0032). A row version moved to another page is what a full page makes.
+    @Test func aSessionsTouchStaysOnItsPage() async throws {
+        try await TestApp.run(.postgres, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "touch@example.com")
+            let user = try await app.userID(token: token)
+            let block = "SELECT CAST((ctid::text::point)[0] AS BIGINT) AS block FROM sessions WHERE token_hash = ?"
+            let hash = try AuthService.sessionTokenHash(token)
+            let first = try #require(try await app.rows(block, [hash]).first?.int("block"))
+            // Sessions written after it, more than fill its page.
+            try await app.write(
+                """
+                INSERT INTO sessions (id, user_id, token_hash, created_at_ms, last_used_at_ms, expires_at_ms, authenticated_at_ms, user_agent, ip)
+                SELECT 'filler-' || g, ?, md5('filler-' || g) || md5('more-' || g), 0, 0, 0, 0, repeat('agent ', 20), '192.0.2.1'
+                FROM generate_series(1, 200) g
+                """, [user])
+            #expect(try await app.rows("SELECT id FROM sessions WHERE CAST((ctid::text::point)[0] AS BIGINT) = ?", [first]).count > 10)
+            app.clock.advance(seconds: 120)
+            #expect(try await client.get("/api/user/token-balance", token: token).status == .ok)
+            let touched = try #require(
+                try await app.rows(
+                    "SELECT last_used_at_ms, CAST((ctid::text::point)[0] AS BIGINT) AS block FROM sessions WHERE token_hash = ?", [hash]
+                ).first)
+            #expect(try touched.int("last_used_at_ms") == app.clock.now().epochMilliseconds)
+            #expect(try touched.int("block") == first)
+        }
+    }
+
     static func seed(url: String) throws {
         let process = Process()
         process.executableURL = repositoryRoot.appendingPathComponent("scripts/seed-scale")
