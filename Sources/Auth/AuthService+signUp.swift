@@ -163,6 +163,7 @@ extension AuthService {
                 WHERE id = (SELECT r.id FROM sign_up_requests r JOIN users u ON u.email = r.email AND u.deleted_at_ms IS NULL AND u.email_verified = ?
                             WHERE r.email = ? AND r.consumed_at_ms IS NULL AND r.created_at_ms > ? ORDER BY r.created_at_ms DESC LIMIT 1)
                   AND (SELECT COUNT(*) FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL AND created_at_ms > ?) = 1
+                  AND consumed_at_ms IS NULL
                 RETURNING created_at_ms
                 """,
                 [

@@ -127,12 +127,13 @@ public struct WebhookWorker: Sendable {
                     let ids = try rows.map { try $0.string("id") }
                     guard !ids.isEmpty else { return [] }
                     let list = Array(repeating: "?", count: ids.count).joined(separator: ", ")
-                    let gone = try await tx.query("DELETE FROM webhook_deliveries WHERE id IN (\(list)) AND \(Self.finished) RETURNING id", ids)
-                    let goneIDs = try gone.map { try $0.string("id") }
-                    guard !goneIDs.isEmpty else { return rows }
-                    let goneList = Array(repeating: "?", count: goneIDs.count).joined(separator: ", ")
-                    try await tx.query("DELETE FROM webhook_attempts WHERE delivery_id IN (\(goneList))", goneIDs)
-                    return rows
+                    let deleted = try await tx.query(
+                        "DELETE FROM webhook_deliveries WHERE id IN (\(list)) AND \(Self.finished) RETURNING id, created_at_ms", ids)
+                    let deletedIDs = try deleted.map { try $0.string("id") }
+                    guard !deletedIDs.isEmpty else { return [] }
+                    let deletedList = Array(repeating: "?", count: deletedIDs.count).joined(separator: ", ")
+                    try await tx.query("DELETE FROM webhook_attempts WHERE delivery_id IN (\(deletedList))", deletedIDs)
+                    return deleted
                 }
             }
             purged += gone.count

@@ -87,12 +87,14 @@ struct QueryPlanTests {
         }
     }
 
-    /// `scripts/seed-scale` into the test's database.
     /// A session's minute-by-minute touch (its sliding idle expiry) stays on the row's own page, a HOT update that
     /// touches none of the table's indexes, even where the sessions around it filled the page when they were written
     /// (migration 0032). A row version moved to another page is what a full page makes.
     @Test func aSessionsTouchStaysOnItsPage() async throws {
         try await TestApp.run(.postgres, configure: { $0.sweepIntervalSeconds = 0 }) { client, app in
+            #expect(
+                try await app.rows("SELECT CAST(reloptions AS TEXT) AS options FROM pg_class WHERE oid = 'sessions'::regclass").first?.string(
+                    "options") == "{fillfactor=80}")
             let token = try await client.signUpAndVerify(app, email: "touch@example.com")
             let user = try await app.userID(token: token)
             let block = "SELECT CAST((ctid::text::point)[0] AS BIGINT) AS block FROM sessions WHERE token_hash = ?"
@@ -117,6 +119,7 @@ struct QueryPlanTests {
         }
     }
 
+    /// `scripts/seed-scale` into the test's database.
     static func seed(url: String) throws {
         let process = Process()
         process.executableURL = repositoryRoot.appendingPathComponent("scripts/seed-scale")

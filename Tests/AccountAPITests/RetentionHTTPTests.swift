@@ -94,22 +94,62 @@ struct RetentionHTTPTests {
                 "INSERT INTO webhook_attempts (delivery_id, attempt, at_ms, status_code, error, duration_ms) VALUES ('d-race', 1, ?, 200, NULL, 5)",
                 [at])
             let worker = app.webhookWorker(sender: WebhookReceiver.sender)
-            // The retry's write holds the row while the purge's statement reaches it and waits; then the retry commits.
-            let purge = try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
-                try await tx.query("UPDATE webhook_deliveries SET status = 'pending' WHERE id = 'd-race'")
-                let purge = Task { try await worker.purge() }
-                var waiting = false
-                for _ in 0..<1000 where !waiting {
-                    waiting = try await !app.rows("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
-                        .isEmpty
-                    if !waiting { try await Task.sleep(for: .milliseconds(10)) }
-                }
-                #expect(waiting)
-                return purge
+            let purged = try await Self.purge(app, whileWriting: "UPDATE webhook_deliveries SET status = 'pending' WHERE id = 'd-race'", []) {
+                try await worker.purge()
             }
-            #expect(try await purge.value.purged == 0)
+            #expect(purged.purged == 0)
             #expect(try await app.rows("SELECT status FROM webhook_deliveries WHERE id = 'd-race'").map { try $0.string("status") } == ["pending"])
             #expect(try await app.rows("SELECT attempt FROM webhook_attempts WHERE delivery_id = 'd-race'").count == 1)
         }
+    }
+
+    /// The same race in Auth's retention, where rows are rewritten in place: a code issued again for an address (and an
+    /// attempt budget used again) while the purge is deleting the old one stays, young again.
+    @Test func aRowRewrittenDuringAuthsPurgeStays() async throws {
+        try await TestApp.run(.postgres, configure: { $0.sweepIntervalSeconds = 0 }) { _, app in
+            let now = app.clock.now()
+            let old = now.addingTimeInterval(-3 * 86400)
+            try await app.write(
+                "INSERT INTO attempt_budgets (budget_key, attempts, window_started_at_ms, last_attempt_at_ms, locked_until_ms) VALUES ('race', 1, ?, ?, NULL)",
+                [old, old])
+            let auth = app.dependencies.auth
+            // Each purge waits on its own row: the budget's, then (the code written after) the code's.
+            let budgets = try await Self.purge(
+                app, whileWriting: "UPDATE attempt_budgets SET attempts = 2, last_attempt_at_ms = ? WHERE budget_key = 'race'", [now]
+            ) { try await auth.purgeExpired(limit: 100, logger: TestDatabase.logger) }
+            #expect(budgets.attemptBudgets == 0)
+            try await app.write("UPDATE attempt_budgets SET last_attempt_at_ms = ? WHERE budget_key = 'race'", [old])
+            try await app.write(
+                "INSERT INTO otp_codes (email, purpose, code_hmac, expires_at_ms) VALUES ('race@example.com', 'reset', 'x', ?)",
+                [old])
+            let codes = try await Self.purge(
+                app, whileWriting: "UPDATE otp_codes SET code_hmac = 'y', expires_at_ms = ? WHERE email = 'race@example.com'",
+                [now.addingTimeInterval(600)]
+            ) { try await auth.purgeExpired(limit: 100, logger: TestDatabase.logger) }
+            #expect(codes.codes == 0 && codes.attemptBudgets == 1)
+            #expect(
+                try await app.rows("SELECT code_hmac FROM otp_codes WHERE email = 'race@example.com'").map { try $0.string("code_hmac") } == ["y"])
+            #expect(try await app.rows("SELECT attempts FROM attempt_budgets WHERE budget_key = 'race'").isEmpty)
+        }
+    }
+
+    /// Runs `purge` while `write` is uncommitted, commits once the purge's statement waits on the rows it wrote, and
+    /// returns what the purge returned (PostgreSQL).
+    static func purge<T: Sendable>(
+        _ app: TestApp, whileWriting write: String, _ binds: [any SQLBindable], _ purge: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let task = try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
+            try await tx.query(write, binds)
+            let task = Task { try await purge() }
+            var waiting = false
+            for _ in 0..<1000 where !waiting {
+                waiting = try await !app.rows("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                    .isEmpty
+                if !waiting { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(waiting)
+            return task
+        }
+        return try await task.value
     }
 }

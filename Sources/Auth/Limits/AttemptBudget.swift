@@ -98,14 +98,15 @@ public enum AttemptBudget {
         try await tx.query("DELETE FROM attempt_budgets WHERE budget_key = ?", [key])
     }
 
-    /// Deletes budgets idle since before `cutoff` whose locks have ended (at most `limit` rows); returns how many.
+    /// Deletes budgets idle since before `cutoff` whose locks have ended (at most `limit` rows); returns how many. The
+    /// deleting statement checks both again on the row it deletes, so an attempt reserved meanwhile keeps its budget.
     public static func purge(_ tx: any SQLExecutor, idleBefore cutoff: Date, now: Date, limit: Int) async throws -> Int {
-        try await tx.query(
+        let idle = "last_attempt_at_ms < ? AND (locked_until_ms IS NULL OR locked_until_ms < ?)"
+        return try await tx.query(
             """
-            DELETE FROM attempt_budgets WHERE budget_key IN (
-                SELECT budget_key FROM attempt_budgets WHERE last_attempt_at_ms < ? AND (locked_until_ms IS NULL OR locked_until_ms < ?) LIMIT ?)
+            DELETE FROM attempt_budgets WHERE budget_key IN (SELECT budget_key FROM attempt_budgets WHERE \(idle) LIMIT ?) AND \(idle)
             RETURNING budget_key
-            """, [cutoff, now, max(1, limit)]
+            """, [cutoff, now, max(1, limit), cutoff, now]
         ).count
     }
 
