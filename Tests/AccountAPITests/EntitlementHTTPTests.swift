@@ -166,6 +166,39 @@ struct EntitlementHTTPTests {
         }
     }
 
+    @Test("a due session's parallel requests write its touch once (a trigger counts the row's writes)", arguments: TestDatabase.engines)
+    func parallelRequestsTouchTheirSessionOnce(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "busy@example.com")
+            try await app.write("CREATE TABLE session_writes (session_id TEXT NOT NULL)")
+            if engine == .postgres {
+                try await app.write(
+                    """
+                    CREATE FUNCTION count_session_write() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN INSERT INTO session_writes VALUES (NEW.id); RETURN NEW; END $$
+                    """)
+                try await app.write(
+                    "CREATE TRIGGER session_written AFTER UPDATE ON sessions FOR EACH ROW EXECUTE FUNCTION count_session_write()")
+            } else {
+                try await app.write(
+                    "CREATE TRIGGER session_written AFTER UPDATE ON sessions BEGIN INSERT INTO session_writes VALUES (NEW.id); END")
+            }
+            for round in 1...3 {
+                app.clock.advance(seconds: 61)
+                let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                    for index in 0..<24 {
+                        group.addTask {
+                            try await client.get(index.isMultiple(of: 2) ? "/api/entitlements" : "/api/auth/session", token: token).status
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                #expect(statuses.allSatisfy { $0 == .ok })
+                #expect(try await app.rows("SELECT session_id FROM session_writes").count == round, "round \(round)")
+            }
+        }
+    }
+
     @Test(
         "concurrent snapshot requests of many sessions (sharing statements on PostgreSQL) each get their own user's answer; a signed-out one gets 401",
         arguments: TestDatabase.engines)
