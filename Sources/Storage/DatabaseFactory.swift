@@ -30,11 +30,12 @@ public enum DatabaseLocation: Sendable, Equatable {
 
     /// Opens the engine. On PostgreSQL the hosts' pools come back too: the application runs them as a service.
     public func open(
-        leaseTimeoutSeconds: Double, pool: PostgresPoolSettings = PostgresPoolSettings(), logger: Logger
+        leaseTimeoutSeconds: Double, pool: PostgresPoolSettings = PostgresPoolSettings(), sqliteMapMiB: Int = SQLiteDatabase.defaultMapMiB,
+        logger: Logger
     ) async throws -> (any Database, PostgresHosts?) {
         switch self {
         case .sqlite(let path):
-            return (try await SQLiteDatabase.open(path: path, logger: logger), nil)
+            return (try await SQLiteDatabase.open(path: path, mapMiB: sqliteMapMiB, logger: logger), nil)
         case .postgres(let url):
             let hosts = PostgresHosts(
                 hosts: try PostgresDatabase.hostConfigurations(url: url).map {

@@ -10,6 +10,24 @@ struct SQLiteReadTests {
         FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-read-\(UUID().uuidString).sqlite").path
     }
 
+    @Test("the read connections map the file as configured (SQLITE_MMAP_MIB), and a mapped read sees what the writer commits")
+    func readConnectionsMapTheFile() async throws {
+        let logger = Logger(label: "test")
+        for mapMiB in [0, 16] {
+            let path = Self.temporaryPath()
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let database = try await SQLiteDatabase.open(path: path, mapMiB: mapMiB, logger: logger)
+            try await database.transaction(logger: logger) { tx in
+                _ = try await tx.query("CREATE TABLE t (a INTEGER)", [])
+                _ = try await tx.query("INSERT INTO t VALUES (1)", [])
+            }
+            #expect(try await database.quickQuery("PRAGMA mmap_size", [], logger: logger).first?.int("mmap_size") == Int64(mapMiB) << 20)
+            try await database.transaction(logger: logger) { _ = try await $0.query("UPDATE t SET a = 2", []) }
+            #expect(try await database.quickQuery("SELECT a FROM t", [], logger: logger).first?.int("a") == 2)
+            try await database.close()
+        }
+    }
+
     @Test("a cached statement is not re-prepared when the values bound to it change (query planner stability guarantee)")
     func boundValuesDoNotReprepare() throws {
         let connection = try SQLiteConnection(path: ":memory:")

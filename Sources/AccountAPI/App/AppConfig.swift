@@ -44,6 +44,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// PostgreSQL's connection pool (`DATABASE_POOL_MIN_CONNECTIONS`, default 0; 20 is a fixed pool; `DATABASE_KEEPALIVE_SECONDS`,
     /// default 0: none).
     public var databasePool = PostgresPoolSettings.server
+    /// SQLite: how much of the file its read connections map into memory (`SQLITE_MMAP_MIB`; 0: none, every page read).
+    var sqliteMapMiB = SQLiteDatabase.defaultMapMiB
     /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
     var oneStatementSpends = true
 
@@ -164,6 +166,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
         if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.maximumConnections) { databasePool.minimumConnections = n }
         if let n = reader.number("DATABASE_KEEPALIVE_SECONDS", 0...3600) { databasePool.keepAliveSeconds = Int64(n) }
+        if let n = reader.number("SQLITE_MMAP_MIB", 0...65536) { sqliteMapMiB = n }
         if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
         if let n = reader.number("MAIL_COOLDOWN_SECONDS", 0...3600) { authPolicy.mailCooldownSeconds = Double(n) }
         if let n = reader.number("MAIL_SENDS_PER_HOUR", 1...1000) { authPolicy.mailSendsPerHourMax = n }

@@ -183,7 +183,8 @@ public struct Dependencies: Sendable {
 
     /// The configured engine (the PostgreSQL pool runs as a service of the application).
     static func open(_ config: AppConfig, logger: Logger) async throws -> (any Database, PostgresHosts?) {
-        try await config.database.open(leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds, pool: config.databasePool, logger: logger)
+        try await config.database.open(
+            leaseTimeoutSeconds: config.databaseLeaseTimeoutSeconds, pool: config.databasePool, sqliteMapMiB: config.sqliteMapMiB, logger: logger)
     }
 
     /// `SERVER_SECRET`, else `DATA_DIR/server-secret`, created once (32 random bytes, hex, mode 0600).
