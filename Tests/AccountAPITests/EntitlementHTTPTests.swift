@@ -166,35 +166,32 @@ struct EntitlementHTTPTests {
         }
     }
 
-    @Test("a due session's parallel requests write its touch once (a trigger counts the row's writes)", arguments: TestDatabase.engines)
-    func parallelRequestsTouchTheirSessionOnce(engine: Engine) async throws {
+    @Test(
+        "a due session's parallel requests write its touch once, and so do a due API key's (a trigger counts the rows' writes)",
+        arguments: TestDatabase.engines)
+    func parallelRequestsTouchOnce(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
             let token = try await client.signUpAndVerify(app, email: "busy@example.com")
-            try await app.write("CREATE TABLE session_writes (session_id TEXT NOT NULL)")
-            if engine == .postgres {
-                try await app.write(
-                    """
-                    CREATE FUNCTION count_session_write() RETURNS trigger LANGUAGE plpgsql AS $$
-                    BEGIN INSERT INTO session_writes VALUES (NEW.id); RETURN NEW; END $$
-                    """)
-                try await app.write(
-                    "CREATE TRIGGER session_written AFTER UPDATE ON sessions FOR EACH ROW EXECUTE FUNCTION count_session_write()")
-            } else {
-                try await app.write(
-                    "CREATE TRIGGER session_written AFTER UPDATE ON sessions BEGIN INSERT INTO session_writes VALUES (NEW.id); END")
-            }
+            let admin = try await app.apiKey(["admin"])
+            try await app.countWrites(to: "sessions")
+            try await app.countWrites(to: "api_keys")
             for round in 1...3 {
                 app.clock.advance(seconds: 61)
                 let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
-                    for index in 0..<24 {
+                    for index in 0..<36 {
                         group.addTask {
-                            try await client.get(index.isMultiple(of: 2) ? "/api/entitlements" : "/api/auth/session", token: token).status
+                            switch index % 3 {
+                            case 0: try await client.get("/api/entitlements", token: token).status
+                            case 1: try await client.get("/api/auth/session", token: token).status
+                            default: try await client.get("/api/admin/audit?limit=1", token: admin).status
+                            }
                         }
                     }
                     return try await group.reduce(into: []) { $0.append($1) }
                 }
                 #expect(statuses.allSatisfy { $0 == .ok })
-                #expect(try await app.rows("SELECT session_id FROM session_writes").count == round, "round \(round)")
+                #expect(try await app.writes(to: "sessions") == round, "round \(round)")
+                #expect(try await app.writes(to: "api_keys") == round, "round \(round)")
             }
         }
     }

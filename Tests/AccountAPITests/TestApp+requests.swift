@@ -38,6 +38,25 @@ extension TestApp {
     func write(_ sql: String, _ binds: [any SQLBindable] = []) async throws {
         try await dependencies.database.transaction(logger: TestDatabase.logger) { try await $0.query(sql, binds) }
     }
+
+    /// From now on, a trigger counts the row versions `table`'s UPDATEs write (read with ``writes(to:)``).
+    func countWrites(to table: String) async throws {
+        try await write("CREATE TABLE \(table)_writes (id TEXT NOT NULL)")
+        guard dependencies.database.engine == .postgres else {
+            return try await write("CREATE TRIGGER \(table)_written AFTER UPDATE ON \(table) BEGIN INSERT INTO \(table)_writes VALUES (NEW.id); END")
+        }
+        try await write(
+            """
+            CREATE FUNCTION count_\(table)_write() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN INSERT INTO \(table)_writes VALUES (NEW.id); RETURN NEW; END $$
+            """)
+        try await write("CREATE TRIGGER \(table)_written AFTER UPDATE ON \(table) FOR EACH ROW EXECUTE FUNCTION count_\(table)_write()")
+    }
+
+    /// The row versions counted since ``countWrites(to:)``.
+    func writes(to table: String) async throws -> Int {
+        try await rows("SELECT id FROM \(table)_writes").count
+    }
 }
 
 /// A decoded problem body.

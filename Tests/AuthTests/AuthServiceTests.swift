@@ -1,4 +1,3 @@
-import Auth
 import Clock
 import Foundation
 import Logging
@@ -6,6 +5,8 @@ import Mail
 import Storage
 import TestSupport
 import Testing
+
+@testable import Auth
 
 @Suite("Argon2id and the hashing pool")
 struct PasswordHashingTests {
@@ -151,5 +152,21 @@ struct AuthServiceTests {
             #expect(Argon2.parameters(of: hash) == newer)
             #expect(Argon2.verify("long enough password", encoded: hash))
         }
+    }
+}
+
+@Suite("Touches under way")
+struct TouchesUnderWayTests {
+    @Test("a row's touch is written by one caller at a time; another row's is not held up; the row is free again after")
+    func oneWriterPerRow() {
+        let touches = TouchesUnderWay()
+        #expect(touches.begin("session-a"))
+        #expect(!touches.begin("session-a"))
+        #expect(touches.begin("session-b"))
+        touches.end("session-a")
+        #expect(touches.begin("session-a"))
+        touches.end("session-a")
+        touches.end("session-b")
+        #expect(touches.begin("session-b"))
     }
 }

@@ -35,8 +35,12 @@ public struct APIKeyService: Sendable {
     /// Every scope a key may carry.
     public static let knownScopes: Set<String> = ["admin", "ledger:write", "ledger:read", "entitlements:read"]
     public static let prefix = "ask_"
+    /// How often a key's `last_used_at_ms` is written at most.
+    static let touchIntervalSeconds: Double = 60
     let database: any Database
     let clock: any TimeSource
+    /// The keys this process is touching now.
+    static let touching = TouchesUnderWay()
 
     public init(database: any Database, clock: any TimeSource) {
         self.database = database
@@ -137,9 +141,12 @@ public struct APIKeyService: Sendable {
     /// Records a use of the key, at most once a minute.
     public func touch(id: String, lastUsedAt: Date?, logger: Logger) async throws {
         let now = clock.now()
-        guard lastUsedAt.map({ now.timeIntervalSince($0) >= 60 }) ?? true else { return }
+        guard lastUsedAt.map({ now.timeIntervalSince($0) >= Self.touchIntervalSeconds }) ?? true, Self.touching.begin(id) else { return }
+        defer { Self.touching.end(id) }
+        let due = now.addingTimeInterval(-Self.touchIntervalSeconds)
         try await database.transaction(logger: logger) { tx in
-            try await tx.query("UPDATE api_keys SET last_used_at_ms = ? WHERE id = ?", [now, id])
+            try await tx.query(
+                "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ? AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?)", [now, id, due])
         }
     }
 

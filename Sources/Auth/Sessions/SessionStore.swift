@@ -2,13 +2,12 @@ import Clock
 import Foundation
 import Logging
 import Storage
-import Synchronization
 
 /// The `sessions` table: every statement that reads or writes it, in one place (Auth's services call these; other
 /// modules use the exported lookup statements through Auth's functions). Rows come back typed.
 struct SessionStore: Sendable {
-    /// The sessions this process is touching now (see ``SessionTouches``).
-    let touching = SessionTouches()
+    /// The sessions this process is touching now.
+    static let touching = TouchesUnderWay()
 
     /// The session columns a liveness check reads (and the selected profile), for statements that check the session but
     /// do not need its user (the entitlement snapshot, the catalog version).
@@ -57,7 +56,7 @@ struct SessionStore: Sendable {
     }
 
     /// Slides the idle expiry of a live session last written at or before `due` (one written since, by a concurrent
-    /// request on another node, is left as it is: no second row version, no wait behind its lock for nothing).
+    /// request on another node, is left as it is: no second row version).
     func touch(_ tx: any SQLExecutor, sessionID: String, now: Date, due: Date) async throws {
         try await tx.query(
             "UPDATE sessions SET last_used_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL AND last_used_at_ms <= ?", [now, sessionID, due])
@@ -113,21 +112,5 @@ struct SessionStore: Sendable {
     /// The family profile the session acts as.
     func select(_ tx: any SQLExecutor, profileID: String, sessionID: String) async throws {
         try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, sessionID])
-    }
-}
-
-/// The session touches under way in this process: a session's parallel requests, all seeing it due, write it once.
-/// Before, each wrote its own: about 1.8 touches per session in a first round of reads over a million seeded sessions
-/// (docs/performance.md), the repeats queueing on the first one's row lock.
-final class SessionTouches: Sendable {
-    private let running = Mutex(Set<String>())
-
-    /// True when the caller should write the touch now (then it calls ``end(_:)``); false while another request does.
-    func begin(_ sessionID: String) -> Bool {
-        running.withLock { $0.insert(sessionID).inserted }
-    }
-
-    func end(_ sessionID: String) {
-        _ = running.withLock { $0.remove(sessionID) }
     }
 }
