@@ -47,8 +47,11 @@ public final class SQLiteDatabase: Database {
     /// from the kernel's cache. Mapped, a page is read in place. On a 378 MiB file (`scripts/bench-scale` at a tenth),
     /// entitlements went from 0.70 to 0.79 of the same requests on a small file (six alternating rounds, docs/performance.md).
     /// The mapped pages count in the process's RSS as file pages the kernel may drop, not as the process's own memory.
-    /// A file on a network filesystem should not be mapped (`SQLITE_MMAP_MIB=0`).
+    /// A file on a network filesystem should not be mapped (`SQLITE_MMAP_MIB=0`), and on a mapped file a disk's read
+    /// error stops the process (SIGBUS) instead of failing the statement.
     public static let defaultMapMiB = 1024
+    /// SQLite's own ceiling on Linux (`SQLITE_MAX_MMAP_SIZE`, 0x7fff0000 bytes): a larger setting is cut to it.
+    public static let maximumMapMiB = 2047
 
     /// Opens (creating the file and its directory) `path`, or an in-memory database for ":memory:"; the read connections
     /// map the first `mapMiB` MiB of the file (see ``defaultMapMiB``).
@@ -72,7 +75,7 @@ public final class SQLiteDatabase: Database {
             let readOnly = try SQLiteConnection(path: path)
             _ = try readOnly.query("PRAGMA busy_timeout = 5000", [])
             _ = try readOnly.query("PRAGMA query_only = ON", [])
-            _ = try readOnly.query("PRAGMA mmap_size = \(Int64(max(0, min(mapMiB, 65536))) << 20)", [])
+            _ = try readOnly.query("PRAGMA mmap_size = \(Int64(max(0, min(mapMiB, maximumMapMiB))) << 20)", [])
             return readOnly
         }
         return SQLiteDatabase(

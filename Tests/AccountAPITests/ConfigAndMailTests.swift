@@ -21,6 +21,10 @@ struct ConfigTests {
         let pool = try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "20", "DATABASE_KEEPALIVE_SECONDS": "30"]).databasePool
         #expect(pool == PostgresPoolSettings(minimumConnections: 20, keepAliveSeconds: 30))
         #expect(throws: ConfigError.self) { try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "21"]) }
+        // SQLite maps 1 GiB of its file for reads by default; 0 turns it off; past SQLite's own ceiling is refused.
+        #expect(config.sqliteMapMiB == 1024)
+        #expect(try AppConfig.from(environment: ["SQLITE_MMAP_MIB": "0"]).sqliteMapMiB == 0)
+        #expect(throws: ConfigError.self) { try AppConfig.from(environment: ["SQLITE_MMAP_MIB": "2048"]) }
     }
 
     @Test func everyProblemIsListedAtOnceAndSecretsAreNotPrinted() throws {

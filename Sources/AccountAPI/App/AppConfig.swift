@@ -166,7 +166,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
         if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.maximumConnections) { databasePool.minimumConnections = n }
         if let n = reader.number("DATABASE_KEEPALIVE_SECONDS", 0...3600) { databasePool.keepAliveSeconds = Int64(n) }
-        if let n = reader.number("SQLITE_MMAP_MIB", 0...65536) { sqliteMapMiB = n }
+        if let n = reader.number("SQLITE_MMAP_MIB", 0...SQLiteDatabase.maximumMapMiB) { sqliteMapMiB = n }
         if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
         if let n = reader.number("MAIL_COOLDOWN_SECONDS", 0...3600) { authPolicy.mailCooldownSeconds = Double(n) }
         if let n = reader.number("MAIL_SENDS_PER_HOUR", 1...1000) { authPolicy.mailSendsPerHourMax = n }
