@@ -109,6 +109,10 @@ row("service RSS after the last round, MiB", "rss_after_requests_mib", fmt="{:.1
 divided("rss_after_requests_mib", "rss_after_first_round_mib", "rss_ratio")
 row("RSS after the last round ÷ after the first", "rss_ratio",
     lambda s, b: (f"{max(s, b):.2f}", "met" if 0.9 <= min(s, b) and max(s, b) <= 1.1 else "not met (±10 %)"), "{:.2f}")
+row("service's own memory (RssAnon) after the first round, MiB", "own_after_first_round_mib", fmt="{:.1f}")
+row("service's own memory (RssAnon) after the last round, MiB", "own_after_requests_mib", fmt="{:.1f}")
+divided("own_after_requests_mib", "own_after_first_round_mib", "own_ratio")
+row("own memory after the last round ÷ after the first", "own_ratio", lambda s, b: (f"{max(s, b):.2f}", ""), "{:.2f}")
 row("service RSS after the jobs, MiB", "rss_after_jobs_mib", fmt="{:.1f}")
 hangs = results.get("shutdown_hangs", "0")
 print(f"| nodes that did not exit within 20 s of SIGTERM (whole run) | | {hangs} | | {'met' if hangs == '0' else 'not met (0)'} |")

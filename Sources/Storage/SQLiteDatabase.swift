@@ -40,20 +40,21 @@ public final class SQLiteDatabase: Database {
         readerThread?.stop()
     }
 
-    /// How much of the file the read connections map into memory by default (`mmap_size`), in MiB.
+    /// How much of the file the quick readers (``quickQuery(_:_:logger:)``) map into memory by default (`mmap_size`), in MiB.
     ///
     /// Each read connection keeps SQLite's default page cache (2 MiB), which at a hundred thousand users holds a small
     /// part of the pages the entitlement snapshot's dozen index lookups visit; every other page was a `read()` of 4 KiB
     /// from the kernel's cache. Mapped, a page is read in place. On a 378 MiB file (`scripts/bench-scale` at a tenth),
     /// entitlements went from 0.70 to 0.79 of the same requests on a small file (six alternating rounds, docs/performance.md).
-    /// The mapped pages count in the process's RSS as file pages the kernel may drop, not as the process's own memory.
-    /// A file on a network filesystem should not be mapped (`SQLITE_MMAP_MIB=0`), and on a mapped file a disk's read
-    /// error stops the process (SIGBUS) instead of failing the statement.
+    /// The mapped pages a connection has read count in the process's RSS (as file pages the kernel may drop, which it
+    /// caches for `read()` as well), once per connection; so the longer reads on the other reader (history, exports,
+    /// `ledger verify`) are not mapped. A file on a network filesystem should not be mapped (`SQLITE_MMAP_MIB=0`), and on
+    /// a mapped file a disk's read error stops the process (SIGBUS) instead of failing the statement.
     public static let defaultMapMiB = 1024
     /// SQLite's own ceiling on Linux (`SQLITE_MAX_MMAP_SIZE`, 0x7fff0000 bytes): a larger setting is cut to it.
     public static let maximumMapMiB = 2047
 
-    /// Opens (creating the file and its directory) `path`, or an in-memory database for ":memory:"; the read connections
+    /// Opens (creating the file and its directory) `path`, or an in-memory database for ":memory:"; the quick readers
     /// map the first `mapMiB` MiB of the file (see ``defaultMapMiB``).
     public static func open(path: String, mapMiB: Int = defaultMapMiB, logger: Logger) async throws -> SQLiteDatabase {
         if path != ":memory:" {
@@ -71,7 +72,7 @@ public final class SQLiteDatabase: Database {
         _ = try connection.query("PRAGMA synchronous = NORMAL", [])
         _ = try connection.query("PRAGMA foreign_keys = ON", [])
         guard path != ":memory:" else { return SQLiteDatabase(connection: connection, reader: nil) }
-        func readOnly() throws -> SQLiteConnection {
+        func readOnly(mapMiB: Int) throws -> SQLiteConnection {
             let readOnly = try SQLiteConnection(path: path)
             _ = try readOnly.query("PRAGMA busy_timeout = 5000", [])
             _ = try readOnly.query("PRAGMA query_only = ON", [])
@@ -79,7 +80,8 @@ public final class SQLiteDatabase: Database {
             return readOnly
         }
         return SQLiteDatabase(
-            connection: connection, reader: try readOnly(), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly() }, fileLock: fileLock)
+            connection: connection, reader: try readOnly(mapMiB: 0), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly(mapMiB: mapMiB) },
+            fileLock: fileLock)
     }
 
     /// WAL mode is stored in the file, and switching to it needs the file to itself: a second process opening a new
