@@ -16,7 +16,7 @@ public final class SQLiteDatabase: Database {
     let reader: SQLiteConnection?
     let readerThread: SQLiteThread?
     let readerGate = AsyncMutex()
-    /// Read-only connections for ``quickRead(logger:_:)``, used on the caller's thread, one caller at a time each.
+    /// Read-only connections for ``quickQuery(_:_:logger:)``, used on the caller's thread, one caller at a time each.
     private let quickReaders: Mutex<QuickReaders>
     static let quickReaderCount = 2
     /// Held shared while the file is open, so `restore` never swaps it from under this process.
@@ -47,7 +47,7 @@ public final class SQLiteDatabase: Database {
     /// from the kernel's cache. Mapped, a page is read in place. On a 378 MiB file (`scripts/bench-scale` at a tenth),
     /// entitlements went from 0.70 to 0.79 of the same requests on a small file (six alternating rounds, docs/performance.md).
     /// The mapped pages a connection has read count in the process's RSS (as file pages the kernel may drop, which it
-    /// caches for `read()` as well), once per connection; so the longer reads on the other reader (history, exports,
+    /// caches for `read()` as well), once per connection; so the longer reads on the other reader (history, audit pages,
     /// `ledger verify`) are not mapped. A file on a network filesystem should not be mapped (`SQLITE_MMAP_MIB=0`), and on
     /// a mapped file a disk's read error stops the process (SIGBUS) instead of failing the statement.
     public static let defaultMapMiB = 1024
@@ -80,7 +80,8 @@ public final class SQLiteDatabase: Database {
             return readOnly
         }
         return SQLiteDatabase(
-            connection: connection, reader: try readOnly(mapMiB: 0), quickReaders: try (0..<quickReaderCount).map { _ in try readOnly(mapMiB: mapMiB) },
+            connection: connection, reader: try readOnly(mapMiB: 0),
+            quickReaders: try (0..<quickReaderCount).map { _ in try readOnly(mapMiB: mapMiB) },
             fileLock: fileLock)
     }
 

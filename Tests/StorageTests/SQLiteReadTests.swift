@@ -22,7 +22,7 @@ struct SQLiteReadTests {
                 _ = try await tx.query("INSERT INTO t VALUES (1)", [])
             }
             #expect(try await database.quickQuery("PRAGMA mmap_size", [], logger: logger).first?.int("mmap_size") == Int64(mapMiB) << 20)
-            // The reader for longer reads (history, verify) reads page by page: its pages would count in the RSS again.
+            // The reader for longer reads (history, audit pages, verify) reads page by page: its pages would count in the RSS again.
             #expect(try await database.withConnection(logger: logger) { try await $0.query("PRAGMA mmap_size") }.first?.int("mmap_size") == 0)
             try await database.transaction(logger: logger) { _ = try await $0.query("UPDATE t SET a = 2", []) }
             #expect(try await database.quickQuery("SELECT a FROM t", [], logger: logger).first?.int("a") == 2)

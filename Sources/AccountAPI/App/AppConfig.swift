@@ -44,7 +44,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// PostgreSQL's connection pool (`DATABASE_POOL_MIN_CONNECTIONS`, default 0; 20 is a fixed pool; `DATABASE_KEEPALIVE_SECONDS`,
     /// default 0: none).
     public var databasePool = PostgresPoolSettings.server
-    /// SQLite: how much of the file its read connections map into memory (`SQLITE_MMAP_MIB`; 0: none, every page read).
+    /// SQLite: how much of the file its two quick readers map into memory (`SQLITE_MMAP_MIB`; 0: none, every page read).
     var sqliteMapMiB = SQLiteDatabase.defaultMapMiB
     /// PostgreSQL: one-shot spends as one statement (`LEDGER_ONE_STATEMENT_SPEND=false` → the transactional path only).
     var oneStatementSpends = true
