@@ -54,11 +54,11 @@ extension AuthService {
         }
         guard now.timeIntervalSince(lastUsed) >= policy.sessionTouchIntervalSeconds else { return (row, lastUsed) }
         let sessionID = try row.string("session_id")
-        guard SessionStore.touching.begin(sessionID) else { return (row, now) }
-        defer { SessionStore.touching.end(sessionID) }
         let due = now.addingTimeInterval(-policy.sessionTouchIntervalSeconds)
-        try await database.transaction(logger: logger) { tx in
-            try await sessions.touch(tx, sessionID: sessionID, now: now, due: due)
+        try await SessionStore.touching.once(sessionID) {
+            try await database.transaction(logger: logger) { tx in
+                try await sessions.touch(tx, sessionID: sessionID, now: now, due: due)
+            }
         }
         return (row, now)
     }

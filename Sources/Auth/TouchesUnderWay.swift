@@ -8,12 +8,10 @@ import Synchronization
 final class TouchesUnderWay: Sendable {
     private let running = Mutex(Set<String>())
 
-    /// True when the caller should write the touch now (then it calls ``end(_:)``); false while another request does.
-    func begin(_ id: String) -> Bool {
-        running.withLock { $0.insert(id).inserted }
-    }
-
-    func end(_ id: String) {
-        _ = running.withLock { $0.remove(id) }
+    /// Runs `write` unless another request of this process is writing the same row's touch now (then returns at once).
+    func once(_ id: String, _ write: () async throws -> Void) async rethrows {
+        guard running.withLock({ $0.insert(id).inserted }) else { return }
+        defer { _ = running.withLock { $0.remove(id) } }
+        try await write()
     }
 }

@@ -157,16 +157,23 @@ struct AuthServiceTests {
 
 @Suite("Touches under way")
 struct TouchesUnderWayTests {
-    @Test("a row's touch is written by one caller at a time; another row's is not held up; the row is free again after")
-    func oneWriterPerRow() {
+    @Test("a row's touch is written by one caller at a time; another row's is not held up; the row is free again after, even after a failed write")
+    func oneWriterPerRow() async {
+        struct Failed: Error {}
         let touches = TouchesUnderWay()
-        #expect(touches.begin("session-a"))
-        #expect(!touches.begin("session-a"))
-        #expect(touches.begin("session-b"))
-        touches.end("session-a")
-        #expect(touches.begin("session-a"))
-        touches.end("session-a")
-        touches.end("session-b")
-        #expect(touches.begin("session-b"))
+        var ran: [String] = []
+        await touches.once("session-a") {
+            ran.append("a")
+            await touches.once("session-a") { ran.append("a again, while a is written") }
+            await touches.once("session-b") { ran.append("b") }
+        }
+        do {
+            try await touches.once("session-a") {
+                ran.append("a, failing"); throw Failed()
+            }
+            Issue.record("the failing write did not throw")
+        } catch is Failed {} catch { Issue.record("unexpected error \(error)") }
+        await touches.once("session-a") { ran.append("a after") }
+        #expect(ran == ["a", "b", "a, failing", "a after"])
     }
 }

@@ -141,12 +141,13 @@ public struct APIKeyService: Sendable {
     /// Records a use of the key, at most once a minute.
     public func touch(id: String, lastUsedAt: Date?, logger: Logger) async throws {
         let now = clock.now()
-        guard lastUsedAt.map({ now.timeIntervalSince($0) >= Self.touchIntervalSeconds }) ?? true, Self.touching.begin(id) else { return }
-        defer { Self.touching.end(id) }
+        guard lastUsedAt.map({ now.timeIntervalSince($0) >= Self.touchIntervalSeconds }) ?? true else { return }
         let due = now.addingTimeInterval(-Self.touchIntervalSeconds)
-        try await database.transaction(logger: logger) { tx in
-            try await tx.query(
-                "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ? AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?)", [now, id, due])
+        try await Self.touching.once(id) {
+            try await database.transaction(logger: logger) { tx in
+                _ = try await tx.query(
+                    "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ? AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?)", [now, id, due])
+            }
         }
     }
 
