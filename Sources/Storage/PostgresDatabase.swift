@@ -484,33 +484,79 @@ struct PostgresExecutor: SQLExecutor {
 /// postgres-nio names a prepared statement by a Swift type, so a SQL text that has run `threshold` times is given
 /// one of a fixed set of slot types (``PreparedSlots``) for the life of the process; rarely run SQL (migrations,
 /// admin searches) never takes a slot. Only SELECT / INSERT / UPDATE / DELETE / WITH statements are prepared.
+/// A statement whose text varies with its input (`IN (?, ?, …)`, `VALUES (…), (…)` over a batch: the webhook fan-out,
+/// a pack list, the webhook record's `UNION ALL` rows) is one family: its first `familySlots` texts to reach the
+/// threshold take slots for good, and the family's other lengths run unprepared, so a long-running process never spends
+/// its slots on one-off list lengths (``shape(of:)``).
 final class PreparedStatements: Sendable {
     static let shared = PreparedStatements()
     static let threshold = 3
     static let countedMax = 20_000
+    /// The slots one family of texts (``shape(of:)``) may hold.
+    static let familySlots = 4
 
     private struct State {
-        var counts: [String: Int] = [:]
+        /// Runs so far of the texts without a slot, by the text's hash (a fan-out text can be a megabyte; a collision
+        /// only changes when a text is prepared).
+        var counts: [Int: Int] = [:]
         var slots: [String: Int] = [:]
         var sql: [String] = []
+        /// The slots each family (shape) holds.
+        var shapes: [String: Int] = [:]
+        /// Texts (by hash) of a family that holds all its slots: never counted again.
+        var unprepared: Set<Int> = []
     }
     private let state = Mutex(State())
 
+    private enum Step {
+        case answer(Int?)
+        /// The text ran `threshold` times: its family decides (looked up outside the lock, a scan of the text).
+        case due
+    }
+
     func slot(for sql: String) -> Int? {
-        state.withLock { state -> Int? in
-            if let slot = state.slots[sql] { return slot }
-            guard state.sql.count < PreparedSlots.all.count, Self.preparable(sql) else { return nil }
-            let count = (state.counts[sql] ?? 0) + 1
+        let hash = sql.hashValue
+        let step = state.withLock { state -> Step in
+            if let slot = state.slots[sql] { return .answer(slot) }
+            guard state.sql.count < PreparedSlots.all.count, Self.preparable(sql), !state.unprepared.contains(hash) else { return .answer(nil) }
+            let count = (state.counts[hash] ?? 0) + 1
             guard count >= Self.threshold else {
-                if state.counts.count < Self.countedMax || state.counts[sql] != nil { state.counts[sql] = count }
+                if state.counts.count < Self.countedMax || state.counts[hash] != nil { state.counts[hash] = count }
+                return .answer(nil)
+            }
+            return .due
+        }
+        if case .answer(let slot) = step { return slot }
+        let shape = Self.shape(of: sql)
+        return state.withLock { state -> Int? in
+            if let slot = state.slots[sql] { return slot }  // given meanwhile by another caller
+            guard state.sql.count < PreparedSlots.all.count, !state.unprepared.contains(hash) else { return nil }
+            state.counts[hash] = nil
+            guard state.shapes[shape, default: 0] < Self.familySlots else {
+                if state.unprepared.count < Self.countedMax { state.unprepared.insert(hash) }
                 return nil
             }
-            state.counts[sql] = nil
+            state.shapes[shape, default: 0] += 1
             state.slots[sql] = state.sql.count
             state.sql.append(SQLDialect.numberedPlaceholders(sql))
             return state.sql.count - 1
         }
     }
+
+    /// `sql` with every run of the same list item collapsed to one, until none is left: `?, ?, ?`, `(?, 'x'), (?, 'x')`
+    /// (an item may hold one level of parentheses, as `CAST(? AS TEXT)`) and `SELECT … UNION ALL SELECT …` (the
+    /// webhook record's rows). Two texts of one shape differ only in how long their lists are.
+    static func shape(of sql: String) -> String {
+        var shape = sql
+        while true {
+            let collapsed = shape.replacing(listItems) { $0.output.1 }.replacing(unionItems) { $0.output.1 }
+            if collapsed == shape { return shape }
+            shape = collapsed
+        }
+    }
+
+    nonisolated(unsafe) private static let listItems = #/(\?|\((?:[^()]|\([^()]*\))*\))(?:\s*,\s*\1)+/#
+    nonisolated(unsafe) private static let unionItems = #/(SELECT\b(?:[^()]|\([^()]*\))*?)(?:\s+UNION ALL\s+\1)+/#
 
     func sql(slot: Int) -> String { state.withLock { $0.sql[slot] } }
 

@@ -25,6 +25,46 @@ struct PreparedStatementTests {
         }
     }
 
+    @Test("the texts of one statement whose lists vary in length (a family) take at most familySlots slots")
+    func listLengthsShareOneSlot() {
+        let registry = PreparedStatements()
+        func run(_ sql: String) -> Int? {
+            for _ in 1..<PreparedStatements.threshold { _ = registry.slot(for: sql) }
+            return registry.slot(for: sql)
+        }
+        func list(_ item: String, _ count: Int) -> String { Array(repeating: item, count: count).joined(separator: ", ") }
+        let family = PreparedStatements.familySlots
+        for count in 1...10 {
+            let slot = run("DELETE FROM outbox_events WHERE id IN (\(list("?", count))) RETURNING id")
+            #expect(slot == (count <= family ? count - 1 : nil), "\(count) ids")
+        }
+        // Rows of binds with parentheses inside, and a constant in them (as SQLite's delivery inserts).
+        let row = "(CAST(? AS TEXT), ?, 'pending', 0)"
+        for count in [500, 3, 1, 2, 64, 7] {
+            let slot = run("INSERT INTO deliveries VALUES \(list(row, count)) ON CONFLICT DO NOTHING")
+            #expect((slot != nil) == [500, 3, 1, 2].contains(count), "\(count) rows")
+        }
+        // Fixed statements of the same look are not one family: their words differ.
+        for sql in [
+            "INSERT INTO users (id, email) VALUES (?, ?)", "INSERT INTO users (id, email, name) VALUES (?, ?, ?)",
+            "SELECT a FROM t WHERE b IN (?, ?) AND c = ?", "SELECT a FROM t WHERE b IN (?, ?) AND d = ?",
+        ] {
+            #expect(run(sql) != nil, "\(sql)")
+        }
+        // Rows as one-row SELECTs joined by UNION ALL (the webhook record's states).
+        let state = "SELECT CAST(? AS TEXT) AS id, CAST(? AS BIGINT) AS attempt, CAST(? AS TEXT) AS status"
+        let record = (1...40).map { rows in
+            PreparedStatements.shape(
+                of:
+                    "UPDATE d SET status = v.status FROM (\(Array(repeating: state, count: rows).joined(separator: " UNION ALL "))) AS v WHERE d.id = v.id"
+            )
+        }
+        #expect(Set(record).count == 1)
+        #expect(record[0].contains(state))
+        #expect(PreparedStatements.shape(of: "VALUES (?, ?), (?, ?), (?, ?)") == "VALUES (?)")
+        #expect(PreparedStatements.shape(of: "WHERE x = ? AND y IN (?,?,  ?)") == "WHERE x = ? AND y IN (?)")
+    }
+
     @Test("once every slot is taken, further SQL runs unprepared")
     func slotsRunOut() {
         let registry = PreparedStatements()
