@@ -55,7 +55,7 @@ extension AuthService {
         guard now.timeIntervalSince(lastUsed) >= policy.sessionTouchIntervalSeconds else { return (row, lastUsed) }
         let sessionID = try row.string("session_id")
         let due = now.addingTimeInterval(-policy.sessionTouchIntervalSeconds)
-        try await SessionStore.touching.once(sessionID) {
+        await SessionStore.touching.once(sessionID, logger: logger) {
             try await database.transaction(logger: logger) { tx in
                 try await sessions.touch(tx, sessionID: sessionID, now: now, due: due)
             }

@@ -1,3 +1,4 @@
+import Logging
 import Synchronization
 
 /// The "last used" writes under way in this process (a session's idle expiry, an API key's last use), by row id: a
@@ -9,9 +10,15 @@ final class TouchesUnderWay: Sendable {
     private let running = Mutex(Set<String>())
 
     /// Runs `write` unless another request of this process is writing the same row's touch now (then returns at once).
-    func once(_ id: String, _ write: () async throws -> Void) async rethrows {
+    /// A touch is bookkeeping: when it fails (a lease timeout, a cancelled request), the request goes on and the failure
+    /// is logged; the row is due again on its next use.
+    func once(_ id: String, logger: Logger, _ write: () async throws -> Void) async {
         guard running.withLock({ $0.insert(id).inserted }) else { return }
         defer { _ = running.withLock { $0.remove(id) } }
-        try await write()
+        do {
+            try await write()
+        } catch {
+            logger.warning("a last-use touch was not written; the request goes on", metadata: ["error": "\(error)"])
+        }
     }
 }

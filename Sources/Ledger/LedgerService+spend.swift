@@ -9,8 +9,9 @@ public protocol LedgerCallerKeys: Sendable {
     /// PostgreSQL SQL returning at most one row — `caller` (TEXT), `caller_id` (TEXT), `caller_seen_at_ms` (BIGINT,
     /// nullable) — for the live key behind `secret` that may spend; nil when `secret` cannot be a key.
     func callerQuery(secret: String, now: Date) -> (sql: String, binds: [String])?
-    /// Records a use of the key that ``callerQuery(secret:now:)`` found (its previous use: `lastUsedAt`).
-    func keyUsed(id: String, lastUsedAt: Date?, logger: Logger) async throws
+    /// Records a use of the key that ``callerQuery(secret:now:)`` found (its previous use: `lastUsedAt`). Bookkeeping:
+    /// it never fails the spend, which has committed by then.
+    func keyUsed(id: String, lastUsedAt: Date?, logger: Logger) async
 }
 
 /// Who asks for a spend: the credential presented (checked inside the spend's statement where the engine allows) and
@@ -69,7 +70,7 @@ extension LedgerService {
             return nil  // the same key raced in from another request: the transactional path replays it
         }
         guard statement.callerFound else { return nil }
-        if let id = statement.callerID { try await callerKeys.keyUsed(id: id, lastUsedAt: statement.callerSeenAt, logger: logger) }
+        if let id = statement.callerID { await callerKeys.keyUsed(id: id, lastUsedAt: statement.callerSeenAt, logger: logger) }
         return try IdempotencyStore.answer(statement.outcome, request: fields)
     }
 }

@@ -59,8 +59,8 @@ struct LedgerCallerKeysOfAuth: LedgerCallerKeys {
     func callerQuery(secret: String, now: Date) -> (sql: String, binds: [String])? {
         APIKeyService.scopedKeyQuery(secret: secret, scope: Self.scope, callerPrefix: Self.name(keyID: ""), now: now)
     }
-    func keyUsed(id: String, lastUsedAt: Date?, logger: Logger) async throws {
-        try await apiKeys.touch(id: id, lastUsedAt: lastUsedAt, logger: logger)
+    func keyUsed(id: String, lastUsedAt: Date?, logger: Logger) async {
+        await apiKeys.touch(id: id, lastUsedAt: lastUsedAt, logger: logger)
     }
 }
 

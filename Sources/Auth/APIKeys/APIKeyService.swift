@@ -134,16 +134,16 @@ public struct APIKeyService: Sendable {
             ).first
         else { return nil }
         let key = try APIKey(row: row, now: clock.now())
-        try await touch(id: key.id, lastUsedAt: key.lastUsedAt, logger: logger)
+        await touch(id: key.id, lastUsedAt: key.lastUsedAt, logger: logger)
         return key
     }
 
     /// Records a use of the key, at most once a minute.
-    public func touch(id: String, lastUsedAt: Date?, logger: Logger) async throws {
+    public func touch(id: String, lastUsedAt: Date?, logger: Logger) async {
         let now = clock.now()
         guard lastUsedAt.map({ now.timeIntervalSince($0) >= Self.touchIntervalSeconds }) ?? true else { return }
         let due = now.addingTimeInterval(-Self.touchIntervalSeconds)
-        try await Self.touching.once(id) {
+        await Self.touching.once(id, logger: logger) {
             try await database.transaction(logger: logger) { tx in
                 _ = try await tx.query(
                     "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ? AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?)", [now, id, due])
