@@ -39,6 +39,44 @@ struct StorageContractTests {
         }
     }
 
+    @Test(
+        "a list in one bind finds exactly its strings, quotes, backslashes and all, with one SQL text for every length; NUL refused",
+        arguments: TestDatabase.engines)
+    func listInOneBind(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let names = ["plain", "quo\"te", "back\\slash", "ü-日本", "comma,inside", "line\nbreak", "tab\t"]
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await tx.query("CREATE TABLE listed (name TEXT NOT NULL)")
+                for name in names + ["not listed", "plai"] { try await tx.query("INSERT INTO listed (name) VALUES (?)", [name]) }
+            }
+            let sql = "SELECT name FROM listed WHERE \(SQLDialect(engine: engine).isIn("name")) ORDER BY name"
+            for count in [0, 1, 3, names.count] {
+                let wanted = Array(names.prefix(count))
+                let found = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                    try await tx.query(sql, [try SQLDialect.list(wanted)]).map { try $0.string("name") }
+                }
+                #expect(Set(found) == Set(wanted) && found.count == wanted.count, "\(count) names")
+            }
+            let refused = #expect(throws: StorageError.self) { try SQLDialect.list(["a\u{0}b"]) }
+            if case .nulCharacter? = refused {} else { Issue.record("a NUL: \(String(describing: refused))") }
+            guard engine == .postgres else { return }
+            // A prepared statement's generic plan looks the values up in an index, not by a scan of the table.
+            let plan = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                // As stickers by pack: many rows for each value.
+                try await tx.query(
+                    "CREATE TABLE wide AS SELECT 'n' || (g % 5000) AS name, g AS n, repeat('x', 40) AS pad FROM generate_series(1, 200000) g")
+                try await tx.query("CREATE INDEX wide_name ON wide (name)")
+                try await tx.query("ANALYZE wide")
+                try await tx.query("SET plan_cache_mode = force_generic_plan")
+                let listed = SQLDialect(engine: engine).isIn("name").replacingOccurrences(of: "?", with: "$1")
+                try await tx.query("PREPARE listed_plan(TEXT) AS SELECT name, n, pad FROM wide WHERE \(listed)")
+                return try await tx.query(#"EXPLAIN EXECUTE listed_plan('["n1", "n2"]')"#).map { try $0.string("QUERY PLAN") }
+                    .joined(separator: "\n")
+            }
+            #expect(plan.contains("Index") && !plan.contains("Seq Scan"), "\(plan)")
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func concurrentWritersLoseNoUpdate(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in

@@ -128,10 +128,9 @@ struct StickerStore: Sendable {
     /// The stickers of `packIDs` (storage ids), at most `limit` per call, in pack then sticker order.
     func stickers(_ tx: any SQLExecutor, packIDs: [String]) async throws -> [Sticker] {
         guard !packIDs.isEmpty else { return [] }
-        let marks = Array(repeating: "?", count: packIDs.count).joined(separator: ", ")
         return try await tx.query(
-            "SELECT \(Sticker.columns) FROM stickers WHERE pack_id IN (\(marks)) ORDER BY pack_id, sort_order, id LIMIT 20000",
-            packIDs.map { $0 as any SQLBindable }
+            "SELECT \(Sticker.columns) FROM stickers WHERE \(tx.dialect.isIn("pack_id")) ORDER BY pack_id, sort_order, id LIMIT 20000",
+            [try SQLDialect.list(packIDs)]
         ).map(Sticker.init)
     }
 
@@ -212,8 +211,7 @@ struct StickerStore: Sendable {
         let escaped = query.lowercased().replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%")
             .replacingOccurrences(of: "_", with: "\\_")
         let pattern = "%\(escaped)%"
-        let marks = Array(repeating: "?", count: packIDs.count).joined(separator: ", ")
-        var binds: [any SQLBindable] = packIDs.map { $0 as any SQLBindable } + [pattern, pattern]
+        var binds: [any SQLBindable] = [try SQLDialect.list(packIDs), pattern, pattern]
         var uploads = ""
         if case .some(let only) = profile {
             uploads = " AND (owner_user_id IS NULL OR owner_profile_id = ?)"
@@ -222,7 +220,7 @@ struct StickerStore: Sendable {
         binds += [Int64(limit), Int64(offset)]
         return try await tx.query(
             """
-            SELECT \(Sticker.columns) FROM stickers WHERE pack_id IN (\(marks))
+            SELECT \(Sticker.columns) FROM stickers WHERE \(tx.dialect.isIn("pack_id"))
               AND (LOWER(name) LIKE ? ESCAPE '\\' OR LOWER(tags) LIKE ? ESCAPE '\\')\(uploads)
             ORDER BY usage_count DESC, id LIMIT ? OFFSET ?
             """, binds
