@@ -8,6 +8,10 @@ import Synchronization
 /// written since it was read (another node's touch).
 final class TouchesUnderWay: Sendable {
     private let running = Mutex(Set<String>())
+    /// What is touched ("session", "API key"), for the log.
+    let kind: String
+
+    init(kind: String) { self.kind = kind }
 
     /// Runs `write` unless another request of this process is writing the same row's touch now (then returns at once).
     /// A touch is bookkeeping: when it fails (a lease timeout, a cancelled request), the request goes on and the failure
@@ -17,8 +21,11 @@ final class TouchesUnderWay: Sendable {
         defer { _ = running.withLock { $0.remove(id) } }
         do {
             try await write()
+        } catch is CancellationError {
+            // The request went away; the row is due again on its next use.
         } catch {
-            logger.warning("a last-use touch was not written; the request goes on", metadata: ["error": "\(error)"])
+            logger.warning(
+                "a last-use touch was not written; the request goes on", metadata: ["touched": "\(kind)", "error": "\(String(reflecting: error))"])
         }
     }
 }

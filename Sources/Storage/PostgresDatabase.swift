@@ -515,6 +515,7 @@ final class PreparedStatements: Sendable {
     }
 
     func slot(for sql: String) -> Int? {
+        if let slot = state.withLock({ $0.slots[sql] }) { return slot }
         let hash = sql.hashValue
         let step = state.withLock { state -> Step in
             if let slot = state.slots[sql] { return .answer(slot) }
@@ -528,6 +529,7 @@ final class PreparedStatements: Sendable {
         }
         if case .answer(let slot) = step { return slot }
         let shape = Self.shape(of: sql)
+        let numbered = SQLDialect.numberedPlaceholders(sql)
         return state.withLock { state -> Int? in
             if let slot = state.slots[sql] { return slot }  // given meanwhile by another caller
             guard state.sql.count < PreparedSlots.all.count, !state.unprepared.contains(hash) else { return nil }
@@ -538,7 +540,7 @@ final class PreparedStatements: Sendable {
             }
             state.shapes[shape, default: 0] += 1
             state.slots[sql] = state.sql.count
-            state.sql.append(SQLDialect.numberedPlaceholders(sql))
+            state.sql.append(numbered)
             return state.sql.count - 1
         }
     }

@@ -160,7 +160,7 @@ struct TouchesUnderWayTests {
     @Test("a row's touch is written by one caller at a time; another row's is not held up; a failed write fails no request and frees the row")
     func oneWriterPerRow() async {
         struct Failed: Error {}
-        let touches = TouchesUnderWay()
+        let touches = TouchesUnderWay(kind: "session")
         let logger = Logger(label: "test")
         var ran: [String] = []
         await touches.once("session-a", logger: logger) {

@@ -40,7 +40,7 @@ public struct APIKeyService: Sendable {
     let database: any Database
     let clock: any TimeSource
     /// The keys this process is touching now.
-    static let touching = TouchesUnderWay()
+    static let touching = TouchesUnderWay(kind: "API key")
 
     public init(database: any Database, clock: any TimeSource) {
         self.database = database

@@ -7,7 +7,7 @@ import Storage
 /// modules use the exported lookup statements through Auth's functions). Rows come back typed.
 struct SessionStore: Sendable {
     /// The sessions this process is touching now.
-    static let touching = TouchesUnderWay()
+    static let touching = TouchesUnderWay(kind: "session")
 
     /// The session columns a liveness check reads (and the selected profile), for statements that check the session but
     /// do not need its user (the entitlement snapshot, the catalog version).
