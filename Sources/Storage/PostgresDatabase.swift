@@ -485,9 +485,10 @@ struct PostgresExecutor: SQLExecutor {
 /// one of a fixed set of slot types (``PreparedSlots``) for the life of the process; rarely run SQL (migrations,
 /// admin searches) never takes a slot. Only SELECT / INSERT / UPDATE / DELETE / WITH statements are prepared.
 /// A statement whose text varies with its input (`IN (?, ?, …)`, `VALUES (…), (…)` over a batch: the webhook fan-out,
-/// a pack list, the webhook record's `UNION ALL` rows) is one family: its first `familySlots` texts to reach the
-/// threshold take slots for good, and the family's other lengths run unprepared, so a long-running process never spends
-/// its slots on one-off list lengths (``shape(of:)``).
+/// the webhook record's `UNION ALL` rows) is one family: its first `familySlots` texts to reach the threshold take slots
+/// for good, and the family's other lengths run unprepared, so a long-running process never spends its slots on one-off
+/// list lengths (``shape(of:)``). A hot read whose list varies by user takes it in one bind instead
+/// (``SQLDialect/isIn(_:)``).
 final class PreparedStatements: Sendable {
     static let shared = PreparedStatements()
     static let threshold = 3
