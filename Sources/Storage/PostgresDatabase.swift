@@ -120,7 +120,7 @@ public final class PostgresDatabase: Database {
         while true {
             attempt += 1
             do {
-                return try await lease(logger: logger) { connection in
+                return try await lease(logger: logger) { connection, _ in
                     let executor = PostgresExecutor(connection: connection, logger: logger)
                     let begin = isolation == .serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN"
                     return try await executor.inTransaction(begin: begin) { try await body(executor) }
@@ -136,7 +136,7 @@ public final class PostgresDatabase: Database {
 
     public func readTransaction<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
         do {
-            return try await lease(logger: logger) { connection in
+            return try await lease(logger: logger) { connection, _ in
                 let executor = PostgresExecutor(connection: connection, logger: logger)
                 return try await executor.inTransaction(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") { try await body(executor) }
             }
@@ -147,7 +147,7 @@ public final class PostgresDatabase: Database {
 
     public func withConnection<T: Sendable>(logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T) async throws -> T {
         do {
-            return try await lease(logger: logger) { try await body(PostgresExecutor(connection: $0, logger: logger)) }
+            return try await lease(logger: logger) { try await body(PostgresExecutor(connection: $0, logger: logger, pool: $1)) }
         } catch let error as PSQLError {
             throw Self.mapped(error)
         }
@@ -167,7 +167,9 @@ public final class PostgresDatabase: Database {
     ///   leave a query written to a connection the server is closing unanswered forever; without this the caller
     ///   (and, through the ledger sweeper, the app's shutdown) waited with it. The stuck query is abandoned.
     /// A leased connection that is still open runs to completion, however long it takes.
-    private func lease<T: Sendable>(logger: Logger, _ body: @Sendable @escaping (PostgresConnection) async throws -> T) async throws -> T {
+    private func lease<T: Sendable>(
+        logger: Logger, _ body: @Sendable @escaping (PostgresConnection, PostgresPool) async throws -> T
+    ) async throws -> T {
         let hosts = self.hosts
         let pool = hosts.current.pool
         let watch = LeaseWatch<T>(everySeconds: leaseTimeoutSeconds)
@@ -181,7 +183,7 @@ public final class PostgresDatabase: Database {
                                 let value = try await pool.withConnection { connection in
                                     // Answered `unavailable` already (no connection in time): the work must not run late.
                                     guard watch.leased(connection) else { throw CancellationError() }
-                                    return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection) }
+                                    return try await StorageMetrics.using(StorageMetrics.postgresInUse) { try await body(connection, pool) }
                                 }
                                 watch.finish(.success(value))
                             } catch {
@@ -365,12 +367,17 @@ struct TextFormatBind: PostgresDynamicTypeEncodable {
 struct PostgresExecutor: SQLExecutor {
     let connection: PostgresConnection
     let logger: Logger
+    /// The pool the connection came from, whose watch confirms implicit commits (nil: none).
+    var pool: PostgresPool? = nil
     var engine: Engine { .postgres }
 
-    /// A statement on the same connection: postgres-nio sends it only after the previous one's ReadyForQuery, which
-    /// PostgreSQL sends once the implicit commit is done (flushed, and confirmed by a synchronous standby). A commit
-    /// that fails, or a connection lost before it, fails this call: the caller answers `unavailable`, never success.
+    /// Returns once PostgreSQL has sent the `ReadyForQuery` that follows the implicit commit (flushed, and confirmed by
+    /// a synchronous standby). The pool's connections see it go by (``PostgresCommitWatch``), usually in the same read
+    /// as the statement's rows; any other connection asks with a second statement, which postgres-nio sends only after
+    /// that `ReadyForQuery`. A commit that fails, or a connection lost before it, fails this call: the caller answers
+    /// `unavailable`, never success.
     func confirmImplicitCommit() async throws {
+        if let watch = pool?.commitWatch(of: connection), try await watch.confirm() { return }
         _ = try await query("SELECT 1 AS committed", [])
     }
 

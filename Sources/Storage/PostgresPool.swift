@@ -30,6 +30,7 @@ public final class PostgresPool: Sendable {
 
     private struct State {
         var open: [PostgresConnection.ID: PostgresConnection] = [:]
+        var commits: [PostgresConnection.ID: PostgresCommitWatch] = [:]
         var opening = 0
         /// Free connections, oldest first: since when each is unused, and when it was last known to answer.
         var idle: [(connection: PostgresConnection, since: NIODeadline, checked: NIODeadline)] = []
@@ -97,12 +98,19 @@ public final class PostgresPool: Sendable {
     ///   while postgres-nio was preparing it, and postgres-nio remembers a failed preparation on that connection:
     ///   every later call of that statement there fails the same way, even once the schema is there (seen: a
     ///   sweeper's statement prepared before the migrations had made its table failed on that connection for the rest
-    ///   of its life).
+    ///   of its life);
+    /// - the storage layer's own `unavailable` on this connection (a commit not confirmed, a connection found closed).
     static func mustNotReuse(after error: any Error) -> Bool {
+        if case .unavailable = error as? StorageError { return true }
         guard let error = error as? PSQLError else { return false }
         guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return true }
         if let severity = error.serverInfo?[.severity], severity == "FATAL" || severity == "PANIC" { return true }
         return state.hasPrefix("42") || state == "26000" || state.hasPrefix("08") || state.hasPrefix("57P")
+    }
+
+    /// What confirms the implicit commits on one of this pool's connections.
+    func commitWatch(of connection: PostgresConnection) -> PostgresCommitWatch? {
+        state.withLock { $0.commits[connection.id] }
     }
 
     /// Connections open now and those being opened (tests and metrics).
@@ -150,8 +158,9 @@ public final class PostgresPool: Sendable {
 
     private func open() async {
         let connection: PostgresConnection
+        let commits: PostgresCommitWatch
         do {
-            connection = try await PostgresConnection.connect(
+            (connection, commits) = try await PostgresCommitWatch.connect(
                 on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: ids.add(1, ordering: .relaxed).newValue,
                 logger: logger)
         } catch {
@@ -169,7 +178,10 @@ public final class PostgresPool: Sendable {
         }
         let shutDown = state.withLock { state in
             state.opening -= 1
-            if !state.shutDown { state.open[connection.id] = connection }
+            if !state.shutDown {
+                state.open[connection.id] = connection
+                state.commits[connection.id] = commits
+            }
             return state.shutDown
         }
         if shutDown { return Self.close(connection) }
@@ -187,6 +199,7 @@ public final class PostgresPool: Sendable {
     /// work may be stuck on it; the lease watch answers its caller).
     private func closed(_ id: PostgresConnection.ID) {
         let open = state.withLock { state -> Bool in
+            state.commits[id] = nil
             guard state.open.removeValue(forKey: id) != nil else { return false }
             state.idle.removeAll { $0.connection.id == id }
             return state.shouldOpen(maximum: maximum)

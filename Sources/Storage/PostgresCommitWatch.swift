@@ -1,0 +1,231 @@
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import PostgresNIO
+import Synchronization
+
+/// Confirms an implicit commit without a round trip. PostgreSQL answers a statement's rows and `CommandComplete`
+/// before it commits the statement's implicit transaction at the protocol's Sync, and then sends `ReadyForQuery`
+/// (or an `ErrorResponse` first, if the commit failed); postgres-nio 1.33 completes a query at `CommandComplete`. So
+/// the pool's connections carry this handler between the socket (or TLS) and postgres-nio: it reads only the
+/// messages' framing (a type byte and a length) in both directions, counting what asks for a `ReadyForQuery` (Sync,
+/// a simple Query, a FunctionCall) and each `ReadyForQuery` received, and notes a cycle that carried an error.
+/// ``confirm()`` returns once every request sent so far has had its `ReadyForQuery`, which usually arrives in the
+/// same read as the rows. The bytes pass on unchanged. A connection without the watch (or whose framing it lost)
+/// confirms with a `SELECT 1` on the same connection instead (``PostgresExecutor/confirmImplicitCommit()``).
+final class PostgresCommitWatch: Sendable {
+    private struct State {
+        /// Requests sent that PostgreSQL answers with exactly one `ReadyForQuery` each.
+        var requested = 0
+        var ready = 0
+        /// The last `ReadyForQuery` whose cycle carried an `ErrorResponse`.
+        var failedCycle = -1
+        var errorInCycle = false
+        /// The framing was lost or the connection closed: nothing more can be confirmed here.
+        var stopped: Stop?
+        var waiters: [(target: Int, continuation: CheckedContinuation<Bool, any Error>)] = []
+    }
+    private let state = Mutex(State())
+
+    enum Stop: Sendable {
+        /// This watch cannot tell: the caller confirms another way.
+        case lostFraming
+        case closed
+
+        var answer: Result<Bool, any Error> {
+            switch self {
+            case .lostFraming: .success(false)
+            case .closed: .failure(StorageError.unavailable("the database closed the connection before confirming the commit"))
+            }
+        }
+    }
+
+    /// Returns true once every request sent so far on the connection has had its `ReadyForQuery` and the last cycle
+    /// carried no error; false if this watch cannot tell (the caller confirms another way); throws if the commit
+    /// failed or the connection closed first.
+    func confirm() async throws -> Bool {
+        let (now, target) = state.withLock { state -> (Result<Bool, any Error>?, Int) in
+            (Self.answer(state, target: state.requested), state.requested)
+        }
+        if let now { return try now.get() }
+        return try await withCheckedThrowingContinuation { continuation in
+            let early = state.withLock { state -> Result<Bool, any Error>? in
+                if let answer = Self.answer(state, target: target) { return answer }
+                state.waiters.append((target, continuation))
+                return nil
+            }
+            if let early { continuation.resume(with: early) }
+        }
+    }
+
+    /// The answer for the request that is `target`-th, if there is one yet.
+    private static func answer(_ state: State, target: Int) -> Result<Bool, any Error>? {
+        if state.stopped == .lostFraming { return Stop.lostFraming.answer }
+        // A commit that failed says so even when the connection closed right after (postgres-nio closes one that
+        // gets an error after a statement's `CommandComplete`).
+        if state.ready >= target { return state.failedCycle == target ? .failure(commitFailed) : .success(true) }
+        return state.stopped?.answer
+    }
+
+    /// Requests sent so far that PostgreSQL answers with a `ReadyForQuery` (tests).
+    var requests: Int { state.withLock { $0.requested } }
+
+    static let commitFailed = StorageError.unavailable("the database could not commit the statement")
+
+    fileprivate func sent(_ type: UInt8) {
+        guard type == UInt8(ascii: "S") || type == UInt8(ascii: "Q") || type == UInt8(ascii: "F") else { return }
+        state.withLock { $0.requested += 1 }
+    }
+
+    fileprivate func received(_ type: UInt8) {
+        if type == UInt8(ascii: "E") {
+            state.withLock { $0.errorInCycle = true }
+            return
+        }
+        guard type == UInt8(ascii: "Z") else { return }
+        let due = state.withLock { state -> [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] in
+            state.ready += 1
+            if state.errorInCycle { state.failedCycle = state.ready }
+            state.errorInCycle = false
+            let (ready, failed) = (state.ready, state.failedCycle)
+            var due: [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.target <= ready else { return false }
+                due.append((waiter.continuation, failed == waiter.target ? .failure(Self.commitFailed) : .success(true)))
+                return true
+            }
+            return due
+        }
+        for (continuation, result) in due { continuation.resume(with: result) }
+    }
+
+    /// Nothing more can be confirmed here (the first reason stays).
+    fileprivate func stop(_ reason: Stop) {
+        let (waiters, stopped) = state.withLock { state -> ([CheckedContinuation<Bool, any Error>], Stop) in
+            if state.stopped == nil { state.stopped = reason }
+            defer { state.waiters = [] }
+            return (state.waiters.map(\.continuation), state.stopped ?? reason)
+        }
+        for waiter in waiters { waiter.resume(with: stopped.answer) }
+    }
+
+    /// Opens a connection as postgres-nio would for `configuration` (TCP or a Unix socket, TLS as configured), with a
+    /// watch on it. The watch joins the pipeline once the start-up is done (at a message boundary: the server sends
+    /// nothing after its first `ReadyForQuery` until asked), behind the TLS handler if there is one.
+    static func connect(
+        on loop: any EventLoop, configuration: PostgresConnection.Configuration, id: Int, logger: Logger
+    ) async throws -> (PostgresConnection, PostgresCommitWatch) {
+        let bootstrap = ClientBootstrap(group: loop).connectTimeout(configuration.options.connectTimeout)
+        let channel: any Channel
+        if let path = configuration.unixSocketPath {
+            channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
+        } else if let host = configuration.host {
+            channel = try await bootstrap.channelOption(.tcpOption(.tcp_nodelay), value: 1).connect(host: host, port: configuration.port ?? 5432)
+                .get()
+        } else {
+            throw StorageError.unavailable("no host to connect to")
+        }
+        var established = PostgresConnection.Configuration(
+            establishedChannel: channel, tls: configuration.tls, username: configuration.username, password: configuration.password,
+            database: configuration.database)
+        established.options = configuration.options
+        if established.options.tlsServerName == nil, let host = configuration.host, !Self.isIPAddress(host) {
+            established.options.tlsServerName = host
+        }
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(on: loop, configuration: established, id: id, logger: logger)
+        } catch {
+            try? await channel.close()
+            throw error
+        }
+        let watch = PostgresCommitWatch()
+        do {
+            try await loop.submit {
+                let handler = PostgresCommitWatchHandler(watch: watch)
+                let pipeline = channel.pipeline.syncOperations
+                if let tls = try? pipeline.handler(type: NIOSSLClientHandler.self) {
+                    try pipeline.addHandler(handler, position: .after(tls))
+                } else {
+                    try pipeline.addHandler(handler, position: .first)
+                }
+            }.get()
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        return (connection, watch)
+    }
+
+    private static func isIPAddress(_ host: String) -> Bool {
+        (try? SocketAddress(ipAddress: host, port: 0)) != nil
+    }
+}
+
+/// The message boundaries of one direction of the protocol after start-up: a type byte, then a 4-byte big-endian
+/// length that counts itself.
+struct PostgresFraming {
+    private var headerBytes = 0
+    private var type: UInt8 = 0
+    private var length: UInt32 = 0
+    private var skip = 0
+
+    /// Calls `message` with each message's type as its header completes; false if a length cannot be a message's.
+    mutating func feed(_ buffer: ByteBuffer, _ message: (UInt8) -> Void) -> Bool {
+        let bytes = buffer.readableBytesView
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            if skip > 0 {
+                let step = min(skip, bytes.endIndex - index)
+                index += step
+                skip -= step
+                continue
+            }
+            let byte = bytes[index]
+            index += 1
+            if headerBytes == 0 { type = byte } else { length = length << 8 | UInt32(byte) }
+            headerBytes += 1
+            guard headerBytes == 5 else { continue }
+            guard length >= 4 else { return false }
+            message(type)
+            skip = Int(length) - 4
+            (headerBytes, length) = (0, 0)
+        }
+        return true
+    }
+}
+
+private final class PostgresCommitWatchHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let watch: PostgresCommitWatch
+    private var incoming = PostgresFraming()
+    private var outgoing = PostgresFraming()
+    private var watching = true
+
+    init(watch: PostgresCommitWatch) { self.watch = watch }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if watching, !incoming.feed(unwrapInboundIn(data), watch.received) { lost() }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if watching, !outgoing.feed(unwrapOutboundIn(data), watch.sent) { lost() }
+        context.write(data, promise: promise)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        watch.stop(.closed)
+        context.fireChannelInactive()
+    }
+
+    private func lost() {
+        watching = false
+        watch.stop(.lostFraming)
+    }
+}

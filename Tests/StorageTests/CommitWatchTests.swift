@@ -1,0 +1,128 @@
+import Logging
+import NIOCore
+import PostgresNIO
+import TestSupport
+import Testing
+
+@testable import Storage
+
+/// ``PostgresCommitWatch``: an implicit commit is confirmed by the `ReadyForQuery` seen on the wire, a commit that
+/// fails after the statement's rows fails the confirmation (and nothing is written) with the watch and without it, and
+/// the framing reader finds every message however the bytes are split.
+@Suite("PostgreSQL commit watch")
+struct CommitWatchTests {
+    private func withPools(_ body: (PostgresPool, Storage.PostgresDatabase, Storage.PostgresDatabase) async throws -> Void) async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        let handle = try await TestDatabase.create(.postgres)
+        let configuration = try PostgresDatabase.configuration(url: handle.url)
+        let pool = PostgresPool(configuration: configuration, logger: TestDatabase.logger)
+        let otherPool = PostgresPool(configuration: configuration, logger: TestDatabase.logger)
+        do {
+            try await body(
+                pool, PostgresDatabase(pool: pool, leaseTimeoutSeconds: TestDatabase.leaseTimeoutSeconds),
+                PostgresDatabase(pool: otherPool, leaseTimeoutSeconds: TestDatabase.leaseTimeoutSeconds))
+            pool.shutDown()
+            otherPool.shutDown()
+        } catch {
+            pool.shutDown()
+            otherPool.shutDown()
+            throw error
+        }
+        try await handle.drop()
+    }
+
+    private static func count(_ database: Storage.PostgresDatabase, _ table: String) async throws -> Int64? {
+        let rows = try await database.withConnection(logger: TestDatabase.logger) { tx in try await tx.query("SELECT count(*) AS n FROM \(table)") }
+        return try rows.first.map { try $0.int("n") }
+    }
+
+    @Test func confirmsOnTheWireAndTheWriteIsVisibleElsewhere() async throws {
+        try await withPools { pool, database, other in
+            _ = try await database.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("CREATE TABLE watched (id BIGINT PRIMARY KEY)")
+            }
+            for id in 1...40 {
+                try await pool.withConnection { connection in
+                    // Prepared after three runs, as the service's statements are: both paths of postgres-nio.
+                    let executor = PostgresExecutor(connection: connection, logger: TestDatabase.logger)
+                    _ = try await executor.query("INSERT INTO watched VALUES (?) RETURNING id", [id])
+                    let watch = try #require(pool.commitWatch(of: connection))
+                    #expect(try await watch.confirm())
+                }
+                #expect(try await Self.count(other, "watched") == Int64(id))
+            }
+            // The service's path: the statement, then the confirmation, with no statement of its own (a SELECT 1 would
+            // be a second request on the wire per write). One more request once, when the statement is prepared.
+            var sent = 0
+            for id in 100..<110 {
+                sent += try await database.withConnection(logger: TestDatabase.logger) { tx in
+                    let executor = try #require(tx as? PostgresExecutor)
+                    let watch = try #require(executor.pool?.commitWatch(of: executor.connection))
+                    let before = watch.requests
+                    _ = try await tx.query("INSERT INTO watched VALUES (?) RETURNING id", [id])
+                    try await tx.confirmImplicitCommit()
+                    return watch.requests - before
+                }
+            }
+            #expect((10...13).contains(sent))
+        }
+    }
+
+    /// A deferred foreign key is checked at the commit, after the statement's `CommandComplete`: PostgreSQL answers
+    /// the rows, then an `ErrorResponse` and `ReadyForQuery`. The spend's path (statement, then confirmation) must
+    /// fail, and nothing is written.
+    @Test func aCommitThatFailsAfterTheRowsIsNeverConfirmed() async throws {
+        try await withPools { pool, database, other in
+            _ = try await database.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query(
+                    "CREATE TABLE deferred (id BIGINT PRIMARY KEY, parent BIGINT REFERENCES deferred (id) DEFERRABLE INITIALLY DEFERRED)")
+            }
+            for (round, watched) in [true, false, true, false, true, false, true, false].enumerated() {
+                let error = await #expect(throws: (any Error).self) {
+                    try await pool.withConnection { connection in
+                        let executor = PostgresExecutor(connection: connection, logger: TestDatabase.logger, pool: watched ? pool : nil)
+                        _ = try await executor.query("INSERT INTO deferred VALUES (?, 999) RETURNING id", [round + 1])
+                        try await executor.confirmImplicitCommit()
+                    }
+                }
+                // The watch reports the failed commit, or the connection postgres-nio closes over it: never success.
+                if watched { #expect(error is StorageError) }
+                #expect(try await Self.count(other, "deferred") == Int64(round))
+                // The connection is still good for the next caller.
+                try await database.withConnection(logger: TestDatabase.logger) { tx in
+                    _ = try await tx.query("INSERT INTO deferred VALUES (?, NULL) RETURNING id", [100 + round])
+                    try await tx.confirmImplicitCommit()
+                }
+            }
+            #expect(try await Self.count(other, "deferred") == 8)
+        }
+    }
+
+    @Test func framingFindsEveryMessageHoweverTheBytesAreSplit() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<300 {
+            var types: [UInt8] = []
+            var stream = ByteBuffer()
+            for _ in 0..<Int.random(in: 1...30, using: &generator) {
+                let type = UInt8.random(in: 0x41...0x5a, using: &generator)
+                let payload = Int.random(in: 0...(Bool.random(using: &generator) ? 20 : 9_000), using: &generator)
+                types.append(type)
+                stream.writeInteger(type)
+                stream.writeInteger(UInt32(payload + 4))
+                stream.writeRepeatingByte(UInt8.random(in: 0...255, using: &generator), count: payload)
+            }
+            var framing = PostgresFraming()
+            var seen: [UInt8] = []
+            while stream.readableBytes > 0 {
+                let chunk = stream.readSlice(length: min(stream.readableBytes, Int.random(in: 1...700, using: &generator)))!
+                #expect(framing.feed(chunk) { seen.append($0) })
+            }
+            #expect(seen == types)
+        }
+        var broken = PostgresFraming()
+        var header = ByteBuffer()
+        header.writeInteger(UInt8(ascii: "Z"))
+        header.writeInteger(UInt32(3))
+        #expect(!broken.feed(header) { _ in })
+    }
+}
