@@ -73,17 +73,25 @@ final class PostgresCommitWatch: Sendable {
 
     static let commitFailed = StorageError.unavailable("the database could not commit the statement")
 
-    fileprivate func sent(_ type: UInt8) {
-        guard type == UInt8(ascii: "S") || type == UInt8(ascii: "Q") || type == UInt8(ascii: "F") else { return }
+    /// The message types of the protocol after start-up, each way: anything else means the watch is not reading
+    /// plain protocol messages (it would be misplaced), and it stops.
+    static let frontendTypes = Set("BCDEFHPQSXcdfp".utf8)
+    static let backendTypes = Set("123ACDEGHIKNRSTVWZcdnstv".utf8)
+
+    fileprivate func sent(_ type: UInt8) -> Bool {
+        guard Self.frontendTypes.contains(type) else { return false }
+        guard type == UInt8(ascii: "S") || type == UInt8(ascii: "Q") || type == UInt8(ascii: "F") else { return true }
         state.withLock { $0.requested += 1 }
+        return true
     }
 
-    fileprivate func received(_ type: UInt8) {
+    fileprivate func received(_ type: UInt8) -> Bool {
+        guard Self.backendTypes.contains(type) else { return false }
         if type == UInt8(ascii: "E") {
             state.withLock { $0.errorInCycle = true }
-            return
+            return true
         }
-        guard type == UInt8(ascii: "Z") else { return }
+        guard type == UInt8(ascii: "Z") else { return true }
         let due = state.withLock { state -> [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] in
             state.ready += 1
             if state.errorInCycle { state.failedCycle = state.ready }
@@ -98,6 +106,7 @@ final class PostgresCommitWatch: Sendable {
             return due
         }
         for (continuation, result) in due { continuation.resume(with: result) }
+        return true
     }
 
     /// Nothing more can be confirmed here (the first reason stays).
@@ -171,8 +180,9 @@ struct PostgresFraming {
     private var length: UInt32 = 0
     private var skip = 0
 
-    /// Calls `message` with each message's type as its header completes; false if a length cannot be a message's.
-    mutating func feed(_ buffer: ByteBuffer, _ message: (UInt8) -> Void) -> Bool {
+    /// Calls `message` with each message's type as its header completes; false if a length cannot be a message's or
+    /// `message` refused a type.
+    mutating func feed(_ buffer: ByteBuffer, _ message: (UInt8) -> Bool) -> Bool {
         let bytes = buffer.readableBytesView
         var index = bytes.startIndex
         while index < bytes.endIndex {
@@ -187,8 +197,7 @@ struct PostgresFraming {
             if headerBytes == 0 { type = byte } else { length = length << 8 | UInt32(byte) }
             headerBytes += 1
             guard headerBytes == 5 else { continue }
-            guard length >= 4 else { return false }
-            message(type)
+            guard length >= 4, message(type) else { return false }
             skip = Int(length) - 4
             (headerBytes, length) = (0, 0)
         }

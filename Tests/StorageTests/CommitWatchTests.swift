@@ -1,5 +1,7 @@
+import Foundation
 import Logging
 import NIOCore
+import NIOSSL
 import PostgresNIO
 import TestSupport
 import Testing
@@ -11,10 +13,20 @@ import Testing
 /// the framing reader finds every message however the bytes are split.
 @Suite("PostgreSQL commit watch")
 struct CommitWatchTests {
-    private func withPools(_ body: (PostgresPool, Storage.PostgresDatabase, Storage.PostgresDatabase) async throws -> Void) async throws {
+    private func withPools(
+        tls: Bool = false, _ body: (PostgresPool, Storage.PostgresDatabase, Storage.PostgresDatabase) async throws -> Void
+    ) async throws {
         guard TestDatabase.engines.contains(.postgres) else { return }
         let handle = try await TestDatabase.create(.postgres)
-        let configuration = try PostgresDatabase.configuration(url: handle.url)
+        var configuration = try PostgresDatabase.configuration(url: handle.url)
+        if tls {
+            // scripts/with-postgres serves TLS with a throwaway self-signed certificate for localhost.
+            let ca = try #require(ProcessInfo.processInfo.environment["TEST_POSTGRES_CA"], "run under scripts/with-postgres")
+            var settings = TLSConfiguration.makeClientConfiguration()
+            settings.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(ca))
+            settings.certificateVerification = .noHostnameVerification
+            configuration.tls = .require(try NIOSSLContext(configuration: settings))
+        }
         let pool = PostgresPool(configuration: configuration, logger: TestDatabase.logger)
         let otherPool = PostgresPool(configuration: configuration, logger: TestDatabase.logger)
         do {
@@ -36,8 +48,9 @@ struct CommitWatchTests {
         return try rows.first.map { try $0.int("n") }
     }
 
-    @Test func confirmsOnTheWireAndTheWriteIsVisibleElsewhere() async throws {
-        try await withPools { pool, database, other in
+    /// Over TLS the watch must sit behind the TLS handler (it reads the plain messages): without TLS and with it.
+    @Test(arguments: [false, true]) func confirmsOnTheWireAndTheWriteIsVisibleElsewhere(tls: Bool) async throws {
+        try await withPools(tls: tls) { pool, database, other in
             _ = try await database.withConnection(logger: TestDatabase.logger) { tx in
                 try await tx.query("CREATE TABLE watched (id BIGINT PRIMARY KEY)")
             }
@@ -65,6 +78,12 @@ struct CommitWatchTests {
                 }
             }
             #expect((10...13).contains(sent))
+            if tls {
+                let encrypted = try await database.withConnection(logger: TestDatabase.logger) { tx in
+                    try await tx.query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                }
+                #expect(try encrypted.first?.bool("ssl") == true)
+            }
         }
     }
 
@@ -115,7 +134,10 @@ struct CommitWatchTests {
             var seen: [UInt8] = []
             while stream.readableBytes > 0 {
                 let chunk = stream.readSlice(length: min(stream.readableBytes, Int.random(in: 1...700, using: &generator)))!
-                #expect(framing.feed(chunk) { seen.append($0) })
+                #expect(
+                    framing.feed(chunk) {
+                        seen.append($0); return true
+                    })
             }
             #expect(seen == types)
         }
@@ -123,6 +145,6 @@ struct CommitWatchTests {
         var header = ByteBuffer()
         header.writeInteger(UInt8(ascii: "Z"))
         header.writeInteger(UInt32(3))
-        #expect(!broken.feed(header) { _ in })
+        #expect(!broken.feed(header) { _ in true })
     }
 }
