@@ -127,13 +127,21 @@ final class PostgresCommitWatch: Sendable {
     ) async throws -> (PostgresConnection, PostgresCommitWatch) {
         let bootstrap = ClientBootstrap(group: loop).connectTimeout(configuration.options.connectTimeout)
         let channel: any Channel
-        if let path = configuration.unixSocketPath {
-            channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
-        } else if let host = configuration.host {
-            channel = try await bootstrap.channelOption(.tcpOption(.tcp_nodelay), value: 1).connect(host: host, port: configuration.port ?? 5432)
-                .get()
-        } else {
-            throw StorageError.unavailable("no host to connect to")
+        do {
+            if let path = configuration.unixSocketPath {
+                channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
+            } else if let host = configuration.host {
+                channel = try await bootstrap.channelOption(.tcpOption(.tcp_nodelay), value: 1).connect(host: host, port: configuration.port ?? 5432)
+                    .get()
+            } else {
+                throw StorageError.unavailable("no host to connect to")
+            }
+        } catch let error as StorageError {
+            throw error
+        } catch {
+            // As postgres-nio's own connect says it (a `PSQLError` connection error): an outage, 503, and a reason to
+            // look for the primary again, never a 500.
+            throw StorageError.unavailable("cannot connect to the database: \(error)")
         }
         var established = PostgresConnection.Configuration(
             establishedChannel: channel, tls: configuration.tls, username: configuration.username, password: configuration.password,

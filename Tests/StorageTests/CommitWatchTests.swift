@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOPosix
 import NIOSSL
 import PostgresNIO
 import TestSupport
@@ -114,6 +115,19 @@ struct CommitWatchTests {
                 }
             }
             #expect(try await Self.count(other, "deferred") == 8)
+        }
+    }
+
+    /// A host that refuses the connection is an outage (503, and a reason to look for the primary again), as
+    /// postgres-nio's own connect reports it: not an unknown error (a 500; `scripts/operations-test failover` found it).
+    @Test func aRefusedConnectionIsUnavailable() async throws {
+        let refused = try PostgresDatabase.configuration(url: "postgres://postgres@127.0.0.1:1/accounts")
+        await #expect {
+            _ = try await PostgresCommitWatch.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: refused, id: 1, logger: TestDatabase.logger)
+        } throws: { error in
+            if case .unavailable = error as? StorageError { return true }
+            return false
         }
     }
 
