@@ -11,7 +11,7 @@ import Synchronization
 /// the pool's connections carry this handler between the socket (or TLS) and postgres-nio: it reads only the
 /// messages' framing (a type byte and a length) in both directions, counting what asks for a `ReadyForQuery` (Sync,
 /// a simple Query, a FunctionCall) and each `ReadyForQuery` received, and notes a cycle that carried an error.
-/// ``confirm()`` returns once every request sent so far has had its `ReadyForQuery`, which usually arrives in the
+/// ``confirm(on:)`` returns once every request sent so far has had its `ReadyForQuery`, which usually arrives in the
 /// same read as the rows. The bytes pass on unchanged. A connection without the watch (or whose framing it lost)
 /// confirms with a `SELECT 1` on the same connection instead (``PostgresExecutor/confirmImplicitCommit()``).
 final class PostgresCommitWatch: Sendable {
@@ -19,17 +19,18 @@ final class PostgresCommitWatch: Sendable {
         /// Requests sent that PostgreSQL answers with exactly one `ReadyForQuery` each.
         var requested = 0
         var ready = 0
-        /// The last `ReadyForQuery` whose cycle carried an `ErrorResponse`.
+        /// The last `ReadyForQuery` that does not confirm a commit: its cycle carried an `ErrorResponse`, or it said
+        /// the connection is inside a transaction block.
         var failedCycle = -1
-        var errorInCycle = false
-        /// The framing was lost or the connection closed: nothing more can be confirmed here.
+        /// Nothing more can be confirmed here.
         var stopped: Stop?
         var waiters: [(target: Int, continuation: CheckedContinuation<Bool, any Error>)] = []
     }
     private let state = Mutex(State())
 
     enum Stop: Sendable {
-        /// This watch cannot tell: the caller confirms another way.
+        /// This watch cannot tell (its framing was lost, or a `ReadyForQuery` took longer than ``patience``): the
+        /// caller confirms another way.
         case lostFraming
         case closed
 
@@ -41,14 +42,23 @@ final class PostgresCommitWatch: Sendable {
         }
     }
 
+    /// How long ``confirm(on:)`` waits for a `ReadyForQuery` that is not there yet before it gives up on this watch (a
+    /// count that drifted would otherwise wait forever); the caller then asks with a statement, which is always right.
+    static let patience = TimeAmount.seconds(2)
+
+    /// Whether this watch has stopped (the pool closes such a connection after a failure).
+    var isStopped: Bool { state.withLock { $0.stopped != nil } }
+
     /// Returns true once every request sent so far on the connection has had its `ReadyForQuery` and the last cycle
-    /// carried no error; false if this watch cannot tell (the caller confirms another way); throws if the commit
+    /// confirms a commit; false if this watch cannot tell (the caller confirms another way); throws if the commit
     /// failed or the connection closed first.
-    func confirm() async throws -> Bool {
+    func confirm(on loop: any EventLoop) async throws -> Bool {
         let (now, target) = state.withLock { state -> (Result<Bool, any Error>?, Int) in
             (Self.answer(state, target: state.requested), state.requested)
         }
         if let now { return try now.get() }
+        let giveUp = loop.scheduleTask(in: Self.patience) { self.stop(.lostFraming) }
+        defer { giveUp.cancel() }
         return try await withCheckedThrowingContinuation { continuation in
             let early = state.withLock { state -> Result<Bool, any Error>? in
                 if let answer = Self.answer(state, target: target) { return answer }
@@ -71,31 +81,29 @@ final class PostgresCommitWatch: Sendable {
     /// Requests sent so far that PostgreSQL answers with a `ReadyForQuery` (tests).
     var requests: Int { state.withLock { $0.requested } }
 
-    static let commitFailed = StorageError.unavailable("the database could not commit the statement")
+    static let commitFailed = StorageError.unavailable("the database did not commit the statement")
 
     /// The message types of the protocol after start-up, each way: anything else means the watch is not reading
-    /// plain protocol messages (it would be misplaced), and it stops.
+    /// plain protocol messages (it would be misplaced), and it stops. Copying in (`G`, `W`) is left out: PostgreSQL
+    /// ignores a Sync sent while copying in, so the counts would no longer pair up.
     static let frontendTypes = Set("BCDEFHPQSXcdfp".utf8)
-    static let backendTypes = Set("123ACDEGHIKNRSTVWZcdnstv".utf8)
+    static let backendTypes = Set("123ACDEHIKNRSTVZcdnstv".utf8)
+    static let readyForQuery = UInt8(ascii: "Z")
 
-    fileprivate func sent(_ type: UInt8) -> Bool {
-        guard Self.frontendTypes.contains(type) else { return false }
-        guard type == UInt8(ascii: "S") || type == UInt8(ascii: "Q") || type == UInt8(ascii: "F") else { return true }
+    /// A request that PostgreSQL answers with one `ReadyForQuery` was sent.
+    fileprivate func requested() {
         state.withLock { $0.requested += 1 }
-        return true
     }
 
-    fileprivate func received(_ type: UInt8) -> Bool {
-        guard Self.backendTypes.contains(type) else { return false }
-        if type == UInt8(ascii: "E") {
-            state.withLock { $0.errorInCycle = true }
-            return true
-        }
-        guard type == UInt8(ascii: "Z") else { return true }
+    /// A `ReadyForQuery` arrived. `status`: its transaction status (`I`: idle, the implicit transaction is over);
+    /// `error`: its cycle carried an `ErrorResponse`; `afterCompletion`: that error came after the statement's
+    /// `CommandComplete`, so the commit itself failed (postgres-nio closes such a connection; nothing more is confirmed
+    /// on it).
+    fileprivate func ready(status: UInt8?, error: Bool, afterCompletion: Bool) {
         let due = state.withLock { state -> [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] in
             state.ready += 1
-            if state.errorInCycle { state.failedCycle = state.ready }
-            state.errorInCycle = false
+            if error || status != UInt8(ascii: "I") { state.failedCycle = state.ready }
+            if afterCompletion, state.stopped == nil { state.stopped = .closed }
             let (ready, failed) = (state.ready, state.failedCycle)
             var due: [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] = []
             state.waiters.removeAll { waiter in
@@ -106,7 +114,6 @@ final class PostgresCommitWatch: Sendable {
             return due
         }
         for (continuation, result) in due { continuation.resume(with: result) }
-        return true
     }
 
     /// Nothing more can be confirmed here (the first reason stays).
@@ -183,17 +190,31 @@ final class PostgresCommitWatch: Sendable {
 /// The message boundaries of one direction of the protocol after start-up: a type byte, then a 4-byte big-endian
 /// length that counts itself.
 struct PostgresFraming {
+    /// The type whose first body byte the callback gets (a `ReadyForQuery`'s status).
+    let peek: UInt8?
     private var headerBytes = 0
     private var type: UInt8 = 0
     private var length: UInt32 = 0
     private var skip = 0
+    private var peeking = false
+    init(peek: UInt8? = nil) { self.peek = peek }
 
-    /// Calls `message` with each message's type as its header completes; false if a length cannot be a message's or
-    /// `message` refused a type.
-    mutating func feed(_ buffer: ByteBuffer, _ message: (UInt8) -> Bool) -> Bool {
+    /// No message of the protocol after start-up comes near it (PostgreSQL's own limit on a message is 1 GiB).
+    static let maximumLength: UInt32 = 1 << 30
+
+    /// Calls `message` with each message's type (and the first body byte of a ``peek`` message), false if a length
+    /// cannot be a message's or `message` refused a type.
+    mutating func feed(_ buffer: ByteBuffer, _ message: (UInt8, UInt8?) -> Bool) -> Bool {
         let bytes = buffer.readableBytesView
         var index = bytes.startIndex
         while index < bytes.endIndex {
+            if peeking {
+                peeking = false
+                skip -= 1
+                guard message(type, bytes[index]) else { return false }
+                index += 1
+                continue
+            }
             if skip > 0 {
                 let step = min(skip, bytes.endIndex - index)
                 index += step
@@ -205,9 +226,14 @@ struct PostgresFraming {
             if headerBytes == 0 { type = byte } else { length = length << 8 | UInt32(byte) }
             headerBytes += 1
             guard headerBytes == 5 else { continue }
-            guard length >= 4, message(type) else { return false }
+            guard length >= 4, length <= Self.maximumLength else { return false }
             skip = Int(length) - 4
             (headerBytes, length) = (0, 0)
+            if type == peek, skip > 0 {
+                peeking = true
+            } else {
+                guard message(type, nil) else { return false }
+            }
         }
         return true
     }
@@ -220,20 +246,59 @@ private final class PostgresCommitWatchHandler: ChannelDuplexHandler, RemovableC
     typealias OutboundOut = ByteBuffer
 
     private let watch: PostgresCommitWatch
-    private var incoming = PostgresFraming()
+    private var incoming = PostgresFraming(peek: PostgresCommitWatch.readyForQuery)
     private var outgoing = PostgresFraming()
     private var watching = true
+    /// The current cycle (up to its `ReadyForQuery`) has seen a `CommandComplete`, an `ErrorResponse`, and an error
+    /// after a `CommandComplete`.
+    private var completed = false
+    private var failed = false
+    private var failedAfterCompletion = false
 
     init(watch: PostgresCommitWatch) { self.watch = watch }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if watching, !incoming.feed(unwrapInboundIn(data), watch.received) { lost() }
+        if watching, !incoming.feed(unwrapInboundIn(data), received) { lost() }
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if watching, !outgoing.feed(unwrapOutboundIn(data), watch.sent) { lost() }
+        if watching, !outgoing.feed(unwrapOutboundIn(data), sent) { lost() }
         context.write(data, promise: promise)
+    }
+
+    private func sent(_ type: UInt8, _: UInt8?) -> Bool {
+        guard PostgresCommitWatch.frontendTypes.contains(type) else { return false }
+        if type == UInt8(ascii: "S") || type == UInt8(ascii: "Q") || type == UInt8(ascii: "F") { watch.requested() }
+        return true
+    }
+
+    private func received(_ type: UInt8, _ first: UInt8?) -> Bool {
+        guard PostgresCommitWatch.backendTypes.contains(type) else { return false }
+        switch type {
+        case UInt8(ascii: "C"): completed = true
+        case UInt8(ascii: "E"):
+            failed = true
+            if completed { failedAfterCompletion = true }
+        case PostgresCommitWatch.readyForQuery:
+            watch.ready(status: first, error: failed, afterCompletion: failedAfterCompletion)
+            (completed, failed, failedAfterCompletion) = (false, false, false)
+        default: break
+        }
+        return true
+    }
+
+    /// A connection that closed before the watch joined it has nothing to confirm.
+    func handlerAdded(context: ChannelHandlerContext) {
+        if !context.channel.isActive { watch.stop(.closed) }
+    }
+
+    /// postgres-nio closes a connection it can no longer use (an error after a statement's `CommandComplete`, a FATAL
+    /// one): from that moment the connection is done here, before its channel is inactive (a TLS close takes a
+    /// while), so that the pool does not hand it on.
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        watch.stop(.closed)
+        context.close(mode: mode, promise: promise)
     }
 
     func channelInactive(context: ChannelHandlerContext) {

@@ -377,7 +377,7 @@ struct PostgresExecutor: SQLExecutor {
     /// that `ReadyForQuery`. A commit that fails, or a connection lost before it, fails this call: the caller answers
     /// `unavailable`, never success.
     func confirmImplicitCommit() async throws {
-        if let watch = pool?.commitWatch(of: connection), try await watch.confirm() { return }
+        if let watch = pool?.commitWatch(of: connection), try await watch.confirm(on: connection.eventLoop) { return }
         _ = try await query("SELECT 1 AS committed", [])
     }
 

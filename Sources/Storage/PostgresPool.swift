@@ -79,7 +79,8 @@ public final class PostgresPool: Sendable {
             // postgres-nio closes the channel in the same event-loop turn that failed the query: let that turn end
             // before looking at whether the connection is still open.
             try? await connection.eventLoop.submit {}.get()
-            if Self.mustNotReuse(after: error) {
+            // A connection whose commit watch stopped (the connection closed, or the watch lost count) is not reused either.
+            if Self.mustNotReuse(after: error) || commitWatch(of: connection)?.isStopped == true {
                 // Its close handler frees the slot (and opens another for a waiter).
                 Self.close(connection)
                 throw error
@@ -98,10 +99,8 @@ public final class PostgresPool: Sendable {
     ///   while postgres-nio was preparing it, and postgres-nio remembers a failed preparation on that connection:
     ///   every later call of that statement there fails the same way, even once the schema is there (seen: a
     ///   sweeper's statement prepared before the migrations had made its table failed on that connection for the rest
-    ///   of its life);
-    /// - the storage layer's own `unavailable` on this connection (a commit not confirmed, a connection found closed).
+    ///   of its life).
     static func mustNotReuse(after error: any Error) -> Bool {
-        if case .unavailable = error as? StorageError { return true }
         guard let error = error as? PSQLError else { return false }
         guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return true }
         if let severity = error.serverInfo?[.severity], severity == "FATAL" || severity == "PANIC" { return true }

@@ -61,7 +61,7 @@ struct CommitWatchTests {
                     let executor = PostgresExecutor(connection: connection, logger: TestDatabase.logger)
                     _ = try await executor.query("INSERT INTO watched VALUES (?) RETURNING id", [id])
                     let watch = try #require(pool.commitWatch(of: connection))
-                    #expect(try await watch.confirm())
+                    #expect(try await watch.confirm(on: connection.eventLoop))
                 }
                 #expect(try await Self.count(other, "watched") == Int64(id))
             }
@@ -88,33 +88,72 @@ struct CommitWatchTests {
         }
     }
 
-    /// A deferred foreign key is checked at the commit, after the statement's `CommandComplete`: PostgreSQL answers
-    /// the rows, then an `ErrorResponse` and `ReadyForQuery`. The spend's path (statement, then confirmation) must
-    /// fail, and nothing is written.
-    @Test func aCommitThatFailsAfterTheRowsIsNeverConfirmed() async throws {
-        try await withPools { pool, database, other in
+    /// Commits that fail after the statement's `CommandComplete`, at the protocol's Sync: a deferred foreign key
+    /// (PostgreSQL answers the rows, then an `ErrorResponse` and `ReadyForQuery`), and a backend that ends its session
+    /// while committing (the rows, then a FATAL error and the connection closed). The spend's path (statement, then
+    /// confirmation) must fail, with the watch and without it, over TLS too, and nothing is written.
+    @Test(arguments: [false, true]) func aCommitThatFailsAfterTheRowsIsNeverConfirmed(tls: Bool) async throws {
+        try await withPools(tls: tls) { pool, database, other in
             _ = try await database.withConnection(logger: TestDatabase.logger) { tx in
                 try await tx.query(
                     "CREATE TABLE deferred (id BIGINT PRIMARY KEY, parent BIGINT REFERENCES deferred (id) DEFERRABLE INITIALLY DEFERRED)")
+                try await tx.query(
+                    """
+                    CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN IF NEW.id < 0 THEN PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(1); END IF; RETURN NULL; END $$
+                    """)
+                try await tx.query(
+                    """
+                    CREATE CONSTRAINT TRIGGER end_session AFTER INSERT ON deferred DEFERRABLE INITIALLY DEFERRED
+                        FOR EACH ROW EXECUTE FUNCTION end_session()
+                    """)
             }
-            for (round, watched) in [true, false, true, false, true, false, true, false].enumerated() {
+            var written: Int64 = 0
+            for round in 0..<8 {
+                let (watched, ends) = (round % 2 == 0, round % 4 >= 2)
                 let error = await #expect(throws: (any Error).self) {
                     try await pool.withConnection { connection in
                         let executor = PostgresExecutor(connection: connection, logger: TestDatabase.logger, pool: watched ? pool : nil)
-                        _ = try await executor.query("INSERT INTO deferred VALUES (?, 999) RETURNING id", [round + 1])
+                        let row = ends ? "(?, NULL)" : "(?, 999)"
+                        _ = try await executor.query("INSERT INTO deferred VALUES \(row) RETURNING id", [ends ? -round - 1 : round + 1])
                         try await executor.confirmImplicitCommit()
                     }
                 }
-                // The watch reports the failed commit, or the connection postgres-nio closes over it: never success.
+                // The watch reports the failed commit, or the connection closed over it: never success.
                 if watched { #expect(error is StorageError) }
-                #expect(try await Self.count(other, "deferred") == Int64(round))
-                // The connection is still good for the next caller.
+                #expect(try await Self.count(other, "deferred") == written)
+                // The pool serves the next caller.
                 try await database.withConnection(logger: TestDatabase.logger) { tx in
                     _ = try await tx.query("INSERT INTO deferred VALUES (?, NULL) RETURNING id", [100 + round])
                     try await tx.confirmImplicitCommit()
                 }
+                written += 1
             }
             #expect(try await Self.count(other, "deferred") == 8)
+        }
+    }
+
+    /// A commit that takes its time (a deferred trigger sleeping 0.3 s): the confirmation comes only after it, and the
+    /// row is there for every other connection at once.
+    @Test func aSlowCommitIsConfirmedOnlyOnceItIsDone() async throws {
+        try await withPools { _, database, other in
+            _ = try await database.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("CREATE TABLE slow (id BIGINT PRIMARY KEY)")
+                try await tx.query(
+                    "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$")
+                try await tx.query(
+                    "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()"
+                )
+            }
+            for id in 1...4 {
+                let started = ContinuousClock.now
+                try await database.withConnection(logger: TestDatabase.logger) { tx in
+                    _ = try await tx.query("INSERT INTO slow VALUES (?) RETURNING id", [id])
+                    try await tx.confirmImplicitCommit()
+                }
+                #expect(ContinuousClock.now - started >= .milliseconds(300))
+                #expect(try await Self.count(other, "slow") == Int64(id))
+            }
         }
     }
 
@@ -135,30 +174,44 @@ struct CommitWatchTests {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<300 {
             var types: [UInt8] = []
+            var firsts: [UInt8?] = []
             var stream = ByteBuffer()
             for _ in 0..<Int.random(in: 1...30, using: &generator) {
                 let type = UInt8.random(in: 0x41...0x5a, using: &generator)
                 let payload = Int.random(in: 0...(Bool.random(using: &generator) ? 20 : 9_000), using: &generator)
+                let filler = UInt8.random(in: 0...255, using: &generator)
                 types.append(type)
+                firsts.append(payload > 0 ? filler : nil)
                 stream.writeInteger(type)
                 stream.writeInteger(UInt32(payload + 4))
-                stream.writeRepeatingByte(UInt8.random(in: 0...255, using: &generator), count: payload)
+                stream.writeRepeatingByte(filler, count: payload)
             }
-            var framing = PostgresFraming()
+            // The first body byte of one type comes with it (a ReadyForQuery's status).
+            let peek = types.randomElement(using: &generator)
+            var framing = PostgresFraming(peek: peek)
             var seen: [UInt8] = []
+            var peeked: [UInt8?] = []
             while stream.readableBytes > 0 {
-                let chunk = stream.readSlice(length: min(stream.readableBytes, Int.random(in: 1...700, using: &generator)))!
-                #expect(
-                    framing.feed(chunk) {
-                        seen.append($0); return true
-                    })
+                let length = min(stream.readableBytes, Int.random(in: 1...700, using: &generator))
+                let chunk = stream.getSlice(at: stream.readerIndex, length: length) ?? ByteBuffer()
+                stream.moveReaderIndex(forwardBy: length)
+                let whole = framing.feed(chunk) { type, first in
+                    seen.append(type)
+                    peeked.append(first)
+                    return true
+                }
+                #expect(whole)
             }
             #expect(seen == types)
+            #expect(peeked == zip(types, firsts).map { $0 == peek ? $1 : nil })
         }
-        var broken = PostgresFraming()
-        var header = ByteBuffer()
-        header.writeInteger(UInt8(ascii: "Z"))
-        header.writeInteger(UInt32(3))
-        #expect(!broken.feed(header) { _ in true })
+        // Lengths no message has: shorter than the length field, or past PostgreSQL's 1 GiB.
+        for length in [UInt32(3), UInt32(0), (UInt32(1) << 30) + 1, UInt32.max] {
+            var broken = PostgresFraming()
+            var header = ByteBuffer()
+            header.writeInteger(UInt8(ascii: "D"))
+            header.writeInteger(length)
+            #expect(!broken.feed(header) { _, _ in true })
+        }
     }
 }
