@@ -22,6 +22,8 @@ final class PostgresCommitWatch: Sendable {
         /// The last `ReadyForQuery` that does not confirm a commit: its cycle carried an `ErrorResponse`, or it said
         /// the connection is inside a transaction block.
         var failedCycle = -1
+        /// The last `ReadyForQuery` that said the connection is inside a transaction block.
+        var notIdleCycle = -1
         /// Nothing more can be confirmed here.
         var stopped: Stop?
         var waiters: [(target: Int, continuation: CheckedContinuation<Bool, any Error>)] = []
@@ -54,14 +56,14 @@ final class PostgresCommitWatch: Sendable {
     /// failed or the connection closed first.
     func confirm(on loop: any EventLoop) async throws -> Bool {
         let (now, target) = state.withLock { state -> (Result<Bool, any Error>?, Int) in
-            (Self.answer(state, target: state.requested), state.requested)
+            (Self.answer(&state, target: state.requested), state.requested)
         }
         if let now { return try now.get() }
-        let giveUp = loop.scheduleTask(in: Self.patience) { self.stop(.lostFraming) }
+        let giveUp = loop.scheduleTask(in: Self.patience) { self.giveUp(target) }
         defer { giveUp.cancel() }
         return try await withCheckedThrowingContinuation { continuation in
             let early = state.withLock { state -> Result<Bool, any Error>? in
-                if let answer = Self.answer(state, target: target) { return answer }
+                if let answer = Self.answer(&state, target: target) { return answer }
                 state.waiters.append((target, continuation))
                 return nil
             }
@@ -69,13 +71,18 @@ final class PostgresCommitWatch: Sendable {
         }
     }
 
-    /// The answer for the request that is `target`-th, if there is one yet.
-    private static func answer(_ state: State, target: Int) -> Result<Bool, any Error>? {
+    /// The answer for the request that is `target`-th, if there is one yet. A write confirmed inside a transaction
+    /// block (one left open on the connection) did not commit: the watch stops, and the pool closes the connection.
+    private static func answer(_ state: inout State, target: Int) -> Result<Bool, any Error>? {
         if state.stopped == .lostFraming { return Stop.lostFraming.answer }
         // A commit that failed says so even when the connection closed right after (postgres-nio closes one that
         // gets an error after a statement's `CommandComplete`).
-        if state.ready >= target { return state.failedCycle == target ? .failure(commitFailed) : .success(true) }
-        return state.stopped?.answer
+        guard state.ready >= target else { return state.stopped?.answer }
+        guard state.failedCycle != target else {
+            if state.notIdleCycle == target, state.stopped == nil { state.stopped = .closed }
+            return .failure(commitFailed)
+        }
+        return .success(true)
     }
 
     /// Requests sent so far that PostgreSQL answers with a `ReadyForQuery` (tests).
@@ -102,18 +109,33 @@ final class PostgresCommitWatch: Sendable {
     fileprivate func ready(status: UInt8?, error: Bool, afterCompletion: Bool) {
         let due = state.withLock { state -> [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] in
             state.ready += 1
+            if status != UInt8(ascii: "I") { state.notIdleCycle = state.ready }
             if error || status != UInt8(ascii: "I") { state.failedCycle = state.ready }
             if afterCompletion, state.stopped == nil { state.stopped = .closed }
-            let (ready, failed) = (state.ready, state.failedCycle)
+            let ready = state.ready
+            let waiting = state.waiters
+            state.waiters = waiting.filter { $0.target > ready }
             var due: [(CheckedContinuation<Bool, any Error>, Result<Bool, any Error>)] = []
-            state.waiters.removeAll { waiter in
-                guard waiter.target <= ready else { return false }
-                due.append((waiter.continuation, failed == waiter.target ? .failure(Self.commitFailed) : .success(true)))
-                return true
+            for waiter in waiting where waiter.target <= ready {
+                due.append((waiter.continuation, Self.answer(&state, target: waiter.target) ?? .success(false)))
             }
             return due
         }
         for (continuation, result) in due { continuation.resume(with: result) }
+    }
+
+    /// A `ReadyForQuery` slower than ``patience``: its waiter confirms another way; the watch goes on counting.
+    private func giveUp(_ target: Int) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Bool, any Error>] in
+            var late: [CheckedContinuation<Bool, any Error>] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.target == target else { return false }
+                late.append(waiter.continuation)
+                return true
+            }
+            return late
+        }
+        for waiter in waiters { waiter.resume(returning: false) }
     }
 
     /// Nothing more can be confirmed here (the first reason stays).

@@ -378,7 +378,10 @@ struct PostgresExecutor: SQLExecutor {
     /// `unavailable`, never success.
     func confirmImplicitCommit() async throws {
         if let watch = pool?.commitWatch(of: connection), try await watch.confirm(on: connection.eventLoop) { return }
-        _ = try await query("SELECT 1 AS committed", [])
+        // No transaction id now: the write's transaction is over (inside a transaction block left open on the
+        // connection, the write's own would still be assigned).
+        let rows = try await query("SELECT txid_current_if_assigned() IS NULL AS committed", [])
+        guard try rows.first?.bool("committed") == true else { throw PostgresCommitWatch.commitFailed }
     }
 
     @discardableResult

@@ -133,6 +133,40 @@ struct CommitWatchTests {
         }
     }
 
+    /// A write inside a transaction block left open on the connection has not committed: never confirmed, with the
+    /// watch (its `ReadyForQuery` says "in a transaction") or without it (the write's transaction id is still there).
+    @Test func aWriteInsideATransactionLeftOpenIsNeverConfirmed() async throws {
+        try await withPools { pool, database, other in
+            _ = try await database.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("CREATE TABLE open_block (id BIGINT PRIMARY KEY)")
+            }
+            for watched in [true, false] {
+                await #expect(throws: StorageError.self) {
+                    try await pool.withConnection { connection in
+                        let executor = PostgresExecutor(connection: connection, logger: TestDatabase.logger, pool: watched ? pool : nil)
+                        try await executor.query("BEGIN")
+                        _ = try await executor.query("INSERT INTO open_block VALUES (?) RETURNING id", [watched ? 1 : 2])
+                        try await executor.confirmImplicitCommit()
+                    }
+                }
+                if watched {
+                    // The pool closed that connection rather than hand on its open transaction (its backend ends soon).
+                    var open: Int64? = nil
+                    for _ in 0..<30 where open != 0 {
+                        let rows = try await other.withConnection(logger: TestDatabase.logger) { tx in
+                            try await tx.query(
+                                "SELECT count(*) AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND datname = current_database()")
+                        }
+                        open = try rows.first?.int("n")
+                        if open != 0 { try await Task.sleep(for: .milliseconds(100)) }
+                    }
+                    #expect(open == 0)
+                }
+            }
+            #expect(try await Self.count(other, "open_block") == 0)
+        }
+    }
+
     /// A commit that takes its time (a deferred trigger sleeping 0.3 s): the confirmation comes only after it, and the
     /// row is there for every other connection at once.
     @Test func aSlowCommitIsConfirmedOnlyOnceItIsDone() async throws {
@@ -145,15 +179,22 @@ struct CommitWatchTests {
                     "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()"
                 )
             }
+            var sent = 0
             for id in 1...4 {
                 let started = ContinuousClock.now
-                try await database.withConnection(logger: TestDatabase.logger) { tx in
+                sent += try await database.withConnection(logger: TestDatabase.logger) { tx in
+                    let executor = try #require(tx as? PostgresExecutor)
+                    let watch = try #require(executor.pool?.commitWatch(of: executor.connection))
+                    let before = watch.requests
                     _ = try await tx.query("INSERT INTO slow VALUES (?) RETURNING id", [id])
                     try await tx.confirmImplicitCommit()
+                    return watch.requests - before
                 }
                 #expect(ContinuousClock.now - started >= .milliseconds(300))
                 #expect(try await Self.count(other, "slow") == Int64(id))
             }
+            // Confirmed by the watch: no statement of its own (one more request once, when the insert is prepared).
+            #expect((4...6).contains(sent))
         }
     }
 
