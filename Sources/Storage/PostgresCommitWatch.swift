@@ -13,7 +13,7 @@ import Synchronization
 /// a simple Query, a FunctionCall) and each `ReadyForQuery` received, and notes a cycle that carried an error.
 /// ``confirm(on:)`` returns once every request sent so far has had its `ReadyForQuery`, which usually arrives in the
 /// same read as the rows. The bytes pass on unchanged. A connection without the watch (or whose framing it lost)
-/// confirms with a `SELECT 1` on the same connection instead (``PostgresExecutor/confirmImplicitCommit()``).
+/// confirms with a statement on the same connection instead (``PostgresExecutor/confirmImplicitCommit()``).
 final class PostgresCommitWatch: Sendable {
     private struct State {
         /// Requests sent that PostgreSQL answers with exactly one `ReadyForQuery` each.
