@@ -71,7 +71,7 @@ let package = Package(
         .target(
             name: "Storage",
             dependencies: [
-                "CSQLiteSupport", "Traces",
+                "CSQLiteSupport", "Clock", "Traces",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -99,7 +99,7 @@ let package = Package(
         .target(
             name: "Mail",
             dependencies: [
-                "Traces",
+                "Clock", "Traces",
                 .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -215,7 +215,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "Storage", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+                "Clock", "Storage", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),

@@ -1,3 +1,4 @@
+import Clock
 import Events
 import Foundation
 import Logging
@@ -15,7 +16,7 @@ public struct AuditLog: AuditTrail {
     ) async throws {
         try await executor.query(
             "INSERT INTO audit_log (id, at_ms, actor, action, subject, ip, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [UUID().uuidString.lowercased(), at, actor, action, subject, ip, detail])
+            [FreshID.uuid(), at, actor, action, subject, ip, detail])
     }
 
     public func record(_ tx: any SQLExecutor, at: Date, actor: String, action: String, subject: String?, ip: String?, detail: String?) async throws {

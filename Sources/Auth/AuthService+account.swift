@@ -76,7 +76,7 @@ extension AuthService {
                 let now = clock.now()
                 // The operator vouches for the address: a pending sign-up somebody started with it does not block it.
                 _ = try await releasePendingAccount(tx, email: email, now: now)
-                let id = UUID().uuidString.lowercased()
+                let id = FreshID.uuid()
                 try await users.insert(tx, id: id, email: email, name: name, passwordHash: hash, verified: true, role: "admin", now: now)
                 _ = try await ensureDefaultProfile(tx, userID: id, name: name, now: now)
                 try await AuditLog.record(tx, at: now, actor: "cli", action: "admin_created", subject: id, ip: nil)

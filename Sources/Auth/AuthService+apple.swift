@@ -98,7 +98,7 @@ extension AuthService {
                 try await users.verify(tx, id: userID, name: displayName, passwordHash: nil, now: now)
                 try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
             } else {
-                userID = UUID().uuidString.lowercased()
+                userID = FreshID.uuid()
                 try await users.insert(tx, id: userID, email: email, name: displayName, passwordHash: nil, verified: true, role: "user", now: now)
                 try await emitUserEvent(
                     tx, "user.created", userID: userID, email: email, now: now, ["emailVerified": .bool(true), "role": .string("user")])

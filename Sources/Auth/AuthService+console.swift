@@ -80,7 +80,7 @@ extension AuthService {
                     .forbidden("Operators need two-factor codes: enroll with POST /api/auth/mfa/totp/setup and /enable, then sign in again."))
             }
             let token = SecretHasher.newSessionToken()
-            let id = UUID().uuidString.lowercased()
+            let id = FreshID.uuid()
             let expires = now.addingTimeInterval(Self.consoleAbsoluteSeconds)
             let agent = ClientInfo(ip: client.ip, userAgent: "Operator console" + (client.userAgent.map { " · " + $0 } ?? ""))
             try await sessions.insert(

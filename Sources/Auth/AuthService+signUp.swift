@@ -60,7 +60,7 @@ extension AuthService {
             userID = existing.id
         } else {
             // The pending account holds no password: only a verified request's password is ever copied onto it.
-            userID = UUID().uuidString.lowercased()
+            userID = FreshID.uuid()
             try await users.insert(tx, id: userID, email: email, name: name, passwordHash: nil, verified: false, role: "user", now: now)
             try await emitUserEvent(
                 tx, "user.created", userID: userID, email: email, now: now, ["emailVerified": .bool(false), "role": .string("user")])
@@ -80,7 +80,7 @@ extension AuthService {
             VALUES (?, ?, ?, ?, ?, ?, ?, NULL)
             """,
             [
-                UUID().uuidString.lowercased(), email, name, passwordHash,
+                FreshID.uuid(), email, name, passwordHash,
                 mailed ? secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue) : nil,
                 now, now.addingTimeInterval(policy.codeLifetimeSeconds),
             ])

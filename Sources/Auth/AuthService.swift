@@ -86,7 +86,7 @@ public struct AuthService: Sendable {
 
     func createSession(_ tx: any SQLExecutor, userID: String, profileID: String?, client: ClientInfo, now: Date) async throws -> IssuedSession {
         let token = SecretHasher.newSessionToken()
-        let id = UUID().uuidString.lowercased()
+        let id = FreshID.uuid()
         let absolute = now.addingTimeInterval(policy.sessionAbsoluteSeconds)
         try await sessions.insert(
             tx, id: id, userID: userID, tokenHash: SecretHasher.tokenHash(token), expiresAt: absolute, client: client, profileID: profileID, now: now)
@@ -105,7 +105,7 @@ public struct AuthService: Sendable {
 
     func ensureDefaultProfile(_ tx: any SQLExecutor, userID: String, name: String, now: Date) async throws -> String {
         if let existing = try await profiles.defaultProfileID(tx, userID: userID) { return existing }
-        let id = UUID().uuidString.lowercased()
+        let id = FreshID.uuid()
         try await profiles.insertDefault(tx, id: id, userID: userID, name: String(name.prefix(30)), now: now)
         return id
     }

@@ -68,7 +68,7 @@ extension BillingService {
         if let refusal = try await appleOfferRefusal(userID: userID, productID: productID, kind: kind, logger: logger) {
             throw BillingError.offerNotEligible(refusal)
         }
-        return try signer.sign(productID: productID, offerID: offerID, appAccountToken: userID, nonce: UUID(), at: clock.now())
+        return try signer.sign(productID: productID, offerID: offerID, appAccountToken: userID, nonce: FreshID.value(), at: clock.now())
     }
 
     /// Whether the account may get `kind` for `productID`, and why not: the product must be one of the catalog's plans on

@@ -127,7 +127,7 @@ public struct BillingService: Sendable {
         _ tx: any SQLExecutor, provider: String, source: String, dedupeKey: String?, externalID: String?, eventType: String?, originalID: String?,
         environment: String?, signedAt: Date?, raw: String
     ) async throws -> String? {
-        let id = UUID().uuidString.lowercased()
+        let id = FreshID.uuid()
         let digest = hexString(SHA256.hash(data: Data(raw.utf8)))
         let rows = try await tx.query(
             """
@@ -163,7 +163,7 @@ public struct BillingService: Sendable {
             try await tx.query(
                 """
                 INSERT INTO billing_events (id, provider, source, verdict, detail, raw, raw_sha256, received_at_ms) VALUES (?, ?, ?, 'rejected', ?, ?, ?, ?)
-                """, [UUID().uuidString.lowercased(), provider, source, detail, kept, digest, clock.now()])
+                """, [FreshID.uuid(), provider, source, detail, kept, digest, clock.now()])
         }
     }
 

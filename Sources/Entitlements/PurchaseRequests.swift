@@ -64,7 +64,7 @@ extension StickerService {
         try await tx.query(
             "UPDATE purchase_requests SET status = 'expired', resolved_at_ms = ? WHERE profile_id = ? AND pack_id = ? AND status = 'pending' AND expires_at_ms <= ?",
             [now, profile.id, pack.id, now])
-        let id = UUID().uuidString.lowercased()
+        let id = FreshID.uuid()
         let claimed = try await tx.query(
             """
             INSERT INTO purchase_requests (id, user_id, profile_id, pack_id, tokens, status, created_at_ms, expires_at_ms)
@@ -244,7 +244,7 @@ extension EntitlementService {
         idempotencyKey: String
     ) async throws -> Reservation {
         let now = clock.now()
-        let id = UUID().uuidString.lowercased()
+        let id = FreshID.uuid()
         let tokens = quote?.tokens ?? input.tokens ?? 0
         let (action, description) = (quote?.action ?? "reserve", quote?.description ?? (tokens == 1 ? "1 token" : "\(tokens) tokens"))
         let ttl = StickerService.purchaseRequestTTLSeconds

@@ -149,8 +149,58 @@ public struct IdempotencyStore: Sendable {
         return .sentBefore(status: status, body: body)
     }
 
-    /// The request's fields as stored (sorted keys).
+    /// The request's fields as stored (sorted keys), byte for byte what Foundation's `JSONEncoder` with `.sortedKeys`
+    /// writes, so the stored text stays the same across builds (a retry is matched by decoding it, in `replay`). Fields
+    /// whose keys are ASCII letters and whose values are printable ASCII (nearly every request) are written directly;
+    /// anything else takes Foundation's encoder (`FastEncodingTests` holds both equal over random fields).
     public static func requestJSON(_ request: [String: String]) throws -> String {
+        if let plain = plainRequestJSON(request) { return plain }
+        return try foundationRequestJSON(request)
+    }
+
+    /// The fast path: nil when a key or a value needs more of Foundation's rules (control or non-ASCII characters, or keys whose order might differ).
+    static func plainRequestJSON(_ request: [String: String]) -> String? {
+        let keys = request.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        var previous: String?
+        var length = 2
+        for key in keys {
+            guard !key.isEmpty, key.utf8.allSatisfy({ (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) }) else { return nil }
+            // Foundation's sort and the bytes' order agree when they agree ignoring case too.
+            let folded = key.lowercased()
+            if let previous, !previous.utf8.lexicographicallyPrecedes(folded.utf8) { return nil }
+            previous = folded
+            guard let value = request[key], value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return nil }
+            length += key.utf8.count + value.utf8.count + 8
+        }
+        var out = "{"
+        out.reserveCapacity(length)
+        for (index, key) in keys.enumerated() {
+            if index > 0 { out += "," }
+            out += "\""
+            out += key
+            out += "\":\""
+            let value = request[key] ?? ""
+            guard value.utf8.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 == 0x2F }) else {
+                out += value
+                out += "\""
+                continue
+            }
+            for scalar in value.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "/": out += "\\/"
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            out += "\""
+        }
+        out += "}"
+        return out
+    }
+
+    /// `requestJSON` without the fast path.
+    static func foundationRequestJSON(_ request: [String: String]) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         return String(decoding: try encoder.encode(request), as: UTF8.self)

@@ -1,3 +1,4 @@
+import Clock
 import Foundation
 import Metrics
 import Storage
@@ -150,7 +151,7 @@ extension Ledger {
         }
     }
 
-    static func newID() -> String { UUID().uuidString.lowercased() }
+    static func newID() -> String { FreshID.uuid() }
 }
 
 /// `ledger_transfers{reason}`. Reasons come from callers, so at most `distinctReasonsMax` distinct values are

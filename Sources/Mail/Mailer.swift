@@ -1,3 +1,4 @@
+import Clock
 import Foundation
 import Logging
 
@@ -90,7 +91,7 @@ public struct FileMailer: Mailer {
 
     public func send(_ message: MailMessage, logger: Logger) async throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let id = UUID().uuidString.lowercased()
+        let id = FreshID.uuid()
         let now = Date()
         let name = String(format: "%013lld", Int64(now.timeIntervalSince1970 * 1000)) + "-\(id).eml"
         let text = message.rfc5322(from: from, date: now, messageID: "\(id)@account-service")
@@ -113,7 +114,7 @@ public struct SendmailMailer: Mailer {
     }
 
     public func send(_ message: MailMessage, logger: Logger) async throws {
-        let text = message.rfc5322(from: from, date: Date(), messageID: "\(UUID().uuidString.lowercased())@account-service")
+        let text = message.rfc5322(from: from, date: Date(), messageID: "\(FreshID.uuid())@account-service")
         let path = self.path
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let process = Process()

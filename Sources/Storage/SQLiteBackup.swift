@@ -1,3 +1,4 @@
+import Clock
 import Foundation
 import Logging
 
@@ -24,7 +25,7 @@ public enum SQLiteBackup {
         guard !FileManager.default.fileExists(atPath: target) else { throw BackupError("\(target) exists already; backups never overwrite") }
         guard let lock = SQLiteFileLock(path: source, exclusive: false) else { throw BackupError("\(path) is being restored") }
         defer { lock.release() }
-        let partial = "\(target).partial-\(UUID().uuidString.prefix(8).lowercased())"
+        let partial = "\(target).partial-\(FreshID.hex().prefix(8))"
         let started = ContinuousClock.now
         do {
             try await onOwnThread("sqlite-backup") { connection in

@@ -1,3 +1,4 @@
+import Clock
 import Foundation
 import Logging
 import NIOPosix
@@ -37,12 +38,12 @@ public enum TestDatabase {
     public static func create(_ engine: Engine) async throws -> Handle {
         switch engine {
         case .sqlite:
-            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("as-test-\(UUID().uuidString)")
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("as-test-\(FreshID.uuid())")
             let path = dir.appendingPathComponent("test.sqlite").path
             return Handle(engine: .sqlite, url: "sqlite:\(path)") { try? FileManager.default.removeItem(at: dir) }
         case .postgres:
             let admin = try adminURL()
-            let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(20).lowercased()
+            let name = "t_" + FreshID.hex().prefix(20)
             try await adminExecute(admin, "CREATE DATABASE \(name)")
             var components = URLComponents(string: admin)!
             components.path = "/\(name)"

@@ -1,3 +1,4 @@
+import Clock
 import Events
 import Foundation
 import Storage
@@ -76,7 +77,7 @@ public struct Outbox: EventSink {
     /// index instead of landing at random places): the `webhook-id` receivers deduplicate on.
     static func newEventID(at date: Date) -> String {
         let time = String(UInt64(max(0, date.epochMilliseconds)), radix: 16)
-        let random = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        let random = FreshID.hex()
         return "evt_" + String(repeating: "0", count: max(0, 12 - time.count)) + time + random.prefix(20)
     }
 

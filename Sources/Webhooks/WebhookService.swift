@@ -41,7 +41,7 @@ public struct WebhookService: Sendable {
             let now = clock.now()
             let count = try await tx.first("SELECT COUNT(*) AS n FROM webhook_endpoints WHERE deleted_at_ms IS NULL")?.optionalInt("n") ?? 0
             guard count < settings.endpointsMax else { throw WebhookError.invalid("At most \(settings.endpointsMax) endpoints; delete one first.") }
-            let id = "whe_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+            let id = "whe_" + FreshID.hex()
             try await tx.query(
                 """
                 INSERT INTO webhook_endpoints (id, url, description, events, balance_low_threshold, secret_sealed, created_at_ms, updated_at_ms)

@@ -166,7 +166,7 @@ extension WebhookWorker {
         return out
     }
 
-    static func newDeliveryID() -> String { "whd_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "") }
+    static func newDeliveryID() -> String { "whd_" + FreshID.hex() }
 
     /// Pending deliveries due now, in one statement (an endpoint that already has an event keeps its delivery).
     static func insertDeliveries(_ tx: any SQLExecutor, _ deliveries: [NewDelivery], now: Date, retryUntil: Date) async throws {

@@ -1,4 +1,7 @@
 import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
 import Testing
 
 @testable import AccountAPI
@@ -72,5 +75,53 @@ struct CanonicalFieldsTests {
             canonicalFields(LedgerController.SpendRequest(userId: "u", amount: 5, reason: "r", metadata: nil)) == [
                 "userId": "\"u\"", "amount": "5", "reason": "\"r\"",
             ])
+    }
+}
+
+/// Header readers and metric names on the hot path take short cuts for the common case; each must answer what the
+/// general rule answers.
+@Suite("Hot-path short cuts")
+struct HotPathShortCutTests {
+    static func request(_ fields: HTTPFields) -> Request {
+        Request(
+            head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/", headerFields: fields),
+            body: .init(buffer: ByteBuffer()))
+    }
+
+    @Test func idempotencyKeysAreTrimmedAsFoundationTrims() throws {
+        for raw in ["k-1", " k-1", "k-1 ", "\tk 1\t", "  ", "é", " é ", "k\u{00A0}", "\u{3000}k", "a", "~x!"] {
+            let expected = raw.trimmingCharacters(in: .whitespaces)
+            #expect(IdempotentResponse.trimmed(raw) == expected, "\(raw.debugDescription)")
+            if expected.isEmpty {
+                #expect(throws: (any Error).self) { try IdempotentResponse.key(Self.request([.idempotencyKey: raw])) }
+            } else {
+                #expect(try IdempotentResponse.key(Self.request([.idempotencyKey: raw])) == expected)
+            }
+        }
+    }
+
+    @Test func bearerTokensAreReadAsTheRuleSays() {
+        let cases: [(String, String?)] = [
+            ("Bearer abc", "abc"), ("bearer abc", "abc"), ("BEARER  abc\t ", "abc"), ("Bearer \tab c ", "ab c"), ("Bearer ", nil),
+            ("Bearer", nil), ("Basic abc", nil), ("Bearerabc", nil), ("Bearer    ", nil), ("Bearer é", "é"), ("Bearer 日本 ", "日本"),
+        ]
+        for (header, expected) in cases {
+            #expect(Authenticator.bearerToken(Self.request([.authorization: header])) == expected, "\(header.debugDescription)")
+        }
+        // The value as it is, without HTTPTypes' trimming of the field: the reader's own trimming.
+        let raw: [(String, String?)] = [
+            ("BEARER  abc\t ", "abc"), ("Bearer    ", ""), ("bearer \t x \t", "x"), ("Bearer  日本\t", "日本"), ("Bearer", nil), ("Bear", nil),
+            ("Béarer x", nil), ("", nil),
+        ]
+        for (header, expected) in raw { #expect(Authenticator.bearerToken(header: header) == expected, "\(header.debugDescription)") }
+        #expect(Authenticator.bearerToken(Self.request([:])) == nil)
+    }
+
+    @Test func metricNamesKeepOnlyASCIILettersAndDigits() {
+        let cases = [
+            ("hb_requests", "hb_requests"), ("http.server.request.duration", "http_server_request_duration"), ("a-b c", "a_b_c"),
+            ("é1", "_1"), ("日本x", "__x"), ("👍🏽", "__"), ("", ""), ("Z9_z", "Z9_z"),
+        ]
+        for (label, expected) in cases { #expect(AppMetrics.sanitize(label) == expected, "\(label)") }
     }
 }

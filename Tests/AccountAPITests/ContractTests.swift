@@ -225,6 +225,18 @@ extension ContractTests {
         }
         #expect(readers.isEmpty, "read the time from the injected clock (TimeSource) instead: \(readers.sorted())")
     }
+
+    /// Ids come from `FreshID` (Foundation's `UUID()` opens /dev/urandom on every call on Linux).
+    @Test func idsComeFromFreshID() throws {
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        var makers: [String] = []
+        for file in FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap({ $0 as? URL }) ?? []
+        where file.pathExtension == "swift" && !file.path.contains("/Generated/") {
+            let relative = String(file.path.dropFirst(sources.path.count + 1))
+            if relative != "Clock/FreshID.swift", try String(contentsOf: file, encoding: .utf8).contains("UUID()") { makers.append(relative) }
+        }
+        #expect(makers.isEmpty, "make ids with FreshID instead: \(makers.sorted())")
+    }
 }
 
 extension ContractTests {

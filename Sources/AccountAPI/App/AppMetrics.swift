@@ -26,8 +26,14 @@ enum AppMetrics {
         MetricsSystem.bootstrap(factory)
     }()
 
+    /// ASCII letters and digits stay, every other Unicode scalar becomes `_`. Runs each time a metric handle is made, so the
+    /// common case (already clean) is one pass over the bytes without Unicode property look-ups.
     static func sanitize(_ text: String) -> String {
-        String(text.unicodeScalars.map { $0.properties.isAlphabetic && $0.isASCII || ("0"..."9").contains($0) ? Character($0) : "_" })
+        func kept(_ value: UInt32) -> Bool {
+            (0x30...0x39).contains(value) || (0x41...0x5A).contains(value) || (0x61...0x7A).contains(value)
+        }
+        if text.utf8.allSatisfy({ kept(UInt32($0)) || $0 == UInt8(ascii: "_") }) { return text }
+        return String(String.UnicodeScalarView(text.unicodeScalars.map { kept($0.value) ? $0 : "_" }))
     }
 
     static var holdsPending: CoreMetrics.Gauge { CoreMetrics.Gauge(label: "ledger_holds_pending") }

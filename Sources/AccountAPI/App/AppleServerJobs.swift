@@ -16,7 +16,7 @@ struct AppleServerJobs: Service {
     let client: AppStoreServerClient
     let settings: AppleAPISettings
     let logger: Logger
-    let lease = JobLease(name: "apple-reconcile", holder: UUID().uuidString, ttlSeconds: 600)
+    let lease = JobLease(name: "apple-reconcile", holder: FreshID.uuid(), ttlSeconds: 600)
 
     static let reconcileBatch = 50
 

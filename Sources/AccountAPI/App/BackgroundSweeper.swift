@@ -22,7 +22,7 @@ struct BackgroundSweeper: Service {
         self.dependencies = dependencies
         self.intervalSeconds = intervalSeconds
         self.logger = logger
-        self.lease = JobLease(name: "ledger-sweeper", holder: UUID().uuidString, ttlSeconds: max(30, intervalSeconds * 3))
+        self.lease = JobLease(name: "ledger-sweeper", holder: FreshID.uuid(), ttlSeconds: max(30, intervalSeconds * 3))
     }
 
     func run() async throws {

@@ -122,7 +122,7 @@ struct ConsoleGate: Sendable {
 
     /// A fresh random value for the sign-in form's double submit.
     static func newSignInToken() -> String {
-        csrfToken(session: UUID().uuidString + UUID().uuidString)
+        csrfToken(session: FreshID.uuid() + FreshID.uuid())
     }
 
     /// `Set-Cookie` for a console cookie: `HttpOnly`, `SameSite=Strict`, `Path=/console`, and `Secure` unless a local

@@ -1,5 +1,6 @@
 import Auth
 import Billing
+import Clock
 import Entitlements
 import Foundation
 import Hummingbird
@@ -76,7 +77,7 @@ extension ConsoleUserController {
                 verified: summary.user.emailVerified, createdAt: ISODate.string(summary.createdAt), deleted: summary.deleted,
                 secondFactor: facts.secondFactor, identities: facts.identities.joined(separator: ", "), hasPassword: facts.hasPassword),
             balances: lines, balanceTotal: balance.bonusTokens &+ balance.subscriptionTokens &+ balance.purchasedTokens,
-            buckets: Bucket.allCases.map(\.rawValue), grantKey: UUID().uuidString, debitKey: UUID().uuidString,
+            buckets: Bucket.allCases.map(\.rawValue), grantKey: FreshID.uuid(), debitKey: FreshID.uuid(),
             holds: erased
                 ? []
                 : try await ledger.pendingHolds(userID: userID, logger: logger).map {

@@ -108,14 +108,19 @@ struct Authenticator: Sendable {
     /// The credential of `Authorization: Bearer …` (scheme case-insensitive, surrounding spaces and tabs dropped).
     /// Byte-wise: this runs on every authenticated request.
     static func bearerToken(_ request: Request) -> String? {
-        guard let header = request.headers[.authorization] else { return nil }
-        let bytes = Array(header.utf8)
-        let scheme = Array("bearer ".utf8)
-        guard bytes.count > scheme.count, zip(bytes, scheme).allSatisfy({ ($0 | 0x20) == $1 }) else { return nil }
-        var start = scheme.count
-        var end = bytes.count
-        while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
-        while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
-        return String(decoding: bytes[start..<end], as: UTF8.self)
+        request.headers[.authorization].flatMap(bearerToken(header:))
+    }
+
+    /// The same from the header's value.
+    static func bearerToken(header: String) -> String? {
+        let bytes = header.utf8
+        let scheme: StaticString = "bearer "
+        guard bytes.count > scheme.utf8CodeUnitCount,
+            scheme.withUTF8Buffer({ zip(bytes, $0).allSatisfy { pair in (pair.0 | 0x20) == pair.1 } })
+        else { return nil }
+        let blank: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 }
+        let token = bytes.dropFirst(scheme.utf8CodeUnitCount).drop(while: blank)
+        let end = token.lastIndex(where: { !blank($0) }).map { token.index(after: $0) } ?? token.startIndex
+        return String(Substring(token[token.startIndex..<end]))
     }
 }

@@ -9,11 +9,19 @@ import NIOCore
 enum IdempotentResponse {
     /// The request's `Idempotency-Key`: required, at most 255 bytes.
     static func key(_ request: Request) throws -> String {
-        guard let key = request.headers[.idempotencyKey]?.trimmingCharacters(in: .whitespaces), !key.isEmpty else {
+        guard let key = request.headers[.idempotencyKey].map(trimmed), !key.isEmpty else {
             throw Problem.validation("The Idempotency-Key header is required for this write (any unique string up to 255 characters).")
         }
         guard key.utf8.count <= IdempotencyStore.keyBytesMax else { throw Problem.validation("Idempotency-Key must be at most 255 characters.") }
         return key
+    }
+
+    /// `text` without leading and trailing whitespace. A key that starts and ends with a visible ASCII character (nearly
+    /// every key) is returned as it is, without Foundation's character-set scan.
+    static func trimmed(_ text: String) -> String {
+        let visible = UInt8(ascii: "!")...UInt8(ascii: "~")
+        if let first = text.utf8.first, let last = text.utf8.last, visible.contains(first), visible.contains(last) { return text }
+        return text.trimmingCharacters(in: .whitespaces)
     }
 
     /// The response to an idempotent write's outcome, first time or replayed (the same rendering either way): a success

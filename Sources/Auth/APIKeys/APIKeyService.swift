@@ -77,7 +77,7 @@ public struct APIKeyService: Sendable {
         let secret = Self.prefix + SecretHasher.base64url(SecureRandom.bytes(32))
         let key = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            let id = UUID().uuidString.lowercased()
+            let id = FreshID.uuid()
             // The parent is locked while its child is written (a revocation waits, then takes the child too), and a parent
             // revoked meanwhile makes nothing.
             if let parent {

@@ -1,3 +1,4 @@
+import Clock
 import CoreMetrics
 import Foundation
 import Logging
@@ -25,7 +26,7 @@ public final class PasswordHasher: Service {
         self.threads = max(1, threads)
         self.queueLimit = queueLimit
         self.pool = NIOThreadPool(numberOfThreads: max(1, threads))
-        self.dummyHash = try Argon2.hash(UUID().uuidString, parameters: parameters)
+        self.dummyHash = try Argon2.hash(FreshID.uuid(), parameters: parameters)
         pool.start()
     }
 

@@ -233,7 +233,7 @@ public struct ProfileService: Sendable {
                 let existing = try await store.names(tx, userID: userID)
                 if existing.count >= limit { throw AuthError.profileLimitReached(limit: limit) }
                 try Self.checkUniqueName(input.name, among: existing)
-                let id = UUID().uuidString.lowercased()
+                let id = FreshID.uuid()
                 try await store.insert(tx, id: id, userID: userID, name: Self.trimmed(input.name), input: input, pinHash: pinHash, now: now)
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_created", profileID: id, now: now)
                 return try await load(tx, id: id, userID: userID)

@@ -143,7 +143,7 @@ public struct StickerContentService: Sendable {
     func addUpload(
         userID: String, profileID: String?, name: String, image: StoredImage, reservedBytes: Int, logger: Logger
     ) async throws -> Sticker {
-        let id = "custom:\(UUID().uuidString.lowercased())"
+        let id = "custom:\(FreshID.uuid())"
         return try await database.transaction(logger: logger) { tx in
             _ = try await store.insert(
                 tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now(),
