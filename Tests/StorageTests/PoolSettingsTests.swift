@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOPosix
 import PostgresNIO
 import Synchronization
 import TestSupport
@@ -59,6 +60,29 @@ struct PoolSettingsTests {
             #expect(backends.withLock { $0.count } == 4)
             #expect(pool.openCount == 4)
         }
+    }
+
+    /// A caller gets a connection of its own event loop (its query then runs without a hop to another thread), opened
+    /// there while the pool is below its maximum; at the maximum, any free connection.
+    @Test func callersGetConnectionsOfTheirOwnEventLoop() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 3)
+        let loops = Array(group.makeIterator())
+        try await withPool(maximum: 2) { pool in
+            let (firstLoop, first) = try await pool.withConnection(on: loops[0]) { ($0.eventLoop, try await Self.backend($0)) }
+            #expect(firstLoop === loops[0])
+            // Another loop: not the free connection of the first, a new one on its own loop.
+            let (secondLoop, second) = try await pool.withConnection(on: loops[1]) { ($0.eventLoop, try await Self.backend($0)) }
+            #expect(secondLoop === loops[1] && second != first)
+            // Back on each loop: its own connection again, whichever was handed back last.
+            #expect(try await pool.withConnection(on: loops[0]) { try await Self.backend($0) } == first)
+            #expect(try await pool.withConnection(on: loops[1]) { try await Self.backend($0) } == second)
+            #expect(try await pool.withConnection(on: loops[0]) { try await Self.backend($0) } == first)
+            // At the maximum a third loop takes a free connection of another loop rather than waiting.
+            let third = try await pool.withConnection(on: loops[2]) { try await Self.backend($0) }
+            #expect(third == first || third == second)
+            #expect(pool.openCount == 2)
+        }
+        try await group.shutdownGracefully()
     }
 
     @Test func forgetsAConnectionTheServerClosesAndOpensAnother() async throws {
