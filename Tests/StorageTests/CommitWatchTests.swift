@@ -44,6 +44,19 @@ struct CommitWatchTests {
         try await handle.drop()
     }
 
+    /// Runs `sql` with `id` as the service writes (the statement, then its confirmation) and returns how many requests
+    /// expecting a `ReadyForQuery` that sent on the wire.
+    private static func requestsToWrite(_ database: Storage.PostgresDatabase, _ sql: String, _ id: Int) async throws -> Int {
+        try await database.withConnection(logger: TestDatabase.logger) { tx in
+            let executor = try #require(tx as? PostgresExecutor)
+            let watch = try #require(executor.pool?.commitWatch(of: executor.connection))
+            let before = watch.requests
+            _ = try await tx.query(sql, [id])
+            try await tx.confirmImplicitCommit()
+            return watch.requests - before
+        }
+    }
+
     private static func count(_ database: Storage.PostgresDatabase, _ table: String) async throws -> Int64? {
         let rows = try await database.withConnection(logger: TestDatabase.logger) { tx in try await tx.query("SELECT count(*) AS n FROM \(table)") }
         return try rows.first.map { try $0.int("n") }
@@ -69,14 +82,7 @@ struct CommitWatchTests {
             // be a second request on the wire per write). One more request once, when the statement is prepared.
             var sent = 0
             for id in 100..<110 {
-                sent += try await database.withConnection(logger: TestDatabase.logger) { tx in
-                    let executor = try #require(tx as? PostgresExecutor)
-                    let watch = try #require(executor.pool?.commitWatch(of: executor.connection))
-                    let before = watch.requests
-                    _ = try await tx.query("INSERT INTO watched VALUES (?) RETURNING id", [id])
-                    try await tx.confirmImplicitCommit()
-                    return watch.requests - before
-                }
+                sent += try await Self.requestsToWrite(database, "INSERT INTO watched VALUES (?) RETURNING id", id)
             }
             #expect((10...13).contains(sent))
             if tls {
@@ -182,14 +188,7 @@ struct CommitWatchTests {
             var sent = 0
             for id in 1...4 {
                 let started = ContinuousClock.now
-                sent += try await database.withConnection(logger: TestDatabase.logger) { tx in
-                    let executor = try #require(tx as? PostgresExecutor)
-                    let watch = try #require(executor.pool?.commitWatch(of: executor.connection))
-                    let before = watch.requests
-                    _ = try await tx.query("INSERT INTO slow VALUES (?) RETURNING id", [id])
-                    try await tx.confirmImplicitCommit()
-                    return watch.requests - before
-                }
+                sent += try await Self.requestsToWrite(database, "INSERT INTO slow VALUES (?) RETURNING id", id)
                 #expect(ContinuousClock.now - started >= .milliseconds(300))
                 #expect(try await Self.count(other, "slow") == Int64(id))
             }
