@@ -37,20 +37,30 @@ public final class PostgresPool: Sendable {
         var waiters: [Waiter] = []
         var lastWaiter = 0
         var shutDown = false
+        /// Loops with an open under way for ``shouldOpenForAffinity(on:maximum:)``, and when such opens may start again.
+        var affinityOpens: Set<ObjectIdentifier> = []
+        var affinityPausedUntil = NIODeadline.uptimeNanoseconds(0)
 
-        /// A free connection for a caller on `loop`: the newest one on that loop. Failing that, while below `maximum`,
-        /// none (the caller waits for one opened on its loop); at the maximum, the newest on any loop.
-        ///
-        /// A query on a connection of the caller's own event loop is written, answered and resumed on the caller's
-        /// thread. Without this every connection ended up on one loop, and each request hopped to it and back: under
-        /// spends one of two loop threads took 78 % of the service's CPU, with a wake-up per hop.
-        mutating func takeFree(for loop: (any EventLoop)?, maximum: Int) -> PostgresConnection? {
-            guard let loop else { return takeFree() }
-            if let index = idle.lastIndex(where: { $0.connection.eventLoop === loop && !$0.connection.isClosed }) {
+        /// A free connection for a caller on `loop`: the newest one on that loop, else the newest on any loop. A query
+        /// on a connection of the caller's own event loop is written, answered and resumed on the caller's thread.
+        /// Without this every connection ended up on one loop and each request hopped to it and back: under spends one
+        /// of two loop threads did 78 % of the service's work.
+        mutating func takeFree(for loop: (any EventLoop)?) -> PostgresConnection? {
+            if let loop, let index = idle.lastIndex(where: { $0.connection.eventLoop === loop && !$0.connection.isClosed }) {
                 return idle.remove(at: index).connection
             }
-            guard open.count + opening >= maximum else { return nil }
             return takeFree()
+        }
+
+        /// Whether to open a connection on `loop` for its later callers, one having just been served from another
+        /// loop: below the maximum, one such open per loop at a time, and none for ``sweepSeconds`` after an open
+        /// failed (a server refusing new connections is not asked again per request).
+        mutating func shouldOpenForAffinity(on loop: any EventLoop, maximum: Int) -> Bool {
+            guard !shutDown, open.count + opening < maximum, NIODeadline.now() >= affinityPausedUntil,
+                affinityOpens.insert(ObjectIdentifier(loop)).inserted
+            else { return false }
+            opening += 1
+            return true
         }
 
         /// The newest free connection that is still open.
@@ -134,10 +144,13 @@ public final class PostgresPool: Sendable {
     public var openCount: Int { state.withLock { $0.open.count + $0.opening } }
 
     private func acquire(for loop: (any EventLoop)?) async throws -> PostgresConnection {
-        let free = try state.withLock { state in
+        let (free, openHere) = try state.withLock { state -> (PostgresConnection?, Bool) in
             guard !state.shutDown else { throw StorageError.unavailable("the database pool is shut down") }
-            return state.takeFree(for: loop, maximum: maximum)
+            guard let free = state.takeFree(for: loop) else { return (nil, false) }
+            guard let loop, free.eventLoop !== loop else { return (free, false) }
+            return (free, state.shouldOpenForAffinity(on: loop, maximum: maximum))
         }
+        if openHere, let loop { openInBackground(on: loop, forAffinity: true) }
         if let free { return free }
         return try await wait(for: loop)
     }
@@ -154,7 +167,7 @@ public final class PostgresPool: Sendable {
                 let (now, open) = state.withLock { state -> (Result<PostgresConnection, any Error>?, Bool) in
                     if Task.isCancelled { return (.failure(CancellationError()), false) }
                     if state.shutDown { return (.failure(StorageError.unavailable("the database pool is shut down")), false) }
-                    if let free = state.takeFree(for: loop, maximum: maximum) { return (.success(free), false) }
+                    if let free = state.takeFree(for: loop) { return (.success(free), false) }
                     state.waiters.append((id, continuation))
                     return (nil, state.shouldOpen(maximum: maximum))
                 }
@@ -169,21 +182,26 @@ public final class PostgresPool: Sendable {
 
     /// Opens a connection for a slot already counted in `opening`. It goes to the first waiter (or the idle list); if it
     /// cannot be opened, the first waiter gets the error at once (an outage answers 503 now, not at the lease timeout).
-    /// It lives on `loop` (the waiting caller's, so that later leases there find it), else on any of the group's loops.
-    private func openInBackground(on loop: (any EventLoop)? = nil) {
-        Task { await self.open(on: loop) }
+    /// It lives on `loop` (a caller's, so that later leases there find it), else on the group's loops in turn.
+    /// `forAffinity`: opened by ``State/shouldOpenForAffinity(on:maximum:)``.
+    private func openInBackground(on loop: (any EventLoop)? = nil, forAffinity: Bool = false) {
+        Task { await self.open(on: loop, forAffinity: forAffinity) }
     }
 
-    private func open(on loop: (any EventLoop)?) async {
+    private func open(on loop: (any EventLoop)?, forAffinity: Bool) async {
         let connection: PostgresConnection
         let commits: PostgresCommitWatch
         do {
             (connection, commits) = try await PostgresCommitWatch.connect(
-                on: loop ?? MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: ids.add(1, ordering: .relaxed).newValue,
+                on: loop ?? MultiThreadedEventLoopGroup.singleton.next(), configuration: configuration, id: ids.add(1, ordering: .relaxed).newValue,
                 logger: logger)
         } catch {
             let (waiter, again) = state.withLock { state -> (Waiter?, Bool) in
                 state.opening -= 1
+                if forAffinity, let loop {
+                    state.affinityOpens.remove(ObjectIdentifier(loop))
+                    state.affinityPausedUntil = .now() + .seconds(Self.sweepSeconds)
+                }
                 // With connections open, callers wait for one to come back (the lease watch bounds the wait); with none,
                 // nothing will: the first caller gets the error now (an outage answers 503 at once, not at the timeout).
                 guard state.open.isEmpty, !state.waiters.isEmpty else { return (nil, false) }
@@ -196,6 +214,7 @@ public final class PostgresPool: Sendable {
         }
         let shutDown = state.withLock { state in
             state.opening -= 1
+            if forAffinity, let loop { state.affinityOpens.remove(ObjectIdentifier(loop)) }
             if !state.shutDown {
                 state.open[connection.id] = connection
                 state.commits[connection.id] = commits

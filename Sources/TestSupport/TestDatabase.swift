@@ -111,6 +111,9 @@ public enum TestDatabase {
         return url
     }
 
+    /// Runs `sql` on the test server's administrative database (e.g. to change a test database from outside it).
+    public static func executeAsAdmin(_ sql: String) async throws { try await adminExecute(try adminURL(), sql) }
+
     static func adminExecute(_ url: String, _ sql: String) async throws {
         let c = URLComponents(string: url)!
         let config = PostgresConnection.Configuration(

@@ -62,27 +62,76 @@ struct PoolSettingsTests {
         }
     }
 
-    /// A caller gets a connection of its own event loop (its query then runs without a hop to another thread), opened
-    /// there while the pool is below its maximum; at the maximum, any free connection.
+    /// A caller gets a connection of its own event loop when one is free (its query then runs without a hop to
+    /// another thread); otherwise any free one at once, and, below the maximum, an open starts on its loop for later.
     @Test func callersGetConnectionsOfTheirOwnEventLoop() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 3)
         let loops = Array(group.makeIterator())
         try await withPool(maximum: 2) { pool in
             let (firstLoop, first) = try await pool.withConnection(on: loops[0]) { ($0.eventLoop, try await Self.backend($0)) }
             #expect(firstLoop === loops[0])
-            // Another loop: not the free connection of the first, a new one on its own loop.
-            let (secondLoop, second) = try await pool.withConnection(on: loops[1]) { ($0.eventLoop, try await Self.backend($0)) }
-            #expect(secondLoop === loops[1] && second != first)
-            // Back on each loop: its own connection again, whichever was handed back last.
+            // Another loop is served by the free connection at once, and one is opened on its loop meanwhile.
+            #expect(try await pool.withConnection(on: loops[1]) { try await Self.backend($0) } == first)
+            let second = try await Self.eventually {
+                try await pool.withConnection(on: loops[1]) { $0.eventLoop === loops[1] ? try await Self.backend($0) : nil }
+            }
+            #expect(second != first)
+            // Back on each loop: its own connection, whichever was handed back last.
             #expect(try await pool.withConnection(on: loops[0]) { try await Self.backend($0) } == first)
             #expect(try await pool.withConnection(on: loops[1]) { try await Self.backend($0) } == second)
             #expect(try await pool.withConnection(on: loops[0]) { try await Self.backend($0) } == first)
-            // At the maximum a third loop takes a free connection of another loop rather than waiting.
+            // At the maximum a third loop takes a free connection of another loop and opens none.
             let third = try await pool.withConnection(on: loops[2]) { try await Self.backend($0) }
             #expect(third == first || third == second)
             #expect(pool.openCount == 2)
         }
         try await group.shutdownGracefully()
+    }
+
+    /// A server that refuses new connections while the open ones work (its connection limit reached): a caller on a
+    /// loop without a connection is served by another loop's free one at once, not left waiting for an open that fails.
+    @Test func aCallerIsServedAtOnceWhenItsLoopCannotOpenOne() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        try await withPool(maximum: 4) { pool in
+            let (first, name) = try await pool.withConnection(on: loops[0]) { connection in
+                var name = ""
+                for try await value in try await connection.query("SELECT current_database()", logger: TestDatabase.logger).decode(String.self) {
+                    name = value
+                }
+                return (try await Self.backend(connection), name)
+            }
+            try await TestDatabase.executeAsAdmin("ALTER DATABASE \(name) ALLOW_CONNECTIONS false")
+            for _ in 0..<3 {
+                let served = try await Self.within(seconds: 2) { try await pool.withConnection(on: loops[1]) { try await Self.backend($0) } }
+                #expect(served == first)
+            }
+            try await TestDatabase.executeAsAdmin("ALTER DATABASE \(name) ALLOW_CONNECTIONS true")
+        }
+        try await group.shutdownGracefully()
+    }
+
+    /// `body`'s answer once it is not nil (tried every 20 ms for 5 s).
+    private static func eventually<T: Sendable>(_ body: () async throws -> T?) async throws -> T {
+        for _ in 0..<250 {
+            if let value = try await body() { return value }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw StorageError.unavailable("not within 5 s")
+    }
+
+    /// `body`'s answer, or an error after `seconds`.
+    private static func within<T: Sendable>(seconds: Int, _ body: @Sendable @escaping () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: .seconds(seconds))
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else { throw StorageError.unavailable("not within \(seconds) s") }
+            return value
+        }
     }
 
     @Test func forgetsAConnectionTheServerClosesAndOpensAnother() async throws {
