@@ -30,6 +30,43 @@ struct SQLiteReadTests {
         }
     }
 
+    @Test("quick reads on many tasks at once, beside a writer, each see whole transactions and never go back in time")
+    func parallelQuickReadsSeeWholeTransactions() async throws {
+        let logger = Logger(label: "test")
+        let path = Self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = try await SQLiteDatabase.open(path: path, mapMiB: 16, logger: logger)
+        try await database.transaction(logger: logger) { _ = try await $0.query("CREATE TABLE t (a INTEGER NOT NULL)", []) }
+        // Each transaction inserts +1 and -1: a read that saw half of one would find an odd count or a non-zero sum.
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            group.addTask {
+                for _ in 0..<200 {
+                    try await database.transaction(logger: logger) { tx in
+                        _ = try await tx.query("INSERT INTO t VALUES (1)", [])
+                        _ = try await tx.query("INSERT INTO t VALUES (-1)", [])
+                    }
+                }
+                return 400
+            }
+            for _ in 0..<8 {
+                group.addTask {
+                    var seen = 0
+                    for _ in 0..<300 {
+                        let row = try #require(
+                            try await database.quickQuery("SELECT COUNT(*) AS n, COALESCE(SUM(a), 0) AS s FROM t", [], logger: logger).first)
+                        let (count, sum) = (try row.int("n"), try row.int("s"))
+                        #expect(count % 2 == 0 && sum == 0 && count >= seen)
+                        seen = Int(count)
+                    }
+                    return seen
+                }
+            }
+            for try await seen in group { #expect(seen <= 400) }
+        }
+        #expect(try await database.quickQuery("SELECT COUNT(*) AS n FROM t", [], logger: logger).first?.int("n") == 400)
+        try await database.close()
+    }
+
     @Test("a cached statement is not re-prepared when the values bound to it change (query planner stability guarantee)")
     func boundValuesDoNotReprepare() throws {
         let connection = try SQLiteConnection(path: ":memory:")
