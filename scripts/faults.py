@@ -6,7 +6,7 @@ Scenarios (each prints PASS/FAIL lines and figures; exit 1 on any failure):
             acknowledged operation is there, replays change nothing, unacknowledged ones are never half-applied
             (replaying every key gives exactly the model balance) and `ledger verify` passes. Both engines.
   outage    stop PostgreSQL under load: /ready and API calls answer 503 problems within 1.5 s, none hang; start it
-            again: the service recovers without a restart. Run twice: the default pool, and 20 connections kept open.
+            again: the service recovers without a restart. Run twice: the default pool, and a fixed pool of 20 connections kept open.
   nodes     two service processes on one PostgreSQL, clients alternating: no overdraft, no double grant, expired
             holds released exactly once by the background sweeper.
   webhooks  the outbox under SIGKILL (both engines): grants race a kill -9 while a slow receiver takes their events;
@@ -610,8 +610,8 @@ if __name__ == "__main__":
             scenario_crash("postgres")
         elif name == "outage":
             scenario_outage()
-            print("-- again with 20 connections kept open (DATABASE_POOL_MIN_CONNECTIONS=20)", flush=True)
-            scenario_outage({"DATABASE_POOL_MIN_CONNECTIONS": "20"})
+            print("-- again with a fixed pool of 20 connections (DATABASE_POOL_MIN_CONNECTIONS=20)", flush=True)
+            scenario_outage({"DATABASE_POOL_MAX_CONNECTIONS": "20", "DATABASE_POOL_MIN_CONNECTIONS": "20"})
         elif name == "nodes":
             scenario_nodes()
         elif name == "webhooks":

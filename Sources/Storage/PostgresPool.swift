@@ -82,12 +82,12 @@ public final class PostgresPool: Sendable {
     }
 
     public init(
-        configuration: PostgresConnection.Configuration, settings: PostgresPoolSettings = PostgresPoolSettings(),
-        maximum: Int = PostgresDatabase.maximumConnections, idleSeconds: Int64 = 60, logger: Logger
+        configuration: PostgresConnection.Configuration, settings: PostgresPoolSettings = PostgresPoolSettings(), idleSeconds: Int64 = 60,
+        logger: Logger
     ) {
         self.configuration = configuration
         self.settings = settings
-        self.maximum = maximum
+        maximum = settings.maximumConnections
         self.idleSeconds = idleSeconds
         self.logger = logger
     }

@@ -18,9 +18,18 @@ struct ConfigTests {
         #expect(config.mailTransport == .log)
         // The server's pool runs no keep-alive queries (PostgresPoolSettings says why); both settings can be changed.
         #expect(config.databasePool == PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 0))
-        let pool = try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "20", "DATABASE_KEEPALIVE_SECONDS": "30"]).databasePool
-        #expect(pool == PostgresPoolSettings(minimumConnections: 20, keepAliveSeconds: 30))
+        let pool = try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "10", "DATABASE_KEEPALIVE_SECONDS": "30"]).databasePool
+        #expect(pool == PostgresPoolSettings(minimumConnections: 10, keepAliveSeconds: 30))
+        // At most 10 connections unless DATABASE_POOL_MAX_CONNECTIONS says otherwise; the minimum never above the maximum.
+        #expect(config.databasePool.maximumConnections == 10)
+        let fixed = try AppConfig.from(environment: ["DATABASE_POOL_MAX_CONNECTIONS": "40", "DATABASE_POOL_MIN_CONNECTIONS": "40"]).databasePool
+        #expect(fixed == PostgresPoolSettings(minimumConnections: 40, keepAliveSeconds: 0, maximumConnections: 40))
         #expect(throws: ConfigError.self) { try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "21"]) }
+        for (max, min) in [("0", "0"), ("1001", "0"), ("4", "5"), ("four", "0")] {
+            #expect(throws: ConfigError.self, "max \(max), min \(min)") {
+                try AppConfig.from(environment: ["DATABASE_POOL_MAX_CONNECTIONS": max, "DATABASE_POOL_MIN_CONNECTIONS": min])
+            }
+        }
         // SQLite maps 1 GiB of its file for reads by default; 0 turns it off; past SQLite's own ceiling is refused.
         #expect(config.sqliteMapMiB == 1024)
         #expect(try AppConfig.from(environment: ["SQLITE_MMAP_MIB": "0"]).sqliteMapMiB == 0)

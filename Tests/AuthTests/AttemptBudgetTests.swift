@@ -40,8 +40,8 @@ struct AttemptBudgetTests {
         let racers = PostgresDatabase.maximumConnections
         try await Self.migrated(engine) { (db: any Database) async throws in
             for rule in [
-                AttemptRule(limit: 10, window: .idle(seconds: 900), lockSeconds: 900),
-                AttemptRule(limit: 7, window: .fixed(seconds: 60)),
+                AttemptRule(limit: 6, window: .idle(seconds: 900), lockSeconds: 900),
+                AttemptRule(limit: 4, window: .fixed(seconds: 60)),
             ] {
                 let key = "parallel:\(rule.limit)"
                 let outcomes = try await withThrowingTaskGroup(of: AttemptReservation.self) { group in

@@ -18,8 +18,10 @@ struct PoolSettingsTests {
     ) async throws {
         guard TestDatabase.engines.contains(.postgres) else { return }
         let handle = try await TestDatabase.create(.postgres)
+        var settings = settings
+        settings.maximumConnections = maximum
         let pool = PostgresPool(
-            configuration: try PostgresDatabase.configuration(url: handle.url), settings: settings, maximum: maximum, idleSeconds: idleSeconds,
+            configuration: try PostgresDatabase.configuration(url: handle.url), settings: settings, idleSeconds: idleSeconds,
             logger: TestDatabase.logger)
         do {
             try await body(pool)
@@ -60,6 +62,41 @@ struct PoolSettingsTests {
             #expect(backends.withLock { $0.count } == 4)
             #expect(pool.openCount == 4)
         }
+    }
+
+    /// The configured maximum (`DATABASE_POOL_MAX_CONNECTIONS`) reaches the pool a database URL opens: 12 callers at
+    /// once through the database run at most 3 statements at a time, on 3 backends.
+    @Test func theConfiguredMaximumBoundsADatabaseOpenedFromItsURL() async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        let handle = try await TestDatabase.create(.postgres)
+        let (database, hosts) = try await DatabaseLocation.postgres(url: handle.url).open(
+            leaseTimeoutSeconds: 20, pool: PostgresPoolSettings(maximumConnections: 3), logger: TestDatabase.logger)
+        let pools = try #require(hosts)
+        let running = Task { await pools.run() }
+        defer { running.cancel() }
+        let busy = Shared((now: 0, most: 0))
+        let backends = Shared(Set<Int>())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<12 {
+                group.addTask {
+                    try await database.withConnection(logger: TestDatabase.logger) { connection in
+                        busy.withLock {
+                            $0.now += 1; $0.most = max($0.most, $0.now)
+                        }
+                        let row = try await connection.first("SELECT pg_backend_pid() AS pid FROM pg_sleep(0.05)")
+                        let pid = try #require(row).int("pid")
+                        backends.withLock { _ = $0.insert(Int(pid)) }
+                        busy.withLock { $0.now -= 1 }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(busy.withLock { $0.most } == 3)
+        #expect(backends.withLock { $0.count } == 3)
+        #expect(pools.current.pool.openCount == 3)
+        try await database.close()
+        try await handle.drop()
     }
 
     /// A caller gets a connection of its own event loop when one is free (its query then runs without a hop to

@@ -41,8 +41,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 2
-    /// PostgreSQL's connection pool (`DATABASE_POOL_MIN_CONNECTIONS`, default 0; 20 is a fixed pool; `DATABASE_KEEPALIVE_SECONDS`,
-    /// default 0: none).
+    /// PostgreSQL's connection pool (`DATABASE_POOL_MAX_CONNECTIONS`, default 10; `DATABASE_POOL_MIN_CONNECTIONS`, default 0,
+    /// equal to the maximum for a fixed pool; `DATABASE_KEEPALIVE_SECONDS`, default 0: none).
     public var databasePool = PostgresPoolSettings.server
     /// SQLite: how much of the file its two quick readers map into memory (`SQLITE_MMAP_MIB`; 0: none, every page read).
     var sqliteMapMiB = SQLiteDatabase.defaultMapMiB
@@ -164,7 +164,15 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("SWEEP_INTERVAL_SECONDS", 0...86400) { sweepIntervalSeconds = Double(n) }
         if let n = reader.number("HTTP_IDLE_TIMEOUT_SECONDS", 1...3600) { httpIdleTimeoutSeconds = n }
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
-        if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.maximumConnections) { databasePool.minimumConnections = n }
+        if let n = reader.number("DATABASE_POOL_MAX_CONNECTIONS", 1...PostgresPoolSettings.connectionsLimit) { databasePool.maximumConnections = n }
+        if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.connectionsLimit) {
+            if n <= databasePool.maximumConnections {
+                databasePool.minimumConnections = n
+            } else {
+                reader.problems.append(
+                    "DATABASE_POOL_MIN_CONNECTIONS (\(n)) must not exceed DATABASE_POOL_MAX_CONNECTIONS (\(databasePool.maximumConnections))")
+            }
+        }
         if let n = reader.number("DATABASE_KEEPALIVE_SECONDS", 0...3600) { databasePool.keepAliveSeconds = Int64(n) }
         if let n = reader.number("SQLITE_MMAP_MIB", 0...SQLiteDatabase.maximumMapMiB) { sqliteMapMiB = n }
         if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
