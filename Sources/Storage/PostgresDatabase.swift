@@ -596,8 +596,8 @@ struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
 /// middleboxes that drop idle connections silently, set PostgreSQL's `tcp_keepalives_idle` (docs/operations.md).
 ///
 /// `maximumConnections` bounds the statements one node runs at once; callers beyond it wait in line. PostgreSQL does the
-/// most work with a few active statements per core: on two cores, `bench-ledger`'s 32 concurrent spends ran 8–42 %
-/// faster through 4–10 connections than through 20, at half the p99 (docs/performance.md).
+/// most work with a few active statements per core: on two cores, `bench-ledger`'s 32 concurrent spends ran about 11 %
+/// faster through 4–10 connections than through 20 (one hot user's 20 %), at half the p99 or less (docs/performance.md).
 public struct PostgresPoolSettings: Sendable, Equatable {
     /// Connections opened at start and kept open when idle (`DATABASE_POOL_MIN_CONNECTIONS`; at most the maximum).
     public var minimumConnections: Int
