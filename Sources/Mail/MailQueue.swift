@@ -6,7 +6,10 @@ import Traces
 
 /// Mail goes out after the answer. The auth flows hand their messages to this queue after their transaction commits and
 /// answer at once; a drainer sends them in the background (four at a time), so neither a slow transport nor whether a
-/// message was sent at all shows in the answer's timing (docs/security.md, "Same answer, same time").
+/// message was sent at all shows in the answer's timing (docs/security.md, "Same answer, same time"). Each batch waits a
+/// random ``dispatchDelay`` first: starting a transport (sendmail is a process) costs CPU, and at a fixed moment right
+/// after the answer it would slow the next request of whoever caused it. At a random later moment it slows whatever
+/// request is running then, a known address's or an unknown one's alike.
 ///
 /// The queue lives in memory and is bounded: past ``capacity`` the oldest message is dropped and counted
 /// (`mail_dropped_total`). What it holds when the process dies is lost; every message it carries can be asked for again
@@ -20,13 +23,19 @@ public actor MailQueue {
     private var pending: [(message: MailMessage, parent: Traces.Parent?)] = []
     private var draining = false
     private var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The drainer's current pause, cut short by ``flush()``.
+    private var pause: Task<Void, Never>?
+    private var hurry = false
+    /// How long each batch waits before it is handed to the transport, drawn uniformly (milliseconds).
+    public let dispatchDelay: ClosedRange<Int>
     private static let sendsInFlightMax = 4
     private static let dropped = Counter(label: "mail_dropped_total")
     private static let failed = Counter(label: "mail_failed_total")
 
-    public init(transport: any Mailer, capacity: Int = 10_000, logger: Logger) {
+    public init(transport: any Mailer, capacity: Int = 10_000, dispatchDelay: ClosedRange<Int> = 20...150, logger: Logger) {
         self.transport = transport
         self.capacity = max(1, capacity)
+        self.dispatchDelay = max(0, dispatchDelay.lowerBound)...max(0, dispatchDelay.upperBound)
         self.logger = logger
     }
 
@@ -43,14 +52,24 @@ public actor MailQueue {
         Task { await self.drain() }
     }
 
-    /// Returns when every message queued so far has been handed to the transport (sent or failed).
+    /// Returns when every message queued so far has been handed to the transport (sent or failed), without the random
+    /// pauses: a graceful shutdown (and a test) need not wait them out.
     public func flush() async {
         guard draining || !pending.isEmpty else { return }
+        hurry = true
+        pause?.cancel()
         await withCheckedContinuation { idleWaiters.append($0) }
     }
 
     private func drain() async {
         while !pending.isEmpty {
+            if !hurry {
+                let milliseconds = Int.random(in: dispatchDelay)
+                let wait = Task { _ = try? await Task.sleep(for: .milliseconds(milliseconds)) }
+                pause = wait
+                await wait.value
+                pause = nil
+            }
             let batch = Array(pending.prefix(Self.sendsInFlightMax))
             pending.removeFirst(batch.count)
             let transport = self.transport
@@ -70,6 +89,7 @@ public actor MailQueue {
             }
         }
         draining = false
+        hurry = false
         let waiters = idleWaiters
         idleWaiters = []
         for waiter in waiters { waiter.resume() }
