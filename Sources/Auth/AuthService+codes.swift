@@ -84,7 +84,7 @@ extension AuthService {
     func reserveCodeAttempt(_ purpose: CodePurpose, email: String, logger: Logger) async throws -> Int {
         let key = keys.code(purpose, email: email)
         let rule = policy.codeRule
-        let reservation = try await database.transaction(logger: logger) { tx in
+        let reservation = try await database.transaction(lane: key, logger: logger) { tx in
             try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now())
         }
         switch reservation {

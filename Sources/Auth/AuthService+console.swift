@@ -47,7 +47,7 @@ extension AuthService {
             try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
             throw AuthError.invalidCredentials
         }
-        try? await database.transaction(logger: logger) { tx in
+        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in
             try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: clock.now())
             try await AttemptBudget.refund(tx, key: attempt.networkKey)
         }

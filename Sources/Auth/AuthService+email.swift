@@ -56,7 +56,9 @@ extension AuthService {
         let key = keys.code(.emailChange, email: "user:" + session.user.id)
         let rule = policy.codeRule
         let attempt: Int
-        switch try await database.transaction(logger: logger, { try await AttemptBudget.reserve($0, key: key, rule: rule, now: clock.now()) }) {
+        switch try await database.transaction(
+            lane: key, logger: logger, { try await AttemptBudget.reserve($0, key: key, rule: rule, now: clock.now()) })
+        {
         case .reserved(let number): attempt = number
         case .refused(let seconds, _): throw AuthError.tooManyAttempts(retryAfterSeconds: seconds)
         }

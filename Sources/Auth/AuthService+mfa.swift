@@ -172,7 +172,7 @@ extension AuthService {
     func reserveSecondFactor(userID: String, logger: Logger) async throws -> Int {
         let key = keys.secondFactor(userID: userID)
         let rule = policy.passwordRule
-        return try await database.transaction(logger: logger) { tx in
+        return try await database.transaction(lane: key, logger: logger) { tx in
             try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now()))
         }
     }

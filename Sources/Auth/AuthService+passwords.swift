@@ -11,7 +11,7 @@ extension AuthService {
     /// while throttled. The mail goes out after the answer (``MailQueue``).
     public func forgotPassword(email rawEmail: String, client: ClientInfo, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
-        let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
+        let mails: [MailMessage] = try await database.transaction(lane: BudgetKeys.address(email), logger: logger) { tx in
             let now = clock.now()
             let user = try await startCodeMail(tx, .reset, email: email, now: now)
             let code = try await issueCode(tx, email: email, purpose: .reset, now: now)

@@ -55,7 +55,8 @@ extension AuthService {
         // sign-in from one address (a carrier NAT, an office) passes through that row, so it is held for one statement,
         // not for the session's writes (and never in the opposite lock order to the reservation's). Lost, it only counts
         // one failure too many.
-        try? await database.transaction(logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey) }
+        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
+        }
         let (result, mails) = try outcome.get()
         await send(mails, logger: logger)
         return result
@@ -66,7 +67,8 @@ extension AuthService {
         let accountKey = keys.password(email: email)
         let networkKey = keys.network(ip: ip)
         let hashingKey = keys.hashing(ip: ip)
-        return try await database.transaction(logger: logger) { tx in
+        // One lane per network: every sign-in from one address locks its rows first.
+        return try await database.transaction(lane: networkKey, logger: logger) { tx in
             let now = clock.now()
             if case .refused(let seconds, _) = try await AttemptBudget.reserve(tx, key: hashingKey, rule: policy.hashingRule, now: now) {
                 throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many sign-ins from this network; try again shortly.")

@@ -26,7 +26,7 @@ extension AuthService {
         while true {
             attempt += 1
             do {
-                let (mails, heldSeconds) = try await database.transaction(logger: logger) { tx in
+                let (mails, heldSeconds) = try await database.transaction(lane: BudgetKeys.address(email), logger: logger) { tx in
                     try await self.signUpTransaction(tx, email: email, name: name, passwordHash: passwordHash, client: client)
                 }
                 if let heldSeconds {
@@ -153,7 +153,7 @@ extension AuthService {
     /// statements run for every address asked about, so neither the answer nor its work reveals which ones exist.
     public func resendCode(email rawEmail: String, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
-        let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
+        let mails: [MailMessage] = try await database.transaction(lane: BudgetKeys.address(email), logger: logger) { tx in
             let now = clock.now()
             _ = try await startCodeMail(tx, .verify, email: email, now: now)
             let code = SecretHasher.newCode()

@@ -71,7 +71,7 @@ public struct AuthService: Sendable {
     func reserveHashing(ip: String, logger: Logger) async throws {
         let key = keys.hashing(ip: ip)
         let rule = policy.hashingRule
-        let reservation = try await database.transaction(logger: logger) { tx in
+        let reservation = try await database.transaction(lane: key, logger: logger) { tx in
             try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now())
         }
         if case .refused(let seconds, _) = reservation {

@@ -56,7 +56,7 @@ extension EntitlementService {
     /// the same key may succeed once the user upgrades. Too few tokens is the ledger's remembered `insufficient_tokens`.
     public func reserve(_ request: IdempotentRequest, _ input: ReserveInput, logger: Logger) async throws -> IdempotentResult<Reservation> {
         let result = try await IdempotencyStore(clock: clock).run(
-            database, caller: request.caller, key: request.key, request: request.fields, logger: logger
+            database, caller: request.caller, key: request.key, request: request.fields, lane: Ledger.lane(userID: input.userID), logger: logger
         ) { tx in try await reserve(tx, input, idempotencyKey: request.key) }
         if !result.replayed, case .succeeded(let reservation) = result.outcome, let asked = reservation.purchaseRequest {
             await notifier?.purchaseRequested(asked, profileName: reservation.askedBy ?? "", item: asked.description ?? "", logger: logger)

@@ -67,7 +67,7 @@ public struct StickerService: Sendable {
     /// Buys a pack for the user, acting as `profile` (nil: no profile, e.g. an account without one): refused when the
     /// profile cannot make purchases; the price counts on the profile's allowance.
     public func unlock(userID: String, packID: String, profile: ProfilePermissions?, logger: Logger) async throws -> UnlockResult {
-        let result = try await database.transaction(logger: logger) { tx in
+        let result = try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
             try await unlock(tx, userID: userID, packID: packID, profile: profile)
         }
         await notify(result, logger: logger)
@@ -78,7 +78,9 @@ public struct StickerService: Sendable {
     public func unlock(
         _ request: IdempotentRequest, userID: String, packID: String, profile: ProfilePermissions?, logger: Logger
     ) async throws -> IdempotentResult<UnlockResult> {
-        let result = try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger) { tx in
+        let result = try await idempotency.run(
+            database, caller: request.caller, key: request.key, request: request.fields, lane: Ledger.lane(userID: userID), logger: logger
+        ) { tx in
             try await unlock(tx, userID: userID, packID: packID, profile: profile)
         }
         if !result.replayed, case .succeeded(let unlock) = result.outcome { await notify(unlock, logger: logger) }

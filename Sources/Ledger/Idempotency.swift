@@ -54,16 +54,17 @@ public struct IdempotencyStore: Sendable {
 
     /// Runs `operation` at most once per (`caller`, `key`), in one transaction with its record. `request` maps each request
     /// field to its canonical JSON text. The operation runs inside a savepoint: a ``LedgerError`` it throws that is
-    /// remembered (``LedgerError/isRemembered``) rolls its writes back and is stored as the outcome.
+    /// remembered (``LedgerError/isRemembered``) rolls its writes back and is stored as the outcome. `lane` names the rows
+    /// the operation locks (``Ledger/lane(userID:)``): the process's requests for them take a connection a few at a time.
     public func run<T: Codable & Sendable>(
-        _ database: any Database, caller: String, key: String, request: [String: String], logger: Logger,
+        _ database: any Database, caller: String, key: String, request: [String: String], lane: String, logger: Logger,
         _ operation: @escaping @Sendable (any SQLExecutor) async throws -> T
     ) async throws -> IdempotentResult<T> {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try await database.transaction(logger: logger) { tx in
+                return try await database.transaction(lane: lane, logger: logger) { tx in
                     if let stored: IdempotentOutcome<T> = try await lookup(tx, caller: caller, key: key, request: request) {
                         return IdempotentResult(outcome: stored, replayed: true)
                     }

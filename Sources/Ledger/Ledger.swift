@@ -25,6 +25,13 @@ public struct Ledger: Sendable {
 
     static func accountID(_ userID: String, _ bucket: Bucket) -> String { "user:\(userID):\(bucket.rawValue)" }
 
+    /// The ``RowLanes`` key of a user's ledger accounts: every operation that locks them runs in it (a service's spends,
+    /// holds, grants, a check-and-reserve, a pack unlock), so one account's parallel requests hold a few connections,
+    /// not the pool.
+    public static func lane(userID: String) -> String { "ledger:user:" + userID }
+    /// A capture or void names only its hold: the lane is the hold's (its retries and races).
+    public static func lane(holdID: String) -> String { "ledger:hold:" + holdID }
+
     // MARK: - Operations
 
     /// Credits `amountTokens` to a bucket from issuance. Bonus grants may expire. Callers that take a user id from

@@ -43,7 +43,7 @@ extension LedgerService {
             return answer
         }
         let request = IdempotentRequest(caller: try await caller.authenticate(), key: key, fields: fields)
-        return try await run(request, logger: logger) { tx in
+        return try await run(request, lane: Ledger.lane(userID: userID), logger: logger) { tx in
             try await knownUser(userID, tx) {
                 try await ledger.spend(tx, userID: userID, amountTokens: amountTokens, reason: reason, metadata: metadata, idempotencyKey: key)
             }
@@ -61,10 +61,12 @@ extension LedgerService {
         let requestJSON = try IdempotencyStore.requestJSON(fields)
         let statement: OneStatementAnswer
         do {
-            statement = try await database.withConnection(logger: logger) { connection in
-                try await ledger.spendInOneStatement(
-                    connection, caller: .query(sql: query.sql, binds: query.binds), key: key, requestJSON: requestJSON, userID: userID,
-                    amountTokens: amountTokens, reason: reason, metadata: metadata)
+            statement = try await RowLanes.shared.run(Ledger.lane(userID: userID)) {
+                try await database.withConnection(logger: logger) { connection in
+                    try await ledger.spendInOneStatement(
+                        connection, caller: .query(sql: query.sql, binds: query.binds), key: key, requestJSON: requestJSON, userID: userID,
+                        amountTokens: amountTokens, reason: reason, metadata: metadata)
+                }
             }
         } catch StorageError.uniqueViolation {
             return nil  // the same key raced in from another request: the transactional path replays it

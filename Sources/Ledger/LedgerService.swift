@@ -64,7 +64,7 @@ public struct LedgerService: Sendable {
         _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket, reason: String, expiresAt: Date?, metadata: String?,
         by granter: Granter, logger: Logger
     ) async throws -> IdempotentResult<LedgerResult> {
-        try await run(request, logger: logger) { tx in
+        try await run(request, lane: Ledger.lane(userID: userID), logger: logger) { tx in
             guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             let result = try await ledger.grant(
                 tx, userID: userID, amountTokens: amountTokens, bucket: bucket, reason: reason, expiresAt: expiresAt, metadata: metadata,
@@ -83,7 +83,7 @@ public struct LedgerService: Sendable {
     public func hold(
         _ request: IdempotentRequest, userID: String, amountTokens: Int64, ttlSeconds: Int, reason: String, metadata: String?, logger: Logger
     ) async throws -> IdempotentResult<HoldState> {
-        try await run(request, logger: logger) { tx in
+        try await run(request, lane: Ledger.lane(userID: userID), logger: logger) { tx in
             try await knownUser(userID, tx) {
                 try await ledger.hold(
                     tx, userID: userID, amountTokens: amountTokens, ttlSeconds: ttlSeconds, reason: reason, metadata: metadata,
@@ -97,13 +97,13 @@ public struct LedgerService: Sendable {
     ) async throws
         -> IdempotentResult<HoldState>
     {
-        try await run(request, logger: logger) {
+        try await run(request, lane: Ledger.lane(holdID: holdID), logger: logger) {
             try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens, idempotencyKey: request.key)
         }
     }
 
     public func void(_ request: IdempotentRequest, holdID: String, logger: Logger) async throws -> IdempotentResult<HoldState> {
-        try await run(request, logger: logger) {
+        try await run(request, lane: Ledger.lane(holdID: holdID), logger: logger) {
             try await ledger.void($0, holdID: holdID, idempotencyKey: request.key)
         }
     }
@@ -113,7 +113,7 @@ public struct LedgerService: Sendable {
         _ request: IdempotentRequest, userID: String, amountTokens: Int64, bucket: Bucket?, note: String, actor: String, ip: String?, logger: Logger
     ) async throws -> IdempotentResult<LedgerResult> {
         try Self.check(note: note)
-        return try await run(request, logger: logger) { tx in
+        return try await run(request, lane: Ledger.lane(userID: userID), logger: logger) { tx in
             guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             let result = try await ledger.debit(
                 tx, userID: userID, amountTokens: amountTokens, bucket: bucket, note: note, idempotencyKey: request.key)
@@ -217,9 +217,9 @@ public struct LedgerService: Sendable {
     }
 
     func run<T: Codable & Sendable>(
-        _ request: IdempotentRequest, logger: Logger,
+        _ request: IdempotentRequest, lane: String, logger: Logger,
         _ operation: @escaping @Sendable (any SQLExecutor) async throws -> T
     ) async throws -> IdempotentResult<T> {
-        try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, logger: logger, operation)
+        try await idempotency.run(database, caller: request.caller, key: request.key, request: request.fields, lane: lane, logger: logger, operation)
     }
 }

@@ -4,6 +4,8 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
     case decoding(column: String)
     /// The database could not be reached or answered too late; callers map this to 503.
     case unavailable(String)
+    /// Too many of this process's requests wait for the same rows (``RowLanes``); callers map this to 429.
+    case busy(String)
     /// `DATABASE_URL` could not be understood.
     case invalidURL(String)
     /// An applied migration's file was edited after it ran.
@@ -19,6 +21,7 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
         switch self {
         case .decoding(let c): "column '\(c)' is missing or has an unexpected type"
         case .unavailable(let m): "database unavailable: \(m)"
+        case .busy(let m): "too many requests for the same rows: \(m)"
         case .invalidURL(let m): "invalid DATABASE_URL: \(m)"
         case .migrationChecksumMismatch(let f):
             "migration \(f) was edited after it was applied (checksum differs); migrations are forward-only: add a new file instead"

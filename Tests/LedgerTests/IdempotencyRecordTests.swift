@@ -24,7 +24,7 @@ struct IdempotencyRecordTests {
             _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
             let store = IdempotencyStore(clock: ManualTimeSource())
             let replayed: IdempotentResult<LedgerResult> = try await store.run(
-                db, caller: "svc", key: "old", request: Self.request, logger: TestDatabase.logger
+                db, caller: "svc", key: "old", request: Self.request, lane: "test", logger: TestDatabase.logger
             ) { _ in
                 Issue.record("an old record's request ran again")
                 throw LedgerError.holdNotFound
@@ -32,7 +32,7 @@ struct IdempotencyRecordTests {
             #expect(replayed.replayed && replayed.outcome == .sentBefore(status: 402, body: Self.legacyBody))
             await #expect(throws: LedgerError.idempotencyConflict(fields: ["amount"])) {
                 let _: IdempotentResult<LedgerResult> = try await store.run(
-                    db, caller: "svc", key: "old", request: Self.request.merging(["amount": "6"]) { $1 }, logger: TestDatabase.logger
+                    db, caller: "svc", key: "old", request: Self.request.merging(["amount": "6"]) { $1 }, lane: "test", logger: TestDatabase.logger
                 ) { _ in throw LedgerError.holdNotFound }
             }
             guard engine == .postgres else { return }
@@ -74,14 +74,14 @@ struct IdempotencyRecordTests {
             for (index, failure) in failures.enumerated() {
                 for attempt in 0..<2 {
                     let result: IdempotentResult<LedgerResult> = try await store.run(
-                        db, caller: "svc", key: "f\(index)", request: [:], logger: TestDatabase.logger
+                        db, caller: "svc", key: "f\(index)", request: [:], lane: "test", logger: TestDatabase.logger
                     ) { _ in throw failure }
                     #expect(result.outcome == .failed(failure) && result.replayed == (attempt == 1), "\(failure)")
                 }
             }
             for attempt in 0..<2 {
                 let result: IdempotentResult<HoldState> = try await store.run(
-                    db, caller: "svc", key: "hold", request: [:], logger: TestDatabase.logger
+                    db, caller: "svc", key: "hold", request: [:], lane: "test", logger: TestDatabase.logger
                 ) { _ in hold }
                 #expect(result.outcome == .succeeded(hold) && result.replayed == (attempt == 1))
             }
@@ -89,7 +89,7 @@ struct IdempotencyRecordTests {
             for _ in 0..<2 {
                 await #expect(throws: LedgerError.userNotFound("u9")) {
                     let _: IdempotentResult<LedgerResult> = try await store.run(
-                        db, caller: "svc", key: "unknown", request: [:], logger: TestDatabase.logger
+                        db, caller: "svc", key: "unknown", request: [:], lane: "test", logger: TestDatabase.logger
                     ) { _ in throw LedgerError.userNotFound("u9") }
                 }
             }

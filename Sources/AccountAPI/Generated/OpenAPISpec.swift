@@ -1571,6 +1571,7 @@ paths:
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/ledger/spend:
     post:
       tags: [ledger]
@@ -1599,6 +1600,7 @@ paths:
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/ledger/holds:
     post:
       tags: [ledger]
@@ -1627,6 +1629,7 @@ paths:
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/ledger/holds/{id}/capture:
     post:
       tags: [ledger]
@@ -1655,6 +1658,7 @@ paths:
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/ledger/holds/{id}/void:
     post:
       tags: [ledger]
@@ -1676,6 +1680,7 @@ paths:
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/user/token-balance:
     get:
       tags: [ledger]
@@ -1736,6 +1741,7 @@ paths:
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/admin/users/{userId}/token-balance:
     get:
       tags: [operators]
@@ -1916,6 +1922,7 @@ paths:
         "409": { $ref: "#/components/responses/Conflict" }
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/admin/ledger/transfers/{id}/reverse:
     post:
       tags: [operators, ledger]
@@ -2153,6 +2160,7 @@ paths:
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/users/{id}/entitlements:
     get:
       tags: [entitlements]
@@ -2588,6 +2596,7 @@ paths:
         "403": { $ref: "#/components/responses/Forbidden" }
         "404": { $ref: "#/components/responses/NotFound" }
         "409": { $ref: "#/components/responses/Conflict" }
+        "429": { $ref: "#/components/responses/Busy" }
   /api/purchase-requests:
     get:
       tags: [stickers]
@@ -3452,6 +3461,13 @@ components:
           schema: { $ref: "#/components/schemas/Problem" }
     PasswordCheckFailed:
       description: "`invalid_password` (the current password is wrong; the session stays signed in) or `owner_profile_required`."
+      content:
+        application/problem+json:
+          schema: { $ref: "#/components/schemas/Problem" }
+    Busy:
+      description: "`rate_limited`: this account already has 256 requests waiting for its token ledger on this node (each node runs two at a time per account, so one account cannot take every database connection); retry after `Retry-After` seconds."
+      headers:
+        Retry-After: { schema: { type: integer } }
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }

@@ -1,12 +1,16 @@
+import Hummingbird
 import Logging
 import Storage
 
 extension StorageError {
-    /// NUL in text is the sender's mistake (400); an unreachable database is an outage (503); anything else is a bug,
+    /// NUL in text is the sender's mistake (400); too many requests waiting for one account's rows are 429; an unreachable database is an outage (503); anything else is a bug,
     /// logged and answered 500 without internals.
     func problem(logger: Logger) -> Problem {
         switch self {
         case .nulCharacter: return Problem.validation("Text fields must not contain NUL (U+0000) characters.")
+        case .busy:
+            return Problem(.tooManyRequests, code: "rate_limited", detail: "Too many requests for this account are in progress; retry shortly.")
+                .retryAfter(seconds: 1)
         case .unavailable(let why):
             logger.warning("database unavailable", metadata: ["reason": "\(why)"])
             return Problem.unavailable("The database is unavailable; try again shortly.")

@@ -6,6 +6,9 @@ import Storage
 struct BudgetKeys: Sendable {
     let secrets: SecretHasher
 
+    /// The ``RowLanes`` key of an address's unauthenticated mail flows (sign-up, resend-otp, forgot-password): they lock
+    /// its mail budget, code and account rows, so a flood naming one address holds a few connections, not the pool.
+    static func address(_ email: String) -> String { "address:" + email }
     /// Password checks for an address: sign-in and every check behind a session share it.
     func password(email: String) -> String { "password:" + secrets.addressKey(email) }
     /// Second-factor tries for an account (TOTP and recovery codes): cleared only by a right second factor, never by a

@@ -64,7 +64,9 @@ extension PasskeyService {
         }
         switch outcome {
         case .success(let (result, mails)):
-            try? await auth.database.transaction(logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey) }
+            try? await auth.database.transaction(lane: attempt.networkKey, logger: logger) { tx in
+                try await AttemptBudget.refund(tx, key: attempt.networkKey)
+            }
             await auth.send(mails, logger: logger)
             return result
         case .failure(let error):
@@ -80,7 +82,7 @@ extension PasskeyService {
     func reserve(
         challenge: [UInt8], expiresAt: Date, credential: PasskeyStore.Row?, id: String, client: ClientInfo, logger: Logger
     ) async throws -> AuthService.SignInAttempt {
-        try await auth.database.transaction(logger: logger) { tx in
+        try await auth.database.transaction(lane: auth.keys.network(ip: client.ip), logger: logger) { tx in
             let now = auth.clock.now()
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")

@@ -26,7 +26,7 @@ public struct PasswordCheck: Sendable {
     public func require(_ password: String, of user: User, ip: String?, logger: Logger) async throws {
         let key = keys.password(email: user.email)
         let rule = policy.passwordRule
-        let attempt = try await database.transaction(logger: logger) { tx in
+        let attempt = try await database.transaction(lane: key, logger: logger) { tx in
             try await Self.attempt(AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now()))
         }
         let stored = try await database.withConnection(logger: logger) { tx in

@@ -184,7 +184,7 @@ public struct ProfileService: Sendable {
     ) async throws -> (T, PINAttempt?) {
         let key = BudgetKeys.pin(profileID: profileID)
         let rule = policy.pinRule
-        let reserved: (value: T, pinHash: String?, attempt: Int) = try await database.transaction(logger: logger) { tx in
+        let reserved: (value: T, pinHash: String?, attempt: Int) = try await database.transaction(lane: key, logger: logger) { tx in
             let now = clock.now()
             let value = try await load(tx, now)
             guard let pinHash = try await store.pinHash(tx, id: profileID) else { return (value, nil, 0) }
