@@ -48,7 +48,7 @@ extension AuthService {
     func appleTransaction(
         _ identity: AppleSignIn, name: String?, client: ClientInfo, logger: Logger
     ) async throws -> (outcome: SignInOutcome, created: Bool) {
-        let outcome: (SignInOutcome, Bool, [MailMessage]) = try await database.transaction(logger: logger) { tx in
+        let outcome: (SignInOutcome, Bool, [MailMessage]) = try await database.transaction(lane: "apple:" + identity.subject, logger: logger) { tx in
             let now = clock.now()
             let (userID, created, mails) = try await appleAccount(tx, identity, name: name, client: client, now: now)
             try await tx.query(

@@ -47,9 +47,12 @@ extension AuthService {
             try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
             throw AuthError.invalidCredentials
         }
-        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in
+        // Two transactions, as the app's sign-in does: the reservation locks the network's row before the address's, so
+        // one transaction taking them the other way round could deadlock with it.
+        try? await database.transaction(lane: attempt.accountKey, logger: logger) { tx in
             try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: clock.now())
-            try await AttemptBudget.refund(tx, key: attempt.networkKey)
+        }
+        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
         }
         return try await openConsoleSession(
             userID: row.id, code: input.code, requireSecondFactor: requireSecondFactor, client: client, logger: logger)

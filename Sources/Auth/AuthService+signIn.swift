@@ -67,19 +67,22 @@ extension AuthService {
         let accountKey = keys.password(email: email)
         let networkKey = keys.network(ip: ip)
         let hashingKey = keys.hashing(ip: ip)
-        // One lane per network: every sign-in from one address locks its rows first.
-        return try await database.transaction(lane: networkKey, logger: logger) { tx in
-            let now = clock.now()
-            if case .refused(let seconds, _) = try await AttemptBudget.reserve(tx, key: hashingKey, rule: policy.hashingRule, now: now) {
-                throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many sign-ins from this network; try again shortly.")
+        // The network's lane, then the address's (always in this order): many networks against one address, or one
+        // network against many addresses, hold a few connections either way.
+        return try await RowLanes.shared.run(networkKey) {
+            try await database.transaction(lane: accountKey, logger: logger) { tx in
+                let now = clock.now()
+                if case .refused(let seconds, _) = try await AttemptBudget.reserve(tx, key: hashingKey, rule: policy.hashingRule, now: now) {
+                    throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many sign-ins from this network; try again shortly.")
+                }
+                let network = try await AttemptBudget.reserve(tx, key: networkKey, rule: policy.networkRule, now: now)
+                guard case .reserved(let networkAttempt) = network else {
+                    throw AuthError.rateLimited(
+                        retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
+                }
+                let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: policy.passwordRule, now: now))
+                return SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)
             }
-            let network = try await AttemptBudget.reserve(tx, key: networkKey, rule: policy.networkRule, now: now)
-            guard case .reserved(let networkAttempt) = network else {
-                throw AuthError.rateLimited(
-                    retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
-            }
-            let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: policy.passwordRule, now: now))
-            return SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)
         }
     }
 

@@ -73,7 +73,7 @@ extension EntitlementService {
     /// The profile's allowance, usage and what remains this period; `profileNotFound` for a profile not of this account.
     /// The user's expired holds are released first (as a balance read does), so their tokens are back in the allowance.
     public func profileUsage(userID: String, profileID: String, logger: Logger) async throws -> ProfileUsageView {
-        try await database.transaction(logger: logger) { tx in
+        try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
             guard let profile = try await accounts.profile(userID: userID, profileID: profileID, tx) else { throw EntitlementError.profileNotFound }
             _ = try await ledger.balances(tx, userID: userID)
             let period = try await subscriptions.allowancePeriod(userID: userID, now: clock.now(), tx)

@@ -26,7 +26,8 @@ extension EntitlementService {
 
     /// Balances now (expired holds and lapsed lots settled first, in the same transaction), the plan and the last grant.
     public func tokenBalance(userID: String, logger: Logger) async throws -> TokenBalanceView {
-        try await database.transaction(logger: logger) { tx in
+        // The balance releases expired holds first, so it locks the user's ledger rows: it runs in their lane.
+        try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
             TokenBalanceView(
                 balances: try await ledger.balances(tx, userID: userID),
                 lastSubscriptionRefresh: try await ledger.lastSubscriptionRefresh(tx, userID: userID),

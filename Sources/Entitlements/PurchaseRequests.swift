@@ -163,7 +163,7 @@ extension StickerService {
         userID: String, requestID: String, as status: String, logger: Logger,
         _ work: @escaping @Sendable (any SQLExecutor, PurchaseRequest, String?, Date) async throws -> Void
     ) async throws -> PurchaseRequest {
-        try await database.transaction(logger: logger) { tx in
+        try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
             let now = clock.now()
             let request = try await locked(tx, id: requestID, userID: userID, now: now)
             if request.status == status { return request }

@@ -28,9 +28,11 @@ public struct Ledger: Sendable {
     /// The ``RowLanes`` key of a user's ledger accounts: every operation that locks them runs in it (a service's spends,
     /// holds, grants, a check-and-reserve, a pack unlock), so one account's parallel requests hold a few connections,
     /// not the pool.
-    public static func lane(userID: String) -> String { "ledger:user:" + userID }
-    /// A capture or void names only its hold: the lane is the hold's (its retries and races).
-    public static func lane(holdID: String) -> String { "ledger:hold:" + holdID }
+    public static func lane(userID: String) -> String { RowLanes.user(userID) }
+    /// A capture or void names only its hold: the lane is its user's, or the hold's own when there is no such hold.
+    func lane(holdID: String, _ executor: any SQLExecutor) async throws -> String {
+        try await holdState(executor, id: holdID).map { Self.lane(userID: $0.userId) } ?? "hold:" + holdID
+    }
 
     // MARK: - Operations
 

@@ -61,7 +61,9 @@ extension LedgerService {
         let requestJSON = try IdempotencyStore.requestJSON(fields)
         let statement: OneStatementAnswer
         do {
-            statement = try await RowLanes.shared.run(Ledger.lane(userID: userID)) {
+            // The user's lane, for this credential: the key is checked inside the statement, so requests presenting
+            // other (perhaps made-up) keys must not wait in, or fill, the lane of the user's real callers.
+            statement = try await RowLanes.shared.run(Ledger.lane(userID: userID) + "|" + String(secret.hashValue, radix: 36)) {
                 try await database.withConnection(logger: logger) { connection in
                     try await ledger.spendInOneStatement(
                         connection, caller: .query(sql: query.sql, binds: query.binds), key: key, requestJSON: requestJSON, userID: userID,

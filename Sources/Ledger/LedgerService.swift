@@ -97,13 +97,13 @@ public struct LedgerService: Sendable {
     ) async throws
         -> IdempotentResult<HoldState>
     {
-        try await run(request, lane: Ledger.lane(holdID: holdID), logger: logger) {
+        try await run(request, lane: try await holdLane(holdID, logger: logger), logger: logger) {
             try await ledger.capture($0, holdID: holdID, amountTokens: amountTokens, idempotencyKey: request.key)
         }
     }
 
     public func void(_ request: IdempotentRequest, holdID: String, logger: Logger) async throws -> IdempotentResult<HoldState> {
-        try await run(request, lane: Ledger.lane(holdID: holdID), logger: logger) {
+        try await run(request, lane: try await holdLane(holdID, logger: logger), logger: logger) {
             try await ledger.void($0, holdID: holdID, idempotencyKey: request.key)
         }
     }
@@ -214,6 +214,11 @@ public struct LedgerService: Sendable {
             guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             throw LedgerError.insufficientTokens(availableTokens: 0)
         }
+    }
+
+    /// The lane of a hold's user (read without a lock, before the operation's transaction).
+    func holdLane(_ holdID: String, logger: Logger) async throws -> String {
+        try await database.withConnection(logger: logger) { try await ledger.lane(holdID: holdID, $0) }
     }
 
     func run<T: Codable & Sendable>(

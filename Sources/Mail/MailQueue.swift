@@ -6,10 +6,11 @@ import Traces
 
 /// Mail goes out after the answer. The auth flows hand their messages to this queue after their transaction commits and
 /// answer at once; a drainer sends them in the background (four at a time), so neither a slow transport nor whether a
-/// message was sent at all shows in the answer's timing (docs/security.md, "Same answer, same time"). Each batch waits a
-/// random ``dispatchDelay`` first: starting a transport (sendmail is a process) costs CPU, and at a fixed moment right
-/// after the answer it would slow the next request of whoever caused it. At a random later moment it slows whatever
-/// request is running then, a known address's or an unknown one's alike.
+/// message was sent at all shows in the answer's timing (docs/security.md, "Same answer, same time"). When sending
+/// starts from idle it first waits a random ``dispatchDelay``: starting a transport (sendmail is a process) costs CPU,
+/// and at a fixed moment right after the answer it would slow the next request of whoever caused it. At a random later
+/// moment it slows whatever request is running then, a known address's or an unknown one's alike. A backlog is sent
+/// without further pauses.
 ///
 /// The queue lives in memory and is bounded: past ``capacity`` the oldest message is dropped and counted
 /// (`mail_dropped_total`). What it holds when the process dies is lost; every message it carries can be asked for again
@@ -62,14 +63,15 @@ public actor MailQueue {
     }
 
     private func drain() async {
+        // Once, when sending starts from idle: a backlog then goes out as fast as the transport takes it.
+        if !hurry {
+            let milliseconds = Int.random(in: dispatchDelay)
+            let wait = Task { _ = try? await Task.sleep(for: .milliseconds(milliseconds)) }
+            pause = wait
+            await wait.value
+            pause = nil
+        }
         while !pending.isEmpty {
-            if !hurry {
-                let milliseconds = Int.random(in: dispatchDelay)
-                let wait = Task { _ = try? await Task.sleep(for: .milliseconds(milliseconds)) }
-                pause = wait
-                await wait.value
-                pause = nil
-            }
             let batch = Array(pending.prefix(Self.sendsInFlightMax))
             pending.removeFirst(batch.count)
             let transport = self.transport

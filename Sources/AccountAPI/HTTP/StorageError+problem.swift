@@ -9,8 +9,10 @@ extension StorageError {
         switch self {
         case .nulCharacter: return Problem.validation("Text fields must not contain NUL (U+0000) characters.")
         case .busy:
-            return Problem(.tooManyRequests, code: "rate_limited", detail: "Too many requests for this account are in progress; retry shortly.")
-                .retryAfter(seconds: 1)
+            return Problem(
+                .tooManyRequests, code: "rate_limited", detail: "Too many requests for the same account or address are in progress; retry shortly."
+            )
+            .retryAfter(seconds: 1)
         case .unavailable(let why):
             logger.warning("database unavailable", metadata: ["reason": "\(why)"])
             return Problem.unavailable("The database is unavailable; try again shortly.")

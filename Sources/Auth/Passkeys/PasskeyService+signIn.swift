@@ -82,7 +82,16 @@ extension PasskeyService {
     func reserve(
         challenge: [UInt8], expiresAt: Date, credential: PasskeyStore.Row?, id: String, client: ClientInfo, logger: Logger
     ) async throws -> AuthService.SignInAttempt {
-        try await auth.database.transaction(lane: auth.keys.network(ip: client.ip), logger: logger) { tx in
+        // The network's lane, then the credential's (the order the password sign-in takes too).
+        try await RowLanes.shared.run(auth.keys.network(ip: client.ip)) {
+            try await reserveInLane(challenge: challenge, expiresAt: expiresAt, credential: credential, id: id, client: client, logger: logger)
+        }
+    }
+
+    private func reserveInLane(
+        challenge: [UInt8], expiresAt: Date, credential: PasskeyStore.Row?, id: String, client: ClientInfo, logger: Logger
+    ) async throws -> AuthService.SignInAttempt {
+        try await auth.database.transaction(lane: "passkey:" + id, logger: logger) { tx in
             let now = auth.clock.now()
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")

@@ -273,7 +273,8 @@ public struct ProfileService: Sendable {
     /// (``SessionProfile/selectionRequired``) until they select one, and never become the owner's.
     public func delete(userID: String, profileID: String, by manager: ProfileManager, logger: Logger) async throws {
         let owner = try await checkManager(manager, userID: userID, settingPIN: false, logger: logger)
-        try await database.transaction(logger: logger) { tx in
+        // Deleting voids the profile's pending holds, which locks the user's ledger rows: their lane.
+        try await database.transaction(lane: RowLanes.user(userID), logger: logger) { tx in
             let now = clock.now()
             let profile = try await load(tx, id: profileID, userID: userID)
             if profile.isDefault { throw AuthError.forbidden("The default profile cannot be deleted.") }
