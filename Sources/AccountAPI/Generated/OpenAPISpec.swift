@@ -3465,7 +3465,7 @@ components:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
     Busy:
-      description: "`rate_limited`: this account already has 256 requests waiting for its token ledger on this node (each node runs two at a time per account, so one account cannot take every database connection); retry after `Retry-After` seconds."
+      description: "`rate_limited`: this account already has 256 requests waiting for its token ledger on this node (each node runs three at a time per account, so one account cannot take every database connection); retry after `Retry-After` seconds."
       headers:
         Retry-After: { schema: { type: integer } }
       content:
