@@ -10,7 +10,7 @@ import Synchronization
 /// instead of holding memory. A waiter that is cancelled leaves the line. Another node's requests are not seen: the row
 /// lock still serializes them, each node holding at most ``width`` connections for the row.
 public final class RowLanes: Sendable {
-    /// The process's lanes; each owner names its keys (`ledger:<user>`, an attempt budget's key).
+    /// The process's lanes; each owner names its keys (``user(_:)`` for an account's rows, an attempt budget's key).
     public static let shared = RowLanes()
     public let width: Int
     public let waitersMax: Int
