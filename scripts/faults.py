@@ -17,11 +17,14 @@ Scenarios (each prints PASS/FAIL lines and figures; exit 1 on any failure):
             status, RSS flat after warm-up; idle RSS reported.
 
 Needs: the built binary (BIN), TEST_POSTGRES_URL plus TEST_POSTGRES_BIN/DATA/RUNAS/OPTS from scripts/with-postgres.
+Each scenario's scratch directory (databases, logs) is removed when every check passed and kept, its path printed,
+when one failed or with KEEP_WORK=1.
 """
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +39,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BIN") or os.path.join(ROOT, ".build", "debug", "account-service")
 PG_URL = os.environ.get("TEST_POSTGRES_URL", "")
 FAILURES = []
+WORK_DIRS = []
+
+
+def work_dir(prefix):
+    """A scenario's scratch directory (databases, logs, mail): removed at the end when every check passed, kept for a
+    look when one failed (or with KEEP_WORK=1)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    WORK_DIRS.append(path)
+    return path
+
+
+def finish(suite):
+    """Ends a suite: the failures and the directories kept for them, or the scratch directories removed."""
+    if FAILURES or os.environ.get("KEEP_WORK"):
+        print(f"kept for a look: {' '.join(WORK_DIRS)}", flush=True)
+    else:
+        for path in WORK_DIRS:
+            shutil.rmtree(path, ignore_errors=True)
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)", flush=True)
+        sys.exit(1)
+    print(f"all {suite} scenarios passed", flush=True)
 
 
 def check(ok, what):
@@ -169,7 +194,7 @@ def balance(service, key, user):
 # ---------------------------------------------------------------------------------------------------------------
 
 def scenario_crash(engine):
-    workdir = tempfile.mkdtemp(prefix=f"faults-crash-{engine}-")
+    workdir = work_dir(f"faults-crash-{engine}-")
     url = f"sqlite:{workdir}/db.sqlite" if engine == "sqlite" else new_pg_database("faults_crash")
     service = Service(url, workdir).start()
     (user,), key = setup_accounts(service)
@@ -250,7 +275,7 @@ def scenario_crash(engine):
 def scenario_outage(extra=None):
     """Also with connections kept open (`extra`): postgres-nio's pool, which the service used before its own, trapped when
     PostgreSQL restarted with a minimum of connections."""
-    workdir = tempfile.mkdtemp(prefix="faults-outage-")
+    workdir = work_dir("faults-outage-")
     service = Service(new_pg_database("faults_outage"), workdir, extra=extra).start()
     (user,), key = setup_accounts(service)
     auth = {"Authorization": f"Bearer {key}"}
@@ -327,7 +352,7 @@ def scenario_outage(extra=None):
 
 
 def scenario_nodes():
-    workdir = tempfile.mkdtemp(prefix="faults-nodes-")
+    workdir = work_dir("faults-nodes-")
     url = new_pg_database("faults_nodes")
     a = Service(url, workdir).start()
     b = Service(url, workdir).start()
@@ -447,7 +472,7 @@ def wait_for(predicate, seconds):
 
 
 def scenario_webhooks_crash(engine):
-    workdir = tempfile.mkdtemp(prefix=f"faults-hooks-{engine}-")
+    workdir = work_dir(f"faults-hooks-{engine}-")
     url = f"sqlite:{workdir}/db.sqlite" if engine == "sqlite" else new_pg_database("faults_hooks")
     service = Service(url, workdir, extra=WEBHOOK_ENV).start()
     (user,), key = setup_accounts(service)
@@ -494,7 +519,7 @@ def scenario_webhooks_crash(engine):
 
 
 def scenario_webhooks_nodes():
-    workdir = tempfile.mkdtemp(prefix="faults-hooks-nodes-")
+    workdir = work_dir("faults-hooks-nodes-")
     url = new_pg_database("faults_hooks_nodes")
     a = Service(url, workdir, extra=WEBHOOK_ENV).start()
     b = Service(url, workdir, extra=WEBHOOK_ENV).start()
@@ -523,7 +548,7 @@ def scenario_webhooks_nodes():
 
 
 def scenario_load(seconds):
-    workdir = tempfile.mkdtemp(prefix="faults-load-")
+    workdir = work_dir("faults-load-")
     service = Service(f"sqlite:{workdir}/db.sqlite", workdir, extra={"LOG_FORMAT": "json", "LOG_LEVEL": "info"}).start()
     time.sleep(1)
     idle = service.rss_kib()
@@ -620,7 +645,4 @@ if __name__ == "__main__":
             scenario_webhooks_nodes()
         elif name == "load":
             scenario_load(int(os.environ.get("LOAD_SECONDS", "20")))
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)", flush=True)
-        sys.exit(1)
-    print("all fault scenarios passed", flush=True)
+    finish("fault")

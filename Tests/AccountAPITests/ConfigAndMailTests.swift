@@ -91,9 +91,12 @@ struct ConfigTests {
 
     @Test func anUnreadableAppleRootStopsStartup() async throws {
         var config = AppConfig()
-        config.database = .sqlite(path: FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).sqlite").path)
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        config.database = .sqlite(path: scratch.appendingPathComponent("db.sqlite").path)
         config.plansFile = repositoryRoot.appendingPathComponent("plans.json").path
-        config.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString)").path
+        config.dataDirectory = scratch.appendingPathComponent("data").path
         config.apple = AppConfig.AppleSettings(
             rootCertificatePaths: ["/nonexistent/root.pem"], bundleID: "com.x", appAppleID: nil, environment: .sandbox, acceptSandbox: false)
         await #expect { _ = try await Dependencies.make(config: config, logger: Logger(label: "t")) } throws: { error in

@@ -19,16 +19,22 @@ struct MailQueueTests {
 
     @Test func mailLeavesAfterAPauseFromIdleAndABacklogWithoutMore() async throws {
         let transport = ClockedMailer()
-        let queue = MailQueue(transport: transport, dispatchDelay: 2_000...2_000, logger: logger)
+        let pause = Duration.milliseconds(3_000)
+        let queue = MailQueue(transport: transport, dispatchDelay: 3_000...3_000, logger: logger)
         let queued = ContinuousClock.now
         for i in 0..<12 { await queue.enqueue(MailMessage(to: "\(i)@example.com", subject: "s", body: "b")) }
+        let allQueued = ContinuousClock.now
         let deadline = ContinuousClock.now + .seconds(60)
         while transport.sent.withLock({ $0.count < 12 }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         let sent = transport.sent.withLock { $0 }
         #expect(Set(sent.map(\.0)) == Set((0..<12).map { "\($0)@example.com" }))
         if let first = sent.map(\.1).min(), let last = sent.map(\.1).max() {
-            #expect(first - queued >= .milliseconds(2_000), "the first waited out the pause")
-            #expect(last - first < .milliseconds(2_000), "three batches of four, one pause: not one pause per batch")
+            #expect(first - queued >= pause, "the first waited out the pause")
+            // On a starved machine the twelve enqueues can outlast the pause: the queue then went idle in between and
+            // rightly paused again, so the one-pause claim holds only when all twelve were queued before the first left.
+            if allQueued < first {
+                #expect(last - first < pause, "three batches of four, one pause: not one pause per batch")
+            }
         }
     }
 

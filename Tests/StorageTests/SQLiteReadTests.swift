@@ -10,12 +10,17 @@ struct SQLiteReadTests {
         FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-read-\(UUID().uuidString).sqlite").path
     }
 
+    /// The database file and the files SQLite and the lock keep beside it.
+    static func remove(_ path: String) {
+        for suffix in ["", "-wal", "-shm", ".lock"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    }
+
     @Test("the quick readers map the file as configured (SQLITE_MMAP_MIB), the other reader does not, and a mapped read sees what the writer commits")
     func readConnectionsMapTheFile() async throws {
         let logger = Logger(label: "test")
         for mapMiB in [0, 16] {
             let path = Self.temporaryPath()
-            defer { try? FileManager.default.removeItem(atPath: path) }
+            defer { Self.remove(path) }
             let database = try await SQLiteDatabase.open(path: path, mapMiB: mapMiB, logger: logger)
             try await database.transaction(logger: logger) { tx in
                 _ = try await tx.query("CREATE TABLE t (a INTEGER)", [])
@@ -34,7 +39,7 @@ struct SQLiteReadTests {
     func parallelQuickReadsSeeWholeTransactions() async throws {
         let logger = Logger(label: "test")
         let path = Self.temporaryPath()
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        defer { Self.remove(path) }
         let database = try await SQLiteDatabase.open(path: path, mapMiB: 16, logger: logger)
         try await database.transaction(logger: logger) { _ = try await $0.query("CREATE TABLE t (a INTEGER NOT NULL)", []) }
         // Each transaction inserts +1 and -1: a read that saw half of one would find an odd count or a non-zero sum.
@@ -112,7 +117,7 @@ struct SQLiteReadTests {
     @Test("quick reads answer on the calling thread, many at once, see committed writes at once, and stop after close")
     func quickReads() async throws {
         let path = Self.temporaryPath()
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        defer { Self.remove(path) }
         let logger = Logger(label: "test")
         let db = try await SQLiteDatabase.open(path: path, logger: logger)
         try await db.transaction(logger: logger) { tx in
