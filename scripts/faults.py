@@ -5,7 +5,7 @@ Scenarios (each prints PASS/FAIL lines and figures; exit 1 on any failure):
   crash     SIGKILL the service during concurrent grants, spends and holds, restart it, and check that every
             acknowledged operation is there, replays change nothing, unacknowledged ones are never half-applied
             (replaying every key gives exactly the model balance) and `ledger verify` passes. Both engines.
-  outage    stop PostgreSQL under load: /ready and API calls answer 503 problems within 1.5 s, none hang; start it
+  outage    stop PostgreSQL under load: /ready and API calls answer 503 problems within 5 s of PostgreSQL being down (a hang would wait out a 30 s lease); start it
             again: the service recovers without a restart. Run twice: the default pool, and a fixed pool of 20 connections kept open.
   nodes     two service processes on one PostgreSQL, clients alternating: no overdraft, no double grant, expired
             holds released exactly once by the background sweeper.
@@ -230,6 +230,8 @@ def scenario_crash(engine):
     for t in threads:
         t.start()
     time.sleep(2.5)
+    # A loaded machine acknowledges fewer in that time: kill once at least 60 are acknowledged (or after 30 s).
+    wait_for(lambda: sum(1 for o in list(ops) if o[4] is not None and 200 <= o[4] < 300) >= 60, 30)
     service.kill()
     stop.set()
     for t in threads:
@@ -276,6 +278,9 @@ def scenario_outage(extra=None):
     """Also with connections kept open (`extra`): postgres-nio's pool, which the service used before its own, trapped when
     PostgreSQL restarted with a minimum of connections."""
     workdir = work_dir("faults-outage-")
+    # A request that waited for a connection instead of failing would take the whole lease timeout: 30 s here, so the
+    # bounds below can leave a loaded machine room and still tell the two apart.
+    extra = {"DATABASE_LEASE_TIMEOUT_SECONDS": "30", **(extra or {})}
     service = Service(new_pg_database("faults_outage"), workdir, extra=extra).start()
     (user,), key = setup_accounts(service)
     auth = {"Authorization": f"Bearer {key}"}
@@ -307,9 +312,10 @@ def scenario_outage(extra=None):
     for t in threads:
         t.start()
     time.sleep(1)
-    stopped_at = time.time()
     pg_ctl("stop")
-    # /ready and API calls must turn into 503 problems within 1.5 s (PostgreSQL refuses connections: nothing waits for a timeout).
+    # Measured from when PostgreSQL is down (its shutdown checkpoint can take seconds on a loaded machine): /ready and API
+    # calls must turn into 503 problems within 5 s (PostgreSQL refuses connections: nothing waits for the 30 s lease).
+    stopped_at = time.time()
     ready_503 = api_503 = None
     deadline = stopped_at + 10
     while time.time() < deadline and (ready_503 is None or api_503 is None):
@@ -323,14 +329,14 @@ def scenario_outage(extra=None):
     time.sleep(max(0.0, stopped_at + 9 - time.time()))
     during = [r for r in results if r[0] > stopped_at + 3]
     since_stop = [r for r in results if r[0] > stopped_at]
-    check(ready_503 is not None and ready_503 <= 1.5, f"outage: /ready answered 503 {ready_503 and round(ready_503, 2)} s after PostgreSQL stopped")
-    check(api_503 is not None and api_503 <= 1.5, f"outage: API calls answered 503 problem+json {api_503 and round(api_503, 2)} s after PostgreSQL stopped")
+    check(ready_503 is not None and ready_503 <= 5, f"outage: /ready answered 503 {ready_503 and round(ready_503, 2)} s after PostgreSQL stopped")
+    check(api_503 is not None and api_503 <= 5, f"outage: API calls answered 503 problem+json {api_503 and round(api_503, 2)} s after PostgreSQL stopped")
     slowest = max((r[1] for r in since_stop), default=0)
     check(len(during) > 0 and all(r[2] == 503 and r[3].startswith("application/problem+json") for r in during),
           f"outage: every request started 3 s or more into the outage answered a 503 problem ({len(during)} requests)")
     snapshots = [r for r in during if r[4] == "/api/entitlements"]
     check(len(snapshots) > 0, f"outage: {len(snapshots)} of them read the entitlement snapshot")
-    check(slowest <= 1.5, f"outage: no hung request: the slowest of {len(since_stop)} requests during the outage took {slowest:.2f} s (≤ 1.5 s)")
+    check(slowest <= 5, f"outage: no hung request: the slowest of {len(since_stop)} requests during the outage took {slowest:.2f} s (≤ 5 s)")
     restarted_at = time.time()
     pg_ctl("start")
     recovered = None
@@ -395,12 +401,14 @@ def scenario_nodes():
     [t.start() for t in threads]
     [t.join() for t in threads]
     check(balance(b, key, other)["totalTokens"] == before + 50, f"nodes: one grant key sent 12 times to two nodes granted once ({sorted(set(grant_statuses))})")
-    # Background jobs once: 20 holds of 1 s expire; the sweeper (one node at a time) releases each exactly once.
+    # Background jobs once: 20 holds of 5 s expire; the sweeper (one node at a time) releases each exactly once. (5 s: the
+    # twenty are all still held when counted, however slowly a loaded machine takes them; then wait, do not sleep.)
     for i in range(20):
-        request("POST", nodes[i % 2].url("/api/ledger/holds"), {"userId": other, "amount": 1, "ttlSeconds": 1, "reason": "job"},
+        request("POST", nodes[i % 2].url("/api/ledger/holds"), {"userId": other, "amount": 1, "ttlSeconds": 5, "reason": "job"},
                 {**auth, "Idempotency-Key": f"hold-{i}"})
     held = balance(a, key, other)
-    time.sleep(4)
+    wait_for(lambda: balance(b, key, other)["heldTokens"] == 0, 60)
+    time.sleep(2)  # two more sweeps on each node: a second release would show in the total
     after = balance(b, key, other)
     check(held["heldTokens"] == 20 and after["heldTokens"] == 0 and after["totalTokens"] == before + 50,
           f"nodes: 20 expired holds released exactly once by the sweepers (held {held['heldTokens']} → {after['heldTokens']}, total {after['totalTokens']})")
@@ -412,9 +420,12 @@ def scenario_nodes():
     before_drip = balance(a, key, user)["subscriptionTokens"]
     subprocess.run(["psql", url, "-q", "-c", f"UPDATE subscriptions SET current_period_start_ms = current_period_start_ms - {95 * 86400000}, next_drip_at_ms = 0 WHERE user_id = '{user}'"],
                    check=True, stdout=subprocess.DEVNULL)
-    time.sleep(4)
-    rows = subprocess.run(["psql", url, "-At", "-c", f"SELECT COUNT(*) FROM ledger_period_grants WHERE user_id = '{user}' AND period_key LIKE '%:month:3'"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    def drip_rows():
+        return subprocess.run(["psql", url, "-At", "-c", f"SELECT COUNT(*) FROM ledger_period_grants WHERE user_id = '{user}' AND period_key LIKE '%:month:3'"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    wait_for(lambda: drip_rows() != "0", 60)
+    time.sleep(3)  # more sweeps on both nodes: a second drip would add a row or tokens
+    rows = drip_rows()
     after_drip = balance(b, key, user)["subscriptionTokens"]
     check(rows == "1" and after_drip == min(before_drip, 50) + 50,
           f"nodes: the yearly plan's month-3 drip ran once with rollover ({rows} period row(s); subscription tokens {before_drip} → {after_drip})")

@@ -27,6 +27,8 @@ public actor MailQueue {
     /// The drainer's current pause, cut short by ``flush()``.
     private var pause: Task<Void, Never>?
     private var hurry = false
+    /// How many pauses the drainer has taken (tests: a backlog takes one).
+    private(set) var pausesTaken = 0
     /// How long each batch waits before it is handed to the transport, drawn uniformly (milliseconds).
     public let dispatchDelay: ClosedRange<Int>
     private static let sendsInFlightMax = 4
@@ -65,6 +67,7 @@ public actor MailQueue {
     private func drain() async {
         // Once, when sending starts from idle: a backlog then goes out as fast as the transport takes it.
         if !hurry {
+            pausesTaken += 1
             let milliseconds = Int.random(in: dispatchDelay)
             let wait = Task { _ = try? await Task.sleep(for: .milliseconds(milliseconds)) }
             pause = wait

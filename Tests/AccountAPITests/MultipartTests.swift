@@ -125,7 +125,10 @@ struct MultipartTests {
         #expect(await jobs.begin("bob"))  // not behind alice
         let second = Task { await jobs.begin("alice") }
         let third = Task { await jobs.begin("alice") }
-        try await Task.sleep(for: .milliseconds(50))
+        // Until both wait (a fixed pause could end first on a loaded machine, and the next begin would then wait forever).
+        let deadline = ContinuousClock.now + .seconds(30)
+        while await jobs.waitingCount("alice") < 2 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(await jobs.waitingCount("alice") == 2)
         #expect(await jobs.begin("alice") == false)  // two already waiting
         await jobs.end("alice")
         await jobs.end("alice")

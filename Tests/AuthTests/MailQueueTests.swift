@@ -1,8 +1,9 @@
 import Foundation
 import Logging
-import Mail
 import Synchronization
 import Testing
+
+@testable import Mail
 
 /// Records when each message reached it.
 private final class ClockedMailer: Mailer {
@@ -28,12 +29,13 @@ struct MailQueueTests {
         while transport.sent.withLock({ $0.count < 12 }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         let sent = transport.sent.withLock { $0 }
         #expect(Set(sent.map(\.0)) == Set((0..<12).map { "\($0)@example.com" }))
-        if let first = sent.map(\.1).min(), let last = sent.map(\.1).max() {
+        if let first = sent.map(\.1).min() {
             #expect(first - queued >= pause, "the first waited out the pause")
             // On a starved machine the twelve enqueues can outlast the pause: the queue then went idle in between and
             // rightly paused again, so the one-pause claim holds only when all twelve were queued before the first left.
+            // Counted, not timed: the batches' sends themselves can take seconds on a loaded machine.
             if allQueued < first {
-                #expect(last - first < pause, "three batches of four, one pause: not one pause per batch")
+                #expect(await queue.pausesTaken == 1, "three batches of four, one pause: not one pause per batch")
             }
         }
     }

@@ -42,6 +42,9 @@ struct PoolSettingsTests {
         try await withPool(maximum: 4) { pool in
             let busy = Shared((now: 0, most: 0))
             let backends = Shared(Set<Int>())
+            // Each holds its connection until four were in at once (the pool grew), or until 15 s from now: on a loaded
+            // machine the backlog could otherwise drain before the fourth connection opened.
+            let until = ContinuousClock.now + .seconds(15)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<40 {
                     group.addTask {
@@ -49,6 +52,7 @@ struct PoolSettingsTests {
                             busy.withLock {
                                 $0.now += 1; $0.most = max($0.most, $0.now)
                             }
+                            while busy.withLock({ $0.most }) < 4 && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(5)) }
                             let pid = try await Self.backend(connection)
                             backends.withLock { _ = $0.insert(pid) }
                             _ = try await connection.query("SELECT pg_sleep(0.02)", logger: TestDatabase.logger).collect()
@@ -76,6 +80,7 @@ struct PoolSettingsTests {
         defer { running.cancel() }
         let busy = Shared((now: 0, most: 0))
         let backends = Shared(Set<Int>())
+        let until = ContinuousClock.now + .seconds(15)  // as above: hold until three were in at once
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<12 {
                 group.addTask {
@@ -83,6 +88,7 @@ struct PoolSettingsTests {
                         busy.withLock {
                             $0.now += 1; $0.most = max($0.most, $0.now)
                         }
+                        while busy.withLock({ $0.most }) < 3 && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(5)) }
                         let row = try await connection.first("SELECT pg_backend_pid() AS pid FROM pg_sleep(0.05)")
                         let pid = try #require(row).int("pid")
                         backends.withLock { _ = $0.insert(Int(pid)) }
@@ -190,15 +196,20 @@ struct PoolSettingsTests {
             let second = try await pool.withConnection { try await Self.backend($0) }
             #expect(second != first)
             // Closed while leased, with a caller waiting for the pool's only slot: the waiter opens a new one.
+            let holding = Shared(false)
             let third = try await withThrowingTaskGroup(of: Int?.self) { group in
                 group.addTask {
                     // Its statement fails (the session ends): the pool closes the connection instead of handing it on.
                     _ = try? await pool.withConnection { connection in
-                        try await connection.query("SELECT pg_terminate_backend(pg_backend_pid())", logger: TestDatabase.logger).collect()
+                        holding.withLock { $0 = true }
+                        try await Task.sleep(for: .milliseconds(50))  // the waiter below queues meanwhile
+                        return try await connection.query("SELECT pg_terminate_backend(pg_backend_pid())", logger: TestDatabase.logger).collect()
                     }
                     return nil
                 }
-                try await Task.sleep(for: .milliseconds(20))
+                // Only once the first holds the slot: otherwise the waiter could take the open connection itself.
+                let until = ContinuousClock.now + .seconds(15)
+                while !holding.withLock({ $0 }) && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(5)) }
                 group.addTask { try await pool.withConnection { try await Self.backend($0) } }
                 var found: Int?
                 for try await pid in group { found = found ?? pid }

@@ -22,6 +22,9 @@ actor ImageJobs {
         return true  // the slot was handed over by `end`
     }
 
+    /// How many of `owner`'s images wait their turn.
+    func waitingCount(_ owner: String) -> Int { waiting[owner]?.count ?? 0 }
+
     /// Hands `owner`'s slot to its next waiting image, or frees it.
     func end(_ owner: String) {
         if var queue = waiting[owner], !queue.isEmpty {
