@@ -84,7 +84,9 @@ struct CommitWatchTests {
             for id in 100..<110 {
                 sent += try await Self.requestsToWrite(database, "INSERT INTO watched VALUES (?) RETURNING id", id)
             }
-            #expect((10...13).contains(sent))
+            // (Up to two more: a confirmation that outwaits the watch's patience on a loaded machine asks once; a
+            // statement per write would make it 20.)
+            #expect((10...15).contains(sent))
             if tls {
                 let encrypted = try await database.withConnection(logger: TestDatabase.logger) { tx in
                     try await tx.query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
@@ -158,7 +160,7 @@ struct CommitWatchTests {
                 if watched {
                     // The pool closed that connection rather than hand on its open transaction (its backend ends soon).
                     var open: Int64? = nil
-                    for _ in 0..<30 where open != 0 {
+                    for _ in 0..<150 where open != 0 {
                         let rows = try await other.withConnection(logger: TestDatabase.logger) { tx in
                             try await tx.query(
                                 "SELECT count(*) AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND datname = current_database()")
@@ -193,7 +195,7 @@ struct CommitWatchTests {
                 #expect(try await Self.count(other, "slow") == Int64(id))
             }
             // Confirmed by the watch: no statement of its own (one more request once, when the insert is prepared).
-            #expect((4...6).contains(sent))
+            #expect((4...7).contains(sent))  // one more for a loaded machine; a statement per write would make it 8 or 9
         }
     }
 

@@ -146,7 +146,7 @@ struct PoolSettingsTests {
             }
             try await TestDatabase.executeAsAdmin("ALTER DATABASE \(name) ALLOW_CONNECTIONS false")
             for _ in 0..<3 {
-                let served = try await Self.within(seconds: 2) { try await pool.withConnection(on: loops[1]) { try await Self.backend($0) } }
+                let served = try await Self.within(seconds: 10) { try await pool.withConnection(on: loops[1]) { try await Self.backend($0) } }
                 #expect(served == first)
             }
             try await TestDatabase.executeAsAdmin("ALTER DATABASE \(name) ALLOW_CONNECTIONS true")
@@ -154,13 +154,13 @@ struct PoolSettingsTests {
         try await group.shutdownGracefully()
     }
 
-    /// `body`'s answer once it is not nil (tried every 20 ms for 5 s).
+    /// `body`'s answer once it is not nil (tried every 20 ms for 20 s).
     private static func eventually<T: Sendable>(_ body: () async throws -> T?) async throws -> T {
-        for _ in 0..<250 {
+        for _ in 0..<1_000 {
             if let value = try await body() { return value }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw StorageError.unavailable("not within 5 s")
+        throw StorageError.unavailable("not within 20 s")
     }
 
     /// `body`'s answer, or an error after `seconds`.
@@ -240,13 +240,13 @@ struct PoolSettingsTests {
     }
 
     @Test func keepAliveChecksIdleConnectionsWithoutKeepingThemOpen() async throws {
-        try await withPool(settings: PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 1), maximum: 2, idleSeconds: 5) { pool in
+        try await withPool(settings: PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 1), maximum: 2, idleSeconds: 10) { pool in
             _ = try await pool.withConnection { try await Self.backend($0) }
             try await Task.sleep(for: .milliseconds(1_100))
             await pool.sweep()
             #expect(pool.openCount == 1, "a connection that answers the keep-alive stays")
             // Answering a keep-alive is not being used: the connection still closes once unused for `idleSeconds`.
-            try await Task.sleep(for: .milliseconds(4_000))
+            try await Task.sleep(for: .milliseconds(9_000))
             await pool.sweep()
             #expect(pool.openCount == 0)
         }
