@@ -17,6 +17,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
             configuration: .init(
                 additionalChannelHandlers: [QuiesceGrace()], idleTimeout: .seconds(Int64(dependencies.config.httpIdleTimeoutSeconds)))),
         configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
+        onServerRunning: { [drain = dependencies.drain] in drain.serving(on: $0) },
         logger: logger
     )
     if let hosts = dependencies.postgresHosts { app.addServices(PostgresPoolService(hosts: hosts)) }
@@ -40,10 +41,10 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
 }
 
 /// `serve`: runs the application until SIGTERM or SIGINT, then drains. `/ready` answers 503 and answers carry
-/// `Connection: close`; the listener closes at once (a load balancer's next connection goes to another node), requests
-/// in flight finish, then the services stop in reverse order: mail
-/// goes out, the webhook worker records its tries, the sweeper hands its lease back, the database closes. Whatever
-/// is still running after `SHUTDOWN_GRACE_SECONDS` is cancelled.
+/// `Connection: close`; the listener stops accepting and closes 0.2 s later (a load balancer's next connection goes to
+/// another node; ``DrainState/stopAccepting()``), requests in flight finish, then the services stop in reverse order:
+/// mail goes out, the webhook worker records its tries, the sweeper hands its lease back, the database closes.
+/// Whatever is still running after `SHUTDOWN_GRACE_SECONDS` is cancelled.
 public func serve(_ dependencies: Dependencies, logger: Logger) async throws {
     // Traces (OTEL_EXPORTER_OTLP_ENDPOINT), before the router is built; the exporter stops last, so the drain's own
     // spans are sent.
