@@ -243,7 +243,7 @@ let package = Package(
             dependencies: [
                 "Mail", "Clock", "Networks", "Events", "Secrets", "AccountAPI", "Storage", "Auth", "Entitlements", "Billing", "Ledger", "TestSupport", "Media", "MediaImages", "Webhooks", "Identity", "SafeJSON",
                 .product(name: "JWTKit", package: "jwt-kit"), .product(name: "CryptoExtras", package: "swift-crypto"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
