@@ -90,14 +90,13 @@ struct AppStoreServerHTTPTests {
     }
 
     static func configure(_ fx: BillingFixture, _ mock: AppStoreMock, _ base: String) throws -> @Sendable (inout AppConfig) -> Void {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("apple-api-\(UUID().uuidString).p8").path
-        try mock.keyPEM.write(toFile: path, atomically: true, encoding: .utf8)
+        let key = try ScratchFile(mock.keyPEM, prefix: "apple-api-", suffix: ".p8")
         let billing = fx.configure
         return { config in
             billing(&config)
             config.appleAPI = AppleAPISettings(
-                keyID: AppStoreMock.keyID, issuerID: AppStoreMock.issuerID, privateKeyPath: path, baseURL: base, offerKeyID: AppStoreMock.keyID,
-                offerKeyPath: path)
+                keyID: AppStoreMock.keyID, issuerID: AppStoreMock.issuerID, privateKeyPath: key.path, baseURL: base,
+                offerKeyID: AppStoreMock.keyID, offerKeyPath: key.path)
             // The tests answer consumption requests themselves: the app's job (every 10 s by default) would race them
             // whenever a loaded machine stretches a test past its first poll.
             config.appleAPI?.pollSeconds = 3600

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import AccountAPI
@@ -21,7 +22,7 @@ struct DrainTests {
         let port = try #require(listener.localAddress?.port)
         let client = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         let first = try await client.connect(host: "127.0.0.1", port: port).get()
-        try await Self.waitUntil { accepted.load(ordering: .relaxed) == 1 }
+        try #require(try await waitUntil(every: .milliseconds(5)) { accepted.load(ordering: .relaxed) == 1 })
 
         let state = DrainState()
         state.serving(on: listener)
@@ -36,11 +37,5 @@ struct DrainTests {
         try await Task.sleep(for: .milliseconds(300))
         #expect(accepted.load(ordering: .relaxed) == 1)
         for channel in [first, second, listener] { try? await channel.close().get() }
-    }
-
-    static func waitUntil(_ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !condition() && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-        try #require(condition())
     }
 }

@@ -126,8 +126,7 @@ struct MultipartTests {
         let second = Task { await jobs.begin("alice") }
         let third = Task { await jobs.begin("alice") }
         // Until both wait (a fixed pause could end first on a loaded machine, and the next begin would then wait forever).
-        let deadline = ContinuousClock.now + .seconds(30)
-        while await jobs.waitingCount("alice") < 2 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        try await waitUntil(every: .milliseconds(5)) { await jobs.waitingCount("alice") == 2 }
         try #require(await jobs.waitingCount("alice") == 2)
         #expect(await jobs.begin("alice") == false)  // two already waiting
         await jobs.end("alice")

@@ -16,19 +16,18 @@ struct BillingFixture: Sendable {
     static let bundle = "com.yourapp.ios"
     static let stripeSecret = "whsec_test_secret_0123456789"
     let chain: AppleTestChain
-    let rootPath: String
+    let root: ScratchFile
 
     init() throws {
         chain = try AppleTestChain()
-        rootPath = FileManager.default.temporaryDirectory.appendingPathComponent("apple-root-\(UUID().uuidString).pem").path
-        try chain.rootPEM.write(toFile: rootPath, atomically: true, encoding: .utf8)
+        root = try ScratchFile(chain.rootPEM, prefix: "apple-root-", suffix: ".pem")
     }
 
     /// Apple (Sandbox) and Stripe configured.
     var configure: @Sendable (inout AppConfig) -> Void {
-        { [rootPath] config in
+        { [root] config in
             config.apple = AppConfig.AppleSettings(
-                rootCertificatePaths: [rootPath], bundleID: Self.bundle, appAppleID: nil, environment: .sandbox, acceptSandbox: false)
+                rootCertificatePaths: [root.path], bundleID: Self.bundle, appAppleID: nil, environment: .sandbox, acceptSandbox: false)
             config.stripeWebhookSecrets = ["whsec_retired_secret_000000", Self.stripeSecret]
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import Mail
@@ -25,8 +26,7 @@ struct MailQueueTests {
         let queued = ContinuousClock.now
         for i in 0..<12 { await queue.enqueue(MailMessage(to: "\(i)@example.com", subject: "s", body: "b")) }
         let allQueued = ContinuousClock.now
-        let deadline = ContinuousClock.now + .seconds(60)
-        while transport.sent.withLock({ $0.count < 12 }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        try await waitUntil(within: .seconds(60)) { transport.sent.withLock { $0.count == 12 } }
         let sent = transport.sent.withLock { $0 }
         #expect(Set(sent.map(\.0)) == Set((0..<12).map { "\($0)@example.com" }))
         if let first = sent.map(\.1).min() {

@@ -52,7 +52,7 @@ struct PoolSettingsTests {
                             busy.withLock {
                                 $0.now += 1; $0.most = max($0.most, $0.now)
                             }
-                            while busy.withLock({ $0.most }) < 4 && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(5)) }
+                            try await waitUntil(within: until - .now, every: .milliseconds(5)) { busy.withLock { $0.most } >= 4 }
                             let pid = try await Self.backend(connection)
                             backends.withLock { _ = $0.insert(pid) }
                             _ = try await connection.query("SELECT pg_sleep(0.02)", logger: TestDatabase.logger).collect()
@@ -88,7 +88,7 @@ struct PoolSettingsTests {
                         busy.withLock {
                             $0.now += 1; $0.most = max($0.most, $0.now)
                         }
-                        while busy.withLock({ $0.most }) < 3 && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(5)) }
+                        try await waitUntil(within: until - .now, every: .milliseconds(5)) { busy.withLock { $0.most } >= 3 }
                         let row = try await connection.first("SELECT pg_backend_pid() AS pid FROM pg_sleep(0.05)")
                         let pid = try #require(row).int("pid")
                         backends.withLock { _ = $0.insert(Int(pid)) }
@@ -190,8 +190,7 @@ struct PoolSettingsTests {
                 try? await admin.close()
                 throw error
             }
-            let deadline = ContinuousClock.now + .seconds(5)
-            while pool.openCount > 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil(within: .seconds(5)) { pool.openCount == 0 }
             #expect(pool.openCount == 0)
             let second = try await pool.withConnection { try await Self.backend($0) }
             #expect(second != first)
@@ -208,8 +207,7 @@ struct PoolSettingsTests {
                     return nil
                 }
                 // Only once the first holds the slot: otherwise the waiter could take the open connection itself.
-                let until = ContinuousClock.now + .seconds(15)
-                while !holding.withLock({ $0 }) && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(5)) }
+                try await waitUntil(within: .seconds(15), every: .milliseconds(5)) { holding.withLock { $0 } }
                 group.addTask { try await pool.withConnection { try await Self.backend($0) } }
                 var found: Int?
                 for try await pid in group { found = found ?? pid }

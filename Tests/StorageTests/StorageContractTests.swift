@@ -233,8 +233,7 @@ struct StorageContractTests {
                         outcome.withLock { $0 = .failure(error) }
                     }
                 }
-                let deadline = ContinuousClock.now + .seconds(10)
-                while outcome.withLock({ $0 }) == nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                try await waitUntil(within: .seconds(10), every: .milliseconds(20)) { outcome.withLock { $0 } != nil }
                 switch outcome.withLock({ $0 }) {
                 case nil: Issue.record("round \(round): the transaction on a terminated backend did not return within 10 s"); return
                 case .success: Issue.record("round \(round): the transaction committed on a terminated backend")
@@ -268,17 +267,13 @@ struct StorageContractTests {
                     group.addTask {
                         let row = try await patient.withConnection(logger: TestDatabase.logger) { tx in
                             leased.increment()
-                            let until = ContinuousClock.now + .seconds(15)
-                            while released.value == 0 && ContinuousClock.now < until { try await Task.sleep(for: .milliseconds(10)) }
+                            try await waitUntil(within: .seconds(15)) { released.value > 0 }
                             return try await tx.first("SELECT 1 AS slept")
                         }
                         #expect(try row?.int("slept") == 1)
                     }
                 }
-                let deadline = ContinuousClock.now + .seconds(20)
-                while leased.value < PostgresDatabase.maximumConnections && ContinuousClock.now < deadline {
-                    try await Task.sleep(for: .milliseconds(10))
-                }
+                try await waitUntil(within: .seconds(20)) { leased.value == PostgresDatabase.maximumConnections }
                 try #require(leased.value == PostgresDatabase.maximumConnections)
                 let started = ContinuousClock.now
                 await #expect {
