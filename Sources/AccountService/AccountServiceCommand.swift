@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import Storage
 
 @main
 struct AccountServiceCommand: AsyncParsableCommand {
@@ -93,8 +94,7 @@ enum CLI {
     static func message(_ error: any Error) -> String {
         switch error {
         case let error as AuthError: error.message
-        case let error as any CustomStringConvertible: error.description
-        default: "\(error)"
+        default: loggedDescription(of: error)
         }
     }
 }

@@ -1,4 +1,5 @@
 import Logging
+import Storage
 import Synchronization
 
 /// The "last used" writes under way in this process (a session's idle expiry, an API key's last use), by row id: a
@@ -25,7 +26,7 @@ final class TouchesUnderWay: Sendable {
             // The request went away; the row is due again on its next use.
         } catch {
             logger.warning(
-                "a last-use touch was not written; the request goes on", metadata: ["touched": "\(kind)", "error": "\(String(reflecting: error))"])
+                "a last-use touch was not written; the request goes on", metadata: ["touched": "\(kind)", "error": .error(error)])
         }
     }
 }

@@ -54,7 +54,7 @@ extension BillingService {
             for jws in signed {
                 let (transaction, environment): (AppleTransaction, AppleEnvironment)
                 do { (transaction, environment) = try await verifier.verifyTransaction(jws) } catch {
-                    logger.warning("reconcile: a transaction from Apple does not verify", metadata: ["error": "\(error)"])
+                    logger.warning("reconcile: a transaction from Apple does not verify", metadata: ["error": .error(error)])
                     continue
                 }
                 guard transaction.originalTransactionId == chain else { continue }

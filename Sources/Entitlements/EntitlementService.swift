@@ -210,7 +210,7 @@ public struct EntitlementService: Sendable {
                     _ = try await ledger.releaseExpiredHolds(database, userID: userID, logger: logger)
                 } catch {
                     failed = true
-                    logger.warning("could not release expired holds on read", metadata: ["user": "\(userID)", "error": "\(error)"])
+                    logger.warning("could not release expired holds on read", metadata: ["user": "\(userID)", "error": .error(error)])
                 }
                 readReleases.end(userID, failed: failed, now: now)
             }

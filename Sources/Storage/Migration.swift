@@ -119,7 +119,7 @@ enum MigrationRunner {
                 // SQLite runs the whole batch in the caller's EXCLUSIVE transaction; PostgreSQL one transaction per file.
                 if inTransaction { try await statements() } else { try await executor.inTransaction(begin: "BEGIN", statements) }
             } catch {
-                throw StorageError.migrationFailed(file: migration.file, underlying: String(describing: error))
+                throw StorageError.migrationFailed(file: migration.file, underlying: loggedDescription(of: error))
             }
             newlyApplied.append(migration)
         }

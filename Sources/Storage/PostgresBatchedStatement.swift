@@ -137,7 +137,7 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
                         throw error
                     }
                 } catch {
-                    logger.warning("could not open a connection for batched statements", metadata: ["error": "\(error)"])
+                    logger.warning("could not open a connection for batched statements", metadata: ["error": .error(error)])
                     failWaiting(StorageError.unavailable("no database connection: \(error)"))
                     return
                 }

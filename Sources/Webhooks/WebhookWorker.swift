@@ -60,7 +60,7 @@ public struct WebhookWorker: Sendable {
         while !Task.isCancelled && keepGoing() {
             var busy = false
             do { busy = try await pass() } catch is CancellationError { return } catch {
-                logger.warning("webhook \(name) pass failed", metadata: ["error": "\(String(reflecting: error))"])
+                logger.warning("webhook \(name) pass failed", metadata: ["error": .error(error)])
             }
             // Idle: wait a poll interval, looking up every 100 ms for a stop.
             if !busy {
@@ -92,7 +92,7 @@ public struct WebhookWorker: Sendable {
         do {
             try await record(tries)
         } catch {
-            logger.warning("webhook tries not recorded", metadata: ["count": "\(tries.count)", "error": "\(String(reflecting: error))"])
+            logger.warning("webhook tries not recorded", metadata: ["count": "\(tries.count)", "error": .error(error)])
         }
         return claimed.count
     }

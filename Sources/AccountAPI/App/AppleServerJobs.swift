@@ -35,7 +35,7 @@ struct AppleServerJobs: Service {
                         try await Traces.span("job.apple_reconcile") { try await reconcilePass(every: every) }
                     }
                 } catch is CancellationError { return } catch {
-                    logger.warning("App Store Server API job failed", metadata: ["error": "\(error)"])
+                    logger.warning("App Store Server API job failed", metadata: ["error": .error(error)])
                 }
             }
         }
@@ -55,7 +55,7 @@ struct AppleServerJobs: Service {
                     logger.info("reconciled with Apple", metadata: ["user": "\(userID)", "repairs": "\(report.repairs.count)"])
                 }
             } catch {
-                logger.warning("reconciliation with Apple failed", metadata: ["user": "\(userID)", "error": "\(error)"])
+                logger.warning("reconciliation with Apple failed", metadata: ["user": "\(userID)", "error": .error(error)])
             }
         }
     }

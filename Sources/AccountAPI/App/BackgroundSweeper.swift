@@ -36,13 +36,13 @@ struct BackgroundSweeper: Service {
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(intervalSeconds))
                 do { _ = try await Traces.span("job.sweep") { try await sweepOnce() } } catch is CancellationError { return } catch {
-                    logger.warning("background sweep failed", metadata: ["error": "\(error)"])
+                    logger.warning("background sweep failed", metadata: ["error": .error(error)])
                 }
             }
         }
         // Shutting down (a rolling restart): the lease goes back, so the other nodes sweep from their next pass on.
         do { try await dependencies.database.transaction(logger: logger) { try await lease.release($0) } } catch {
-            logger.warning("sweeper lease not handed back; it lapses by itself", metadata: ["error": "\(error)"])
+            logger.warning("sweeper lease not handed back; it lapses by itself", metadata: ["error": .error(error)])
         }
     }
 

@@ -27,7 +27,7 @@ struct BackupService: Service {
                 wait = Double(schedule.everySeconds)
                 do { try await Traces.span("job.backup") { try await backUpOnce() } } catch is CancellationError { return } catch {
                     Counter(label: "backup_failures_total").increment()
-                    logger.error("scheduled backup failed", metadata: ["error": "\(error)"])
+                    logger.error("scheduled backup failed", metadata: ["error": .error(error)])
                 }
             }
         }

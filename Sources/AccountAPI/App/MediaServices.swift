@@ -47,7 +47,7 @@ struct MediaServices: UploadedImages {
             throw Problem(.serviceUnavailable, code: "unavailable", detail: "Images cannot be processed right now.")
         } catch let failure as ImageWorker.Failure {
             // The worker crashed or ran out of time on this image: the image's fault, said without the worker's output.
-            logger.warning("image worker failed", metadata: ["error": "\(failure)"])
+            logger.warning("image worker failed", metadata: ["error": .error(failure)])
             throw Problem.validation("The image could not be processed.")
         }
         guard case .processed(let info, let optimised, let thumbnail) = answer else {

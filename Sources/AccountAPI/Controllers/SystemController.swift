@@ -29,7 +29,7 @@ struct SystemController: Sendable {
         do {
             return JSONResponse(["status": "ready", "database": try await database.readiness(timeoutSeconds: 2, logger: context.logger)])
         } catch {
-            context.logger.warning("readiness check failed", metadata: ["error": "\(error)"])
+            context.logger.warning("readiness check failed", metadata: ["error": .error(error)])
             throw Problem.unavailable("The database is not reachable.")
         }
     }

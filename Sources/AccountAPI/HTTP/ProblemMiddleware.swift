@@ -56,7 +56,7 @@ struct ProblemMiddleware<Context: RequestContext>: RouterMiddleware {
         case is CancellationError:
             return Problem.unavailable("The request was cancelled (server shutting down).")
         default:
-            logger.error("unexpected error", metadata: ["error": "\(String(reflecting: error))"])
+            logger.error("unexpected error", metadata: ["error": .error(error)])
             return Problem.internalError
         }
     }
