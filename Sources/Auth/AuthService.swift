@@ -126,7 +126,7 @@ public struct AuthService: Sendable {
         for mail in mails {
             do { try await mailer.send(mail, logger: logger) } catch {
                 // The account change is committed; the user can ask for another code. Never log the body.
-                logger.error("mail delivery failed", metadata: ["subject": "\(mail.subject)", "error": .error(error)])
+                logger.error("mail delivery failed", metadata: ["kind": "\(mail.kind)", "error": .error(error)])
             }
         }
     }

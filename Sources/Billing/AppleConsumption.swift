@@ -164,7 +164,10 @@ extension BillingService {
             if case .refused = error { return ("failed", error.detail, nil) }
             return clock.now() >= deadline ? ("failed", "past Apple's window: \(error.detail)", nil) : ("pending", error.detail, nil)
         } catch {
-            return clock.now() >= deadline ? ("failed", "past Apple's window: \(error)", nil) : ("pending", "\(error)", nil)
+            // Stored and audited: a fixed phrase, never an error's own text (a database error's says nothing, or too much).
+            logger.warning("consumption information not sent", metadata: ["transaction": "\(transactionID)", "error": .error(error)])
+            let detail = "the consumption information could not be read or encoded"
+            return clock.now() >= deadline ? ("failed", "past Apple's window: \(detail)", nil) : ("pending", detail + "; retrying", nil)
         }
     }
 }

@@ -87,7 +87,7 @@ public actor MailQueue {
                         } catch {
                             // Never log the body: it may carry a code.
                             Self.failed.increment()
-                            logger.error("mail delivery failed", metadata: ["subject": "\(message.subject)", "error": "\(error)"])
+                            logger.error("mail delivery failed", metadata: ["kind": "\(message.kind)", "error": "\(error)"])
                         }
                     }
                 }

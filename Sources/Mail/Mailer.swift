@@ -5,12 +5,15 @@ import Logging
 /// One outgoing message. `secrets` are substrings (codes) that must never reach a log.
 public struct MailMessage: Sendable, Equatable {
     public let to: String
+    /// What the message is (e.g. `verification-code`), for logs: its subject may carry a name, its body a code.
+    public let kind: String
     public let subject: String
     public let body: String
     public let secrets: [String]
 
-    public init(to: String, subject: String, body: String, secrets: [String] = []) {
+    public init(to: String, kind: String = "mail", subject: String, body: String, secrets: [String] = []) {
         self.to = to
+        self.kind = kind
         self.subject = subject
         self.body = body
         self.secrets = secrets

@@ -138,7 +138,7 @@ public final class PostgresBatchedStatement<Key: Hashable & Sendable, Value: Sen
                     }
                 } catch {
                     logger.warning("could not open a connection for batched statements", metadata: ["error": .error(error)])
-                    failWaiting(StorageError.unavailable("no database connection: \(error)"))
+                    failWaiting(StorageError.unavailable("no database connection: \(loggedDescription(of: error))"))
                     return
                 }
                 let closed = state.withLock { state in

@@ -226,7 +226,7 @@ public final class PostgresDatabase: Database {
             }
             return error
         }
-        return StorageError.unavailable(String(describing: error.code))
+        return StorageError.unavailable(loggedDescription(of: error))
     }
 
     public func migrate(_ migrations: [Migration], logger: Logger) async throws -> [Migration] {
