@@ -39,7 +39,11 @@ public enum DatabaseLocation: Sendable, Equatable {
         case .postgres(let url):
             let hosts = PostgresHosts(
                 hosts: try PostgresDatabase.hostConfigurations(url: url).map {
-                    .init(name: $0.name, pool: PostgresPool(configuration: $0.connection, settings: pool, logger: logger))
+                    var connection = $0.connection
+                    if pool.lockTimeoutSeconds > 0 {
+                        connection.options.additionalStartupParameters.append(("lock_timeout", "\(pool.lockTimeoutSeconds)s"))
+                    }
+                    return .init(name: $0.name, pool: PostgresPool(configuration: connection, settings: pool, logger: logger))
                 }, logger: logger)
             return (PostgresDatabase(hosts: hosts, leaseTimeoutSeconds: leaseTimeoutSeconds), hosts)
         }

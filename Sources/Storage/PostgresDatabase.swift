@@ -216,6 +216,7 @@ public final class PostgresDatabase: Database {
     static func mapped(_ error: PSQLError) -> any Error {
         if let state = sqlState(error) {
             if state == "23505" { return StorageError.uniqueViolation(error.serverInfo?[.constraintName] ?? "unique") }
+            if state == "55P03" { return StorageError.locked }
             // Class 53 is the server short of a resource (53300: too many connections): an outage, not a bug.
             if state.hasPrefix("08") || state.hasPrefix("53") || state == "57P01" || state == "57P03" {
                 return StorageError.unavailable("sqlstate \(state)")
@@ -233,15 +234,18 @@ public final class PostgresDatabase: Database {
         // Several hosts: start on the one that is the primary now.
         if hosts.isMultiHost, !(await hosts.locate()) { throw StorageError.unavailable("no host of DATABASE_URL is a writable primary") }
         return try await withConnection(logger: logger) { executor in
-            // Session-level advisory lock: a second process starting at the same time waits here,
-            // then finds every migration applied.
+            // Session-level advisory lock: a second process starting at the same time waits here, for as long as the
+            // first one's migrations take (no lock timeout), then finds every migration applied.
+            try await executor.query("SET lock_timeout = 0")
             try await executor.query("SELECT pg_advisory_lock(7246813579) AS locked")
             do {
                 let applied = try await MigrationRunner.apply(migrations, executor: executor, logger: logger)
                 try await executor.query("SELECT pg_advisory_unlock(7246813579) AS unlocked")
+                try await executor.query("RESET lock_timeout")
                 return applied
             } catch {
                 _ = try? await executor.query("SELECT pg_advisory_unlock(7246813579) AS unlocked")
+                _ = try? await executor.query("RESET lock_timeout")
                 throw error
             }
         }
@@ -601,14 +605,22 @@ struct SlotStatement<Slot: PreparedSlot>: PostgresPreparedStatement {
 public struct PostgresPoolSettings: Sendable, Equatable {
     /// Connections opened at start and kept open when idle (`DATABASE_POOL_MIN_CONNECTIONS`; at most the maximum).
     public var minimumConnections: Int
+    /// How long a statement waits for another transaction's row or table lock before it fails with
+    /// ``StorageError/locked`` (PostgreSQL's `lock_timeout` on every connection; `DATABASE_LOCK_TIMEOUT_SECONDS`,
+    /// default 30; 0: forever, PostgreSQL's own default). Without it, a session that holds a user's rows (an operator's
+    /// open transaction, a stuck client of another service) kept that user's requests waiting as long as it did.
+    public var lockTimeoutSeconds: Int64
     /// How often an idle connection is checked with `SELECT 1` (`DATABASE_KEEPALIVE_SECONDS`; 0: never, the default).
     public var keepAliveSeconds: Int64
     /// The most connections the pool opens (`DATABASE_POOL_MAX_CONNECTIONS`, per node; default 10).
     public var maximumConnections: Int
 
-    public init(minimumConnections: Int = 0, keepAliveSeconds: Int64 = 0, maximumConnections: Int = PostgresDatabase.maximumConnections) {
+    public init(
+        minimumConnections: Int = 0, keepAliveSeconds: Int64 = 0, maximumConnections: Int = PostgresDatabase.maximumConnections,
+        lockTimeoutSeconds: Int64 = 30
+    ) {
         (self.minimumConnections, self.keepAliveSeconds) = (minimumConnections, keepAliveSeconds)
-        self.maximumConnections = maximumConnections
+        (self.maximumConnections, self.lockTimeoutSeconds) = (maximumConnections, lockTimeoutSeconds)
     }
 
     /// The largest `maximumConnections` a node may be configured with.

@@ -6,6 +6,9 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
     case unavailable(String)
     /// Too many of this process's requests wait for the same rows (``RowLanes``); callers map this to 429.
     case busy(String)
+    /// A row stayed locked by another transaction for longer than the connection's `lock_timeout` (PostgreSQL, SQLSTATE
+    /// 55P03; `DATABASE_LOCK_TIMEOUT_SECONDS`); callers map this to 503. The connection is fine and stays in the pool.
+    case locked
     /// `DATABASE_URL` could not be understood.
     case invalidURL(String)
     /// An applied migration's file was edited after it ran.
@@ -22,6 +25,7 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
         case .decoding(let c): "column '\(c)' is missing or has an unexpected type"
         case .unavailable(let m): "database unavailable: \(m)"
         case .busy(let m): "too many requests for the same rows: \(m)"
+        case .locked: "a row stayed locked by another transaction for longer than the lock timeout"
         case .invalidURL(let m): "invalid DATABASE_URL: \(m)"
         case .migrationChecksumMismatch(let f):
             "migration \(f) was edited after it was applied (checksum differs); migrations are forward-only: add a new file instead"

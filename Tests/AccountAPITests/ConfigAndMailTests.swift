@@ -20,6 +20,12 @@ struct ConfigTests {
         #expect(config.databasePool == PostgresPoolSettings(minimumConnections: 0, keepAliveSeconds: 0))
         let pool = try AppConfig.from(environment: ["DATABASE_POOL_MIN_CONNECTIONS": "10", "DATABASE_KEEPALIVE_SECONDS": "30"]).databasePool
         #expect(pool == PostgresPoolSettings(minimumConnections: 10, keepAliveSeconds: 30))
+        // Statements wait at most 30 s for another transaction's locks unless DATABASE_LOCK_TIMEOUT_SECONDS says otherwise.
+        #expect(config.databasePool.lockTimeoutSeconds == 30)
+        #expect(try AppConfig.from(environment: ["DATABASE_LOCK_TIMEOUT_SECONDS": "0"]).databasePool.lockTimeoutSeconds == 0)
+        for bad in ["-1", "3601", "soon"] {
+            #expect(throws: ConfigError.self, "\(bad)") { try AppConfig.from(environment: ["DATABASE_LOCK_TIMEOUT_SECONDS": bad]) }
+        }
         // At most 10 connections unless DATABASE_POOL_MAX_CONNECTIONS says otherwise; the minimum never above the maximum.
         #expect(config.databasePool.maximumConnections == 10)
         let fixed = try AppConfig.from(environment: ["DATABASE_POOL_MAX_CONNECTIONS": "40", "DATABASE_POOL_MIN_CONNECTIONS": "40"]).databasePool

@@ -285,6 +285,68 @@ struct PoolSettingsTests {
             #expect(pool.openCount == 0)
         }
     }
+
+    /// `DATABASE_LOCK_TIMEOUT_SECONDS` reaches every connection a database URL opens: a statement waiting for a row that
+    /// another transaction holds fails as `locked` after the timeout, instead of waiting as long as the holder does, and
+    /// the connection stays usable; migrations still wait for another process's migrations however long they take.
+    @Test func aRowLockedLongerThanTheLockTimeoutFailsAsLocked() async throws {
+        guard TestDatabase.engines.contains(.postgres) else { return }
+        let handle = try await TestDatabase.create(.postgres)
+        let (database, hosts) = try await DatabaseLocation.postgres(url: handle.url).open(
+            leaseTimeoutSeconds: 20, pool: PostgresPoolSettings(maximumConnections: 1, lockTimeoutSeconds: 1), logger: TestDatabase.logger)
+        let (other, otherHosts) = try await DatabaseLocation.postgres(url: handle.url).open(
+            leaseTimeoutSeconds: 20, pool: PostgresPoolSettings(lockTimeoutSeconds: 0), logger: TestDatabase.logger)
+        let pools = try #require(hosts), otherPools = try #require(otherHosts)
+        let running = [Task { await pools.run() }, Task { await otherPools.run() }]
+        defer { for task in running { task.cancel() } }
+        try await database.transaction(logger: TestDatabase.logger) { tx in
+            try await tx.query("CREATE TABLE rows_held (id TEXT PRIMARY KEY, n BIGINT NOT NULL)")
+            try await tx.query("INSERT INTO rows_held (id, n) VALUES ('a', 0)")
+        }
+        // Another session holds the row (for at most 30 s, so a statement that waits for it shows as a failure, not a hang).
+        let held = Shared(false), release = Shared(false)
+        let holder = Task {
+            try await other.transaction(logger: TestDatabase.logger) { tx in
+                try await tx.query("UPDATE rows_held SET n = n + 1 WHERE id = 'a'")
+                held.withLock { $0 = true }
+                try await waitUntil(within: .seconds(30)) { release.withLock { $0 } }
+            }
+        }
+        try #require(try await waitUntil { held.withLock { $0 } })
+        let started = ContinuousClock.now
+        let refused = await #expect(throws: StorageError.self) {
+            try await database.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE rows_held SET n = n + 10 WHERE id = 'a'") }
+        }
+        guard case .locked = refused else { Issue.record("expected locked, got \(String(describing: refused))"); return }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        // The same (only) connection answers at once, and its timeout is the configured one.
+        let shown = try await database.withConnection(logger: TestDatabase.logger) { try await $0.first("SHOW lock_timeout") }
+        #expect(try shown?.string("lock_timeout") == "1s")
+        release.withLock { $0 = true }
+        try await holder.value
+
+        // Another process migrating holds the migrations' lock for longer than the timeout: this one waits for it.
+        let locking = Shared(false)
+        let migrating = Task {
+            try await other.withConnection(logger: TestDatabase.logger) { connection in
+                try await connection.query("SELECT pg_advisory_lock(7246813579) AS locked")
+                locking.withLock { $0 = true }
+                try await Task.sleep(for: .seconds(2))
+                try await connection.query("SELECT pg_advisory_unlock(7246813579) AS unlocked")
+            }
+        }
+        try #require(try await waitUntil { locking.withLock { $0 } })
+        _ = try await database.migrate([], logger: TestDatabase.logger)
+        try await migrating.value
+        let after = try await database.withConnection(logger: TestDatabase.logger) { try await $0.first("SHOW lock_timeout") }
+        #expect(try after?.string("lock_timeout") == "1s")
+        try await database.transaction(logger: TestDatabase.logger) { try await $0.query("UPDATE rows_held SET n = n + 10 WHERE id = 'a'") }
+        let row = try await database.withConnection(logger: TestDatabase.logger) { try await $0.first("SELECT n FROM rows_held WHERE id = 'a'") }
+        #expect(try row?.int("n") == 11)
+        try await other.close()
+        try await database.close()
+        try await handle.drop()
+    }
 }
 
 /// A value shared by concurrent tasks.

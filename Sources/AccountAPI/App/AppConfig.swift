@@ -42,7 +42,8 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
     var databaseLeaseTimeoutSeconds: Double = 2
     /// PostgreSQL's connection pool (`DATABASE_POOL_MAX_CONNECTIONS`, default 10; `DATABASE_POOL_MIN_CONNECTIONS`, default 0,
-    /// equal to the maximum for a fixed pool; `DATABASE_KEEPALIVE_SECONDS`, default 0: none).
+    /// equal to the maximum for a fixed pool; `DATABASE_KEEPALIVE_SECONDS`, default 0: none; `DATABASE_LOCK_TIMEOUT_SECONDS`,
+    /// default 30).
     public var databasePool = PostgresPoolSettings.server
     /// SQLite: how much of the file its two quick readers map into memory (`SQLITE_MMAP_MIB`; 0: none, every page read).
     var sqliteMapMiB = SQLiteDatabase.defaultMapMiB
@@ -174,6 +175,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
             }
         }
         if let n = reader.number("DATABASE_KEEPALIVE_SECONDS", 0...3600) { databasePool.keepAliveSeconds = Int64(n) }
+        if let n = reader.number("DATABASE_LOCK_TIMEOUT_SECONDS", 0...3600) { databasePool.lockTimeoutSeconds = Int64(n) }
         if let n = reader.number("SQLITE_MMAP_MIB", 0...SQLiteDatabase.maximumMapMiB) { sqliteMapMiB = n }
         if let flag = reader.flag("LEDGER_ONE_STATEMENT_SPEND") { oneStatementSpends = flag }
         if let n = reader.number("MAIL_COOLDOWN_SECONDS", 0...3600) { authPolicy.mailCooldownSeconds = Double(n) }

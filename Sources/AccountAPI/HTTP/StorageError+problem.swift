@@ -13,6 +13,9 @@ extension StorageError {
                 .tooManyRequests, code: "rate_limited", detail: "Too many requests for the same account or address are in progress; retry shortly."
             )
             .retryAfter(seconds: 1)
+        case .locked:
+            logger.warning("database rows locked longer than DATABASE_LOCK_TIMEOUT_SECONDS")
+            return Problem.unavailable("The data this request needs is locked by another operation; try again shortly.", retryAfterSeconds: 1)
         case .unavailable(let why):
             logger.warning("database unavailable", metadata: ["reason": "\(why)"])
             return Problem.unavailable("The database is unavailable; try again shortly.")
