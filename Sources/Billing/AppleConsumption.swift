@@ -39,7 +39,7 @@ public struct PurchaseConsumption: Sendable, Equatable {
     public let tokens: Int64
     public let consumed: Int64
     /// Milliunits (0–100,000), as Apple takes `consumptionPercentage`.
-    public var milliunits: Int { tokens > 0 ? Int(min(consumed, tokens) * 100_000 / tokens) : 0 }
+    public var milliunits: Int { Int(Share.of(consumed, in: tokens)) }
 
     /// `purchases`: the account's token-pack purchases oldest first (tokens net of what refunds took back);
     /// `unspent`: its purchased tokens still there. Returns each purchase's consumption, in order.

@@ -85,7 +85,7 @@ extension BillingService {
         var verdict: BillingVerdict
         if refunded {
             if let clawed = try await clawPack(
-                tx, provider: "apple", sourceID: transaction.transactionId, share: Int64(transaction.revocationPercentage ?? 100_000))
+                tx, provider: "apple", sourceID: transaction.transactionId, share: transaction.revocationPercentage.map(Int64.init) ?? Share.all)
             {
                 verdict = clawed
             } else if catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) {

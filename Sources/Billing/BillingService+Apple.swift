@@ -133,7 +133,7 @@ extension BillingService {
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .expire)
         case "REFUND", "REVOKE":
             if let verdict = try await clawPack(
-                tx, provider: "apple", sourceID: transaction.transactionId, share: Int64(transaction.revocationPercentage ?? 100_000))
+                tx, provider: "apple", sourceID: transaction.transactionId, share: transaction.revocationPercentage.map(Int64.init) ?? Share.all)
             {
                 return verdict
             }

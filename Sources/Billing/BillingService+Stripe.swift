@@ -253,7 +253,7 @@ extension BillingService {
             let sourceID = try grant.string("source_id")
             let userID = try grant.string("user_id")
             if try grant.string("kind") == "tokens" {
-                return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: refunded * 100_000 / amount)
+                return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: Share.of(refunded, in: amount))
                     ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
             }
             guard refunded == amount else {

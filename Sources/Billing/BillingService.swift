@@ -259,7 +259,7 @@ public struct BillingService: Sendable {
         let userID = try grant.string("user_id")
         let tokens = try grant.int("tokens")
         let done = try grant.int("clawed_tokens") + grant.int("shortfall_tokens")
-        let target = tokens * min(max(share, 0), 100_000) / 100_000
+        let target = Share.apply(share, to: tokens)
         guard target > done else { return BillingVerdict(outcome: .duplicate, detail: "already clawed back \(done) of \(tokens)", userID: userID) }
         let (clawed, shortfall) = try await ledger.clawback(
             tx, userID: userID, amountTokens: target - done, bucket: .purchased, reason: "refund_clawback")

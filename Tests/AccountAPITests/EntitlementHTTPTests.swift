@@ -47,6 +47,12 @@ struct EntitlementHTTPTests {
             let notModified = try await client.execute(
                 uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag])
             #expect(notModified.status == .notModified)
+            // `If-None-Match` is read as everywhere (`IfNoneMatch`): `*`, and a list with the tag weak, match too.
+            for header in ["*", "\"other\", W/\(etag)"] {
+                let conditional = try await client.execute(
+                    uri: "/api/entitlements", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: header])
+                #expect(conditional.status == .notModified, "\(header)")
+            }
             // A plan change shows on the very next request, with a new ETag.
             #expect(try await client.comp(app, userID: user, plan: "business_yearly", key: admin).status == .ok)
             let after = try await client.execute(

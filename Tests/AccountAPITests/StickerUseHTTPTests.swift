@@ -101,6 +101,11 @@ struct StickerUseHTTPTests {
                 try await client.execute(
                     uri: "/api/stickers/catalog", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: etag]
                 ).status == .notModified)
+            for header in ["*", "\"other\", W/\(etag)"] {
+                let conditional = try await client.execute(
+                    uri: "/api/stickers/catalog", method: .get, headers: [.authorization: "Bearer \(token)", .ifNoneMatch: header])
+                #expect(conditional.status == .notModified, "\(header)")
+            }
             #expect(try await client.send(.post, "/api/stickers/packs/gold/unlock", token: token).status == .ok)
             let after = try await client.get("/api/stickers/catalog", token: token)
             #expect(after.headers[.eTag] != etag)

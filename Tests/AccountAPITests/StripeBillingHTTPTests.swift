@@ -90,6 +90,22 @@ struct StripeStory {
             #"{"id":"ch_2","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_1"}"#)
         #expect(try await outcome(rest, at: now) == "applied")
         #expect(try await client.balance(token).purchasedTokens == 0)
+        // Amounts near Int64's end (a signed event can carry any): the share is exact, and nothing traps.
+        let pack = stripeEvent(
+            "evt_h1", "checkout.session.completed", created: now.addingTimeInterval(21),
+            #"{"id":"cs_h","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(user)","payment_intent":"pi_h","metadata":{"priceId":"price_tokens_25"}}"#
+        )
+        #expect(try await outcome(pack, at: now) == "applied")
+        let huge = stripeEvent(
+            "evt_h2", "charge.refunded", created: now.addingTimeInterval(22),
+            #"{"id":"ch_h","object":"charge","amount":5000000000000000000,"amount_refunded":2000000000000000000,"payment_intent":"pi_h"}"#)
+        #expect(try await outcome(huge, at: now) == "applied")
+        #expect(try await client.balance(token).purchasedTokens == 15)  // 40 % of 25
+        let all = stripeEvent(
+            "evt_h3", "charge.refunded", created: now.addingTimeInterval(23),
+            #"{"id":"ch_h","object":"charge","amount":9223372036854775807,"amount_refunded":9223372036854775807,"payment_intent":"pi_h"}"#)
+        #expect(try await outcome(all, at: now) == "applied")
+        #expect(try await client.balance(token).purchasedTokens == 0)
     }
 
     /// A subscription checkout starts the plan; the first invoice adds nothing; a cycle invoice that arrives after a newer

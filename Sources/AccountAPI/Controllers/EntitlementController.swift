@@ -93,8 +93,7 @@ struct EntitlementController: Sendable {
     /// clients keep the last body and send its ETag themselves.
     static func conditional(_ snapshot: RenderedSnapshot, request: Request) -> Response {
         let etag = snapshot.etag
-        if let match = request.headers[.ifNoneMatch], match.split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == etag })
-        {
+        if let match = request.headers[.ifNoneMatch], IfNoneMatch.matches(match, etag) {
             return Response(status: .notModified, headers: [.eTag: etag])
         }
         return Response(

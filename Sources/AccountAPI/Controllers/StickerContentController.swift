@@ -113,7 +113,9 @@ struct StickerContentController: Sendable {
         if let match = request.headers[.ifNoneMatch] {
             let hash = try await authenticator.sessionTokenHash(request, context)
             // The acting profile's maximum rating is part of the version; a gone selection never matches (answered below).
-            if let version = try await reads.catalogVersion(sessionTokenHash: hash, logger: context.logger).version, match == catalogETag(version) {
+            if let version = try await reads.catalogVersion(sessionTokenHash: hash, logger: context.logger).version,
+                IfNoneMatch.matches(match, catalogETag(version))
+            {
                 return Response(status: .notModified, headers: [.eTag: catalogETag(version)])
             }
         }

@@ -105,7 +105,8 @@ struct Authenticator: Sendable {
         try await profiles.sessionProfile(session, logger: context.logger)
     }
 
-    /// The credential of `Authorization: Bearer …` (scheme case-insensitive, surrounding spaces and tabs dropped).
+    /// The credential of `Authorization: Bearer …`: the scheme (case-insensitive) and a space, as RFC 6750 writes it (a tab
+    /// there is no separator: 401); more spaces and tabs around the credential are dropped.
     /// Byte-wise: this runs on every authenticated request.
     static func bearerToken(_ request: Request) -> String? {
         request.headers[.authorization].flatMap(bearerToken(header:))

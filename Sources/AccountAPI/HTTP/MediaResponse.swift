@@ -18,7 +18,7 @@ enum MediaResponse {
             // Bytes after an image's end (a GIF or WebP may carry some) must never run as a page.
             .contentSecurityPolicy: "default-src 'none'; sandbox",
         ]
-        if let match = request.headers[.ifNoneMatch], matches(match, etag) { return Response(status: .notModified, headers: headers) }
+        if let match = request.headers[.ifNoneMatch], IfNoneMatch.matches(match, etag) { return Response(status: .notModified, headers: headers) }
         if let range = request.headers[.range] {
             guard let (start, end) = parse(range, count: data.count) else {
                 headers[.contentRange] = "bytes */\(data.count)"
@@ -28,14 +28,6 @@ enum MediaResponse {
             return Response(status: .partialContent, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data[start...end])))
         }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
-    }
-
-    /// `If-None-Match`: `*`, or a list of tags, weak ones included (RFC 9110 §13.1.2 compares weakly).
-    static func matches(_ header: String, _ etag: String) -> Bool {
-        header.split(separator: ",").contains { item in
-            let tag = item.trimmingCharacters(in: .whitespaces)
-            return tag == "*" || tag == etag || tag == "W/" + etag
-        }
     }
 
     /// One range `bytes=a-b`, `bytes=a-` or `bytes=-n` within `count` bytes; nil when it cannot be satisfied.
