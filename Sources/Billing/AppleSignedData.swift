@@ -213,8 +213,21 @@ public struct AppleSignedDataVerifier: Sendable {
     }
 
     struct Header: Decodable { let alg: String?; let x5c: [String]? }
-    struct SignedDateOnly: Decodable { let signedDate: Int64? }
-    /// 1970 to 2100, in milliseconds: any real signing time.
+    /// Every date a payload of Apple's may carry. Each must lie in ``signedDateRange``: dates are stored, compared and
+    /// written back as times, and one near Int64's end trapped on its way to an answer (an outside tester's signed
+    /// `purchaseDate` of Int64.max stopped the process).
+    struct PayloadDates: Decodable {
+        let signedDate, purchaseDate, originalPurchaseDate, expiresDate, revocationDate: Int64?
+        let gracePeriodExpiresDate, renewalDate, recentSubscriptionStartDate: Int64?
+        var named: [(String, Int64?)] {
+            [
+                ("signedDate", signedDate), ("purchaseDate", purchaseDate), ("originalPurchaseDate", originalPurchaseDate),
+                ("expiresDate", expiresDate), ("revocationDate", revocationDate), ("gracePeriodExpiresDate", gracePeriodExpiresDate),
+                ("renewalDate", renewalDate), ("recentSubscriptionStartDate", recentSubscriptionStartDate),
+            ]
+        }
+    }
+    /// 1970 to 2100, in milliseconds: any real signing, purchase or expiry time.
     static let signedDateRange: ClosedRange<Int64> = 0...4_102_444_800_000
     struct NotificationPayload: Decodable {
         let notificationType: String
@@ -246,9 +259,15 @@ public struct AppleSignedDataVerifier: Sendable {
         guard let x5c = header.x5c, x5c.count == 3 else { throw .format("x5c must hold exactly three certificates") }
         let payload: Payload
         do { payload = try UntrustedJSON.decode(Payload.self, from: payloadData) } catch { throw .format("the payload is not the expected JSON") }
-        let signedDate = (try? UntrustedJSON.decode(SignedDateOnly.self, from: payloadData))?.signedDate
-        // Checked before it reaches swift-certificates, whose GeneralizedTime traps outside the years 0–9999.
-        if let signedDate, !Self.signedDateRange.contains(signedDate) { throw .format("signedDate is out of range") }
+        let dates: PayloadDates
+        do { dates = try UntrustedJSON.decode(PayloadDates.self, from: payloadData) } catch {
+            throw .format("a date is not a whole number of milliseconds")
+        }
+        // Checked before the signing time reaches swift-certificates, whose GeneralizedTime traps outside the years 0–9999.
+        for case let (name, value?) in dates.named where !Self.signedDateRange.contains(value) {
+            throw .format("\(name) is out of range (1970 to 2100)")
+        }
+        let signedDate = dates.signedDate
         let leaf = try Self.certificate(x5c[0])
         let intermediate = try Self.certificate(x5c[1])
         // Validity at the payload's signing time (offline verification, as Apple's library without OCSP).

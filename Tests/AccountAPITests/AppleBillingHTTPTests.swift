@@ -30,6 +30,19 @@ struct AppleBillingHTTPTests {
                     && body.tokenBalance.totalTokens == 28)
             let again = try await client.appleVerify(token, pack).json(VerifyBody.self)
             #expect(again.outcome == "duplicate" && again.tokenBalance.purchasedTokens == 25)
+            // Signed dates at Int64's ends (or past 2100) once stopped the process on their way to an answer: every date of
+            // a payload is checked like its signing time, 400 and nothing applied.
+            for edge: Int64 in [.max, .min, 4_102_444_800_001, -1] {
+                let far = Date(epochMilliseconds: edge)
+                for jws in [
+                    try fx.transaction(id: "e\(edge)", product: "com.yourapp.pro.monthly", purchase: far, token: user),
+                    try fx.transaction(id: "f\(edge)", product: "com.yourapp.pro.monthly", purchase: now, expires: far, token: user),
+                ] {
+                    let refused = try await client.appleVerify(token, jws)
+                    #expect(try refused.status == .badRequest && refused.problem().detail.contains("out of range"), "\(edge)")
+                }
+            }
+            #expect(try await client.subscription(token).planId == "free")
             // A subscription: the plan applies in the same response (no waiting for a notification).
             let sub = try fx.transaction(
                 id: "2001", product: "com.yourapp.pro.monthly", purchase: now, expires: now.addingTimeInterval(30 * 86400), token: user)

@@ -18,4 +18,13 @@ struct ISOTimeTests {
             #expect(ISOTime.string(date) == reference.string(from: date), "\(milliseconds)")
         }
     }
+
+    /// A date past either end of years 1–9999 (a saturated `epochMilliseconds`, NaN) is written as the nearest end, not a trap.
+    @Test func datesBeyondFourDigitYearsAreClampedNotTrapped() {
+        #expect(ISOTime.string(Date(epochMilliseconds: .max)) == "9999-12-31T23:59:59.999Z")
+        #expect(ISOTime.string(Date(epochMilliseconds: .min)) == "0001-01-01T00:00:00.000Z")
+        #expect(ISOTime.string(Date(timeIntervalSince1970: .infinity)) == "9999-12-31T23:59:59.999Z")
+        #expect(ISOTime.string(Date(timeIntervalSince1970: .nan)) == "1970-01-01T00:00:00.000Z")
+        #expect(ISOTime.string(Date(timeIntervalSince1970: -1)) == "1969-12-31T23:59:59.000Z")
+    }
 }
