@@ -35,7 +35,7 @@ public enum DatabaseLocation: Sendable, Equatable {
     ) async throws -> (any Database, PostgresHosts?) {
         switch self {
         case .sqlite(let path):
-            return (try await SQLiteDatabase.open(path: path, mapMiB: sqliteMapMiB, logger: logger), nil)
+            return (try await SQLiteDatabase.open(path: path, mapMiB: sqliteMapMiB, lockTimeoutSeconds: pool.lockTimeoutSeconds, logger: logger), nil)
         case .postgres(let url):
             let hosts = PostgresHosts(
                 hosts: try PostgresDatabase.hostConfigurations(url: url).map {

@@ -5,7 +5,8 @@ import Traces
 
 /// The embedded engine: one SQLite file in WAL mode. One connection serves the process and an
 /// in-process FIFO lock serializes its transactions (SQLite allows one writer at a time anyway);
-/// `busy_timeout` plus bounded retries cover other processes on the same file. Each connection has its own
+/// `busy_timeout` plus bounded retries cover other processes on the same file, within the lock timeout
+/// (`DATABASE_LOCK_TIMEOUT_SECONDS`, as on PostgreSQL): past it a transaction fails as ``StorageError/locked``. Each connection has its own
 /// thread (``SQLiteThread``): a transaction runs there from BEGIN to COMMIT without a thread switch.
 public final class SQLiteDatabase: Database {
     public let engine = Engine.sqlite
@@ -21,14 +22,20 @@ public final class SQLiteDatabase: Database {
     static let quickReaderCount = 2
     /// Held shared while the file is open, so `restore` never swaps it from under this process.
     private let fileLock: SQLiteFileLock?
+    /// How long a transaction keeps trying for the write lock another process holds (nil: ``transactionAttemptsMax``
+    /// tries of `busy_timeout` each); then it fails as ``StorageError/locked``.
+    let lockWait: Duration?
 
     private struct QuickReaders: ~Copyable {
         var idle: [SQLiteConnection]
         var closed = false
     }
 
-    init(connection: SQLiteConnection, reader: SQLiteConnection?, quickReaders: [SQLiteConnection] = [], fileLock: SQLiteFileLock? = nil) {
-        self.fileLock = fileLock
+    init(
+        connection: SQLiteConnection, reader: SQLiteConnection?, quickReaders: [SQLiteConnection] = [], fileLock: SQLiteFileLock? = nil,
+        lockWait: Duration? = nil
+    ) {
+        (self.fileLock, self.lockWait) = (fileLock, lockWait)
         self.connection = connection
         self.reader = reader
         self.readerThread = reader == nil ? nil : SQLiteThread(name: "sqlite-reader")
@@ -55,8 +62,13 @@ public final class SQLiteDatabase: Database {
     public static let maximumMapMiB = 2047
 
     /// Opens (creating the file and its directory) `path`, or an in-memory database for ":memory:"; the quick readers
-    /// map the first `mapMiB` MiB of the file (see ``defaultMapMiB``).
-    public static func open(path: String, mapMiB: Int = defaultMapMiB, logger: Logger) async throws -> SQLiteDatabase {
+    /// map the first `mapMiB` MiB of the file (see ``defaultMapMiB``). A transaction waits up to `lockTimeoutSeconds` for
+    /// the write lock another process holds (0: ``transactionAttemptsMax`` tries of 5 s), then fails as
+    /// ``StorageError/locked``.
+    public static func open(path: String, mapMiB: Int = defaultMapMiB, lockTimeoutSeconds: Int64 = 30, logger: Logger) async throws -> SQLiteDatabase
+    {
+        let lockWait: Duration? = lockTimeoutSeconds > 0 ? .seconds(lockTimeoutSeconds) : nil
+        let busyMilliseconds = lockTimeoutSeconds > 0 ? min(5_000, lockTimeoutSeconds * 1_000) : 5_000
         if path != ":memory:" {
             let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -67,7 +79,7 @@ public final class SQLiteDatabase: Database {
             connection.close()
             throw StorageError.unavailable("\(path) is being restored; try again when that finishes")
         }
-        _ = try connection.query("PRAGMA busy_timeout = 5000", [])
+        _ = try connection.query("PRAGMA busy_timeout = \(busyMilliseconds)", [])
         if path != ":memory:" { try await switchToWAL(connection, path: path) }
         _ = try connection.query("PRAGMA synchronous = NORMAL", [])
         _ = try connection.query("PRAGMA foreign_keys = ON", [])
@@ -82,7 +94,7 @@ public final class SQLiteDatabase: Database {
         return SQLiteDatabase(
             connection: connection, reader: try readOnly(mapMiB: 0),
             quickReaders: try (0..<quickReaderCount).map { _ in try readOnly(mapMiB: mapMiB) },
-            fileLock: fileLock)
+            fileLock: fileLock, lockWait: lockWait)
     }
 
     /// WAL mode is stored in the file, and switching to it needs the file to itself: a second process opening a new
@@ -127,6 +139,7 @@ public final class SQLiteDatabase: Database {
         isolation: TransactionIsolation, logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
     ) async throws -> T {
         var attempt = 0
+        let started = ContinuousClock.now
         while true {
             attempt += 1
             do {
@@ -135,7 +148,11 @@ public final class SQLiteDatabase: Database {
                     // IMMEDIATE takes the write lock up front, so two processes never deadlock on upgrade.
                     return try await executor.inTransaction(begin: "BEGIN IMMEDIATE") { try await body(executor) }
                 }
-            } catch let error as SQLiteFailure where error.isBusy && attempt < transactionAttemptsMax {
+            } catch let error as SQLiteFailure where error.isBusy {
+                // Another process (this node's CLI, a second node on the same file) held the write lock for too long.
+                guard attempt < transactionAttemptsMax, lockWait.map({ ContinuousClock.now - started < $0 }) ?? true else {
+                    throw StorageError.locked
+                }
                 logger.debug("retrying busy SQLite transaction", metadata: ["attempt": "\(attempt)"])
                 try await Task.sleep(for: .milliseconds(Int.random(in: 5...(10 << min(attempt, 5)))))
             }

@@ -6,8 +6,9 @@ public enum StorageError: Error, CustomStringConvertible, Sendable {
     case unavailable(String)
     /// Too many of this process's requests wait for the same rows (``RowLanes``); callers map this to 429.
     case busy(String)
-    /// A row stayed locked by another transaction for longer than the connection's `lock_timeout` (PostgreSQL, SQLSTATE
-    /// 55P03; `DATABASE_LOCK_TIMEOUT_SECONDS`); callers map this to 503. The connection is fine and stays in the pool.
+    /// A row stayed locked by another transaction for longer than the lock timeout (`DATABASE_LOCK_TIMEOUT_SECONDS`:
+    /// PostgreSQL's `lock_timeout`, SQLSTATE 55P03; SQLite's write lock held by another process); callers map this to 503.
+    /// The connection is fine and stays in the pool.
     case locked
     /// `DATABASE_URL` could not be understood.
     case invalidURL(String)

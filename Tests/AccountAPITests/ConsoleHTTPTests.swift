@@ -81,6 +81,18 @@ struct ConsoleHTTPTests {
                 )
                 #expect(posted.status == .forbidden && String(buffer: posted.body).contains("CSRF"))
             }
+            // The right token from another site's page is refused too: by its Origin, or, when a browser sends none, its Referer.
+            let csrf = ConsoleGate.csrfToken(session: session.value)
+            for (name, value) in [("Origin", "https://evil.example"), ("Referer", "https://evil.example/console/users"), ("Origin", "null")] {
+                let posted = try await client.execute(
+                    uri: "/console/users/\(userID)/grant", method: .post,
+                    headers: [
+                        .contentType: "application/x-www-form-urlencoded", .cookie: "console_session=\(session.value)",
+                        try #require(HTTPField.Name(name)): value,
+                    ],
+                    body: Self.form(["amount": "5", "bucket": "bonus", "idempotencyKey": "k-\(name)-\(value)", "csrf": csrf]))
+                #expect(posted.status == .forbidden && String(buffer: posted.body).contains("own pages"), "\(name): \(value)")
+            }
             #expect(try await app.rows("SELECT id FROM ledger_transfers WHERE reason = 'admin_grant'").isEmpty)
             let huge = try await client.execute(
                 uri: "/console/users/\(userID)/grant", method: .post,

@@ -141,4 +141,34 @@ struct SQLiteReadTests {
         try await db.close()
         await #expect(throws: (any Error).self) { try await db.quickQuery("SELECT value FROM counters", [], logger: logger) }
     }
+
+    @Test("another process holding the write lock past DATABASE_LOCK_TIMEOUT_SECONDS fails a transaction as locked (a 503), and reads go on")
+    func writeLockHeldElsewhereFailsAsLocked() async throws {
+        let logger = Logger(label: "test")
+        let path = Self.temporaryPath()
+        defer { Self.remove(path) }
+        let database = try await SQLiteDatabase.open(path: path, lockTimeoutSeconds: 1, logger: logger)
+        try await database.transaction(logger: logger) { tx in
+            _ = try await tx.query("CREATE TABLE t (a INTEGER NOT NULL)", [])
+            _ = try await tx.query("INSERT INTO t VALUES (1)", [])
+        }
+        // Another process's connection (the CLI's, say) takes the write lock and keeps it.
+        let holder = try SQLiteConnection(path: path)
+        _ = try holder.query("BEGIN IMMEDIATE", [])
+        _ = try holder.query("UPDATE t SET a = 2", [])
+        let started = ContinuousClock.now
+        let refused = await #expect(throws: StorageError.self) {
+            try await database.transaction(logger: logger) { _ = try await $0.query("UPDATE t SET a = a + 10", []) }
+        }
+        guard case .locked = refused else { Issue.record("expected locked, got \(String(describing: refused))"); return }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .milliseconds(900) && waited < .seconds(5), "waited \(waited)")
+        #expect(try await database.quickQuery("SELECT a FROM t", [], logger: logger).first?.int("a") == 1)
+        // Once the holder commits, the same transaction goes through, and the refused one wrote nothing.
+        _ = try holder.query("COMMIT", [])
+        holder.close()
+        try await database.transaction(logger: logger) { _ = try await $0.query("UPDATE t SET a = a + 10", []) }
+        #expect(try await database.quickQuery("SELECT a FROM t", [], logger: logger).first?.int("a") == 12)
+        try await database.close()
+    }
 }

@@ -43,7 +43,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var databaseLeaseTimeoutSeconds: Double = 2
     /// PostgreSQL's connection pool (`DATABASE_POOL_MAX_CONNECTIONS`, default 10; `DATABASE_POOL_MIN_CONNECTIONS`, default 0,
     /// equal to the maximum for a fixed pool; `DATABASE_KEEPALIVE_SECONDS`, default 0: none; `DATABASE_LOCK_TIMEOUT_SECONDS`,
-    /// default 30).
+    /// default 30, which SQLite's writer follows too).
     public var databasePool = PostgresPoolSettings.server
     /// SQLite: how much of the file its two quick readers map into memory (`SQLITE_MMAP_MIB`; 0: none, every page read).
     var sqliteMapMiB = SQLiteDatabase.defaultMapMiB

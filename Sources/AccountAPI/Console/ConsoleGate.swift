@@ -92,16 +92,22 @@ struct ConsoleGate: Sendable {
     }
 
     /// A state-changing request must come from the console's own pages: a cross-site `Sec-Fetch-Site`, an `Origin` of
-    /// another host, or an opaque (`null`) origin is refused before the body is read.
+    /// another host, or an opaque (`null`) origin is refused before the body is read. Without `Origin` (older browsers),
+    /// a `Referer` of another host is refused the same way; with neither, the CSRF token alone decides.
     static func checkOrigin(_ request: Request) throws {
         let refused = Problem(.forbidden, code: "forbidden", detail: "Console forms are accepted only from the console's own pages.")
         if let site = request.headers[.secFetchSite], !["same-origin", "none"].contains(site.lowercased()) { throw refused }
-        guard let origin = request.headers[.origin] else { return }
-        guard let host = URLComponents(string: origin)?.host, let authority = authority(request) else { throw refused }
-        let port = URLComponents(string: origin)?.port.map { ":\($0)" } ?? ""
-        guard (host + port).lowercased() == authority.lowercased() || "[\(host)]\(port)".lowercased() == authority.lowercased() else {
-            throw refused
+        guard let source = request.headers[.origin] ?? request.headers[.referer] else { return }
+        guard isSameAuthority(source, request) else { throw refused }
+    }
+
+    /// Whether `url` (an `Origin` or a `Referer`) names the host and port this request was sent to.
+    static func isSameAuthority(_ url: String, _ request: Request) -> Bool {
+        guard let components = URLComponents(string: url), let host = components.host, !host.isEmpty, let authority = authority(request) else {
+            return false
         }
+        let port = components.port.map { ":\($0)" } ?? ""
+        return (host + port).lowercased() == authority.lowercased() || "[\(host)]\(port)".lowercased() == authority.lowercased()
     }
 
     static func requireToken(_ given: String?, equals expected: String) throws {

@@ -137,7 +137,7 @@ struct ConsoleMiddleware: RouterMiddleware {
     /// else the users page. Only a `/console/` path of this origin is ever used.
     static func back(_ request: Request) -> String {
         guard let referer = request.headers[.referer], let url = URLComponents(string: referer), url.path.hasPrefix("/console/"),
-            url.host == nil || ConsoleGate.authority(request).map({ $0.lowercased().hasPrefix((url.host ?? "").lowercased()) }) == true
+            url.host == nil || ConsoleGate.isSameAuthority(referer, request)
         else { return "/console/users" }
         return url.path + (url.percentEncodedQuery.map { "?" + $0 } ?? "")
     }

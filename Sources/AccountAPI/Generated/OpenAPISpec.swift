@@ -17,7 +17,7 @@ info:
     is 403 (`invalid_password`, `invalid_pin`) or 400 (`invalid_otp`), never 401. Limits answer 429 with
     `Retry-After`. Any route that uses the database may answer 503 `unavailable` with `Retry-After` when the database
     cannot be reached, or when data it needs stays locked by another operation longer than the server waits
-    (`DATABASE_LOCK_TIMEOUT_SECONDS`, PostgreSQL); nothing was written, and the same request can be sent again. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
+    (`DATABASE_LOCK_TIMEOUT_SECONDS`); nothing was written, and the same request can be sent again. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
     `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
     personal data) carries `Cache-Control: no-store`. Live credentials of the wrong kind are 403, not 401: an API key
     on a user's endpoint answers `session_required`, a user's session on a service endpoint `api_key_required`.
