@@ -213,9 +213,7 @@ public struct AppleSignedDataVerifier: Sendable {
     }
 
     struct Header: Decodable { let alg: String?; let x5c: [String]? }
-    /// Every date a payload of Apple's may carry. Each must lie in ``dateRange``: dates are stored, compared and
-    /// written back as times, and one near Int64's end trapped on its way to an answer (an outside tester's signed
-    /// `purchaseDate` of Int64.max stopped the process).
+    /// Every date a payload of Apple's may carry; each must lie in ``ProviderDates/milliseconds``.
     struct PayloadDates: Decodable {
         let signedDate, purchaseDate, originalPurchaseDate, expiresDate, revocationDate: Int64?
         let gracePeriodExpiresDate, renewalDate, recentSubscriptionStartDate: Int64?
@@ -227,8 +225,6 @@ public struct AppleSignedDataVerifier: Sendable {
             ]
         }
     }
-    /// 1970 to 2100, in milliseconds: any real signing, purchase or expiry time.
-    static let dateRange: ClosedRange<Int64> = 0...4_102_444_800_000
     struct NotificationPayload: Decodable {
         let notificationType: String
         let subtype: String?
@@ -264,9 +260,7 @@ public struct AppleSignedDataVerifier: Sendable {
             throw .format("a date is not a whole number of milliseconds")
         }
         // Checked before the signing time reaches swift-certificates, whose GeneralizedTime traps outside the years 0–9999.
-        for case let (name, value?) in dates.named where !Self.dateRange.contains(value) {
-            throw .format("\(name) is out of range (1970 to 2100)")
-        }
+        if let name = ProviderDates.firstOutside(ProviderDates.milliseconds, dates.named) { throw .format("\(name) is out of range (1970 to 2100)") }
         let signedDate = dates.signedDate
         let leaf = try Self.certificate(x5c[0])
         let intermediate = try Self.certificate(x5c[1])

@@ -16,6 +16,24 @@ struct StripeEvent: Decodable {
     let livemode: Bool?
     let data: DataField
     struct DataField: Decodable { let object: StripeObject }
+
+    /// Every date the event carries that this service reads, by its path; each must lie in ``ProviderDates/seconds``.
+    var dates: [(String, Int64?)] {
+        let object = data.object
+        var named: [(String, Int64?)] = [
+            ("created", created), ("current_period_start", object.current_period_start), ("current_period_end", object.current_period_end),
+        ]
+        for (list, items) in [("lines", object.lines), ("items", object.items), ("line_items", object.line_items)] {
+            for (index, item) in (items?.data ?? []).enumerated() {
+                named += [
+                    ("\(list).data[\(index)].period.start", item.period?.start), ("\(list).data[\(index)].period.end", item.period?.end),
+                    ("\(list).data[\(index)].current_period_start", item.current_period_start),
+                    ("\(list).data[\(index)].current_period_end", item.current_period_end),
+                ]
+            }
+        }
+        return named
+    }
 }
 
 struct StripeID: Decodable {
@@ -96,6 +114,9 @@ extension BillingService {
         let event: StripeEvent
         do { event = try UntrustedJSON.decode(StripeEvent.self, from: Data(raw.utf8)) } catch {
             throw BillingError.malformed("The body is not a Stripe event (id, type, created, data.object).")
+        }
+        if let name = ProviderDates.firstOutside(ProviderDates.seconds, event.dates) {
+            throw BillingError.malformed("The event's \(name) is out of range (1970 to 2100).")
         }
         let object = event.data.object
         let originalID = object.subscriptionID ?? object.payment_intent?.value ?? object.invoice?.value ?? object.customer?.value

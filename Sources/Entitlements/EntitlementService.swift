@@ -278,7 +278,7 @@ public struct EntitlementService: Sendable {
         }.map(\.id)
         return EntitlementSnapshot(
             userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
-            periodEnd: entitled ? subscription.map { ISO8601DateFormatter().string(from: $0.currentPeriodEnd) } : nil,
+            periodEnd: entitled ? subscription.map { ISOTime.string($0.currentPeriodEnd) } : nil,
             features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),
             tokens: .init(total: balances.totalTokens, held: balances.heldTokens), unlockedStickerPacks: unlocked.sorted(),

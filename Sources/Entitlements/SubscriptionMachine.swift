@@ -321,7 +321,8 @@ public struct SubscriptionMachine: Sendable {
 
     public static func defaultEnd(start: Date, plan: SubscriptionPlan, trial: Bool) -> Date {
         let calendar = Calendar(identifier: .gregorian)
-        if trial && plan.trialDays > 0 { return calendar.date(byAdding: .day, value: plan.trialDays, to: start)! }
-        return calendar.date(byAdding: plan.interval.calendarComponent, value: 1, to: start)!
+        // Calendar arithmetic answers nil only far outside any provider's dates (ProviderDates); then the start stands.
+        if trial && plan.trialDays > 0 { return calendar.date(byAdding: .day, value: plan.trialDays, to: start) ?? start }
+        return calendar.date(byAdding: plan.interval.calendarComponent, value: 1, to: start) ?? start
     }
 }

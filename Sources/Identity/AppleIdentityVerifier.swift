@@ -135,7 +135,7 @@ extension AppleIdentityVerifier {
             throw IdentityError.invalid("The notification is too old (iat).")
         }
         guard let jti = claims.jti, !jti.isEmpty, jti.utf8.count <= 200 else { throw IdentityError.invalid("The notification has no id (jti).") }
-        guard let text = claims.events, let events = try? JSONDecoder().decode(Events.self, from: Data(text.utf8)), !events.sub.isEmpty else {
+        guard let text = claims.events, let events = try? UntrustedJSON.decode(Events.self, from: Data(text.utf8)), !events.sub.isEmpty else {
             throw IdentityError.invalid("The notification carries no event.")
         }
         return AppleSignInEvent(

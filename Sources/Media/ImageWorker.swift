@@ -139,7 +139,9 @@ public struct ImageWorker: Sendable {
         else { throw Failure.failed("an answer that could not be read") }
         if let problem = head.problem { return .refused(problem) }
         let body = data[data.index(after: newline)...]
-        guard let info = head.info, head.imageBytes >= 0, head.thumbnailBytes >= 0, body.count == head.imageBytes + head.thumbnailBytes else {
+        guard let info = head.info, head.imageBytes >= 0, head.thumbnailBytes >= 0, head.imageBytes <= body.count,
+            body.count - head.imageBytes == head.thumbnailBytes
+        else {
             throw Failure.failed("an answer of the wrong length")
         }
         let image = Data(body.prefix(head.imageBytes))

@@ -20,6 +20,7 @@ struct StripeBillingHTTPTests {
             var story = try await StripeStory(client: client, app: app)
             try await story.packsAreGrantedOnceAndSignaturesChecked()
             try await story.partialRefundsAreCumulative()
+            try await story.datesOutOfRangeAreRefused()
             try await story.subscriptionsFollowTheirEventsInAnyOrder()
             try await story.everythingIsOnRecord()
         }
@@ -106,6 +107,34 @@ struct StripeStory {
             #"{"id":"ch_h","object":"charge","amount":9223372036854775807,"amount_refunded":9223372036854775807,"payment_intent":"pi_h"}"#)
         #expect(try await outcome(all, at: now) == "applied")
         #expect(try await client.balance(token).purchasedTokens == 0)
+    }
+
+    /// A signed event with a date outside 1970-2100 anywhere it is read (created, any line's or item's period) is refused
+    /// whole: stored as the user's last event time, it made every later event of theirs stale.
+    func datesOutOfRangeAreRefused() async throws {
+        let base = Int64(now.timeIntervalSince1970)
+        let checkout =
+            #"{"id":"cs_far","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(user)","customer":"cus_far","subscription":"sub_far","metadata":{"priceId":"price_basic_monthly"}}"#
+        let lines =
+            #"[{"price":{"id":"price_basic_monthly"},"period":{"start":\#(base),"end":\#(base + 60)}},{"price":{"id":"price_basic_monthly"},"period":{"start":\#(base),"end":9223372036854775807}}]"#
+        let invoice =
+            #"{"id":"in_far","object":"invoice","billing_reason":"subscription_cycle","customer":"cus_far","subscription":"sub_far","lines":{"data":\#(lines)}}"#
+        let update =
+            #"{"id":"sub_far","object":"subscription","status":"active","customer":"cus_far","items":{"data":[{"price":{"id":"price_basic_monthly"},"current_period_end":-1}]}}"#
+        let refused: [(String, String, String, Int64)] = [
+            ("created", "checkout.session.completed", checkout, Int64.max), ("created", "checkout.session.completed", checkout, Int64.min),
+            ("created", "checkout.session.completed", checkout, 4_102_444_801),
+            ("lines.data[1].period.end", "invoice.paid", invoice, base),
+            ("items.data[0].current_period_end", "customer.subscription.updated", update, base),
+        ]
+        for (index, (field, type, object, created)) in refused.enumerated() {
+            let event =
+                #"{"id":"evt_far\#(index)","object":"event","type":"\#(type)","created":\#(created),"livemode":false,"data":{"object":\#(object)}}"#
+            let answer = try await client.stripe(event, at: now)
+            #expect(answer.status == .badRequest && String(buffer: answer.body).contains("\(field) is out of range"), "\(field): \(answer.status)")
+        }
+        #expect(try await app.rows("SELECT id FROM billing_events WHERE external_id LIKE 'evt_far%'").isEmpty)
+        #expect(try await client.subscription(token).isEntitled == false)
     }
 
     /// A subscription checkout starts the plan; the first invoice adds nothing; a cycle invoice that arrives after a newer

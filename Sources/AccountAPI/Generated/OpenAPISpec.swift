@@ -3015,7 +3015,8 @@ paths:
         → token pack by `metadata.priceId` or line item price; subscription → start the plan), `invoice.paid` (a new
         period: rollover and grant), `customer.subscription.updated` / `deleted`, `charge.refunded` (pro-rata, cumulative
         clawback). Events for a customer, subscription or payment not yet known are stored (`unmatched`) and applied when
-        its checkout completes.
+        its checkout completes. An event with a date outside 1970–2100 (`created`, any line's or item's period) is refused
+        whole with 400 and stored nowhere.
       parameters:
         - { name: Stripe-Signature, in: header, required: true, schema: { type: string } }
       requestBody:
