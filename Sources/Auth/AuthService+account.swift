@@ -47,7 +47,7 @@ extension AuthService {
     func erase(_ tx: any SQLExecutor, userID id: String, email: String?, actor: String, ip: String?) async throws {
         let now = clock.now()
         try await users.scrub(tx, id: id, now: now)
-        try await sessions.revokeAll(tx, userID: id, now: now)
+        try await signOutEverywhere(tx, userID: id, now: now)
         try await sessions.forgetDevices(tx, userID: id)
         for profileID in try await profiles.ids(tx, userID: id) { try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID)) }
         try await profiles.deleteAll(tx, userID: id)

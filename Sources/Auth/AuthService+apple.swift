@@ -159,7 +159,7 @@ extension AuthService {
             let userID = try row.string("user_id")
             switch type {
             case "consent-revoked":
-                try await sessions.revokeAll(tx, userID: userID, now: now)
+                try await signOutEverywhere(tx, userID: userID, now: now)
                 try await tx.query("DELETE FROM user_identities WHERE provider = 'apple' AND subject = ?", [subject])
                 try await AuditLog.record(tx, at: now, actor: "apple", action: "apple_consent_revoked", subject: userID, ip: nil)
                 return "sessions revoked"

@@ -55,13 +55,14 @@ extension AuthService {
         try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
         }
         return try await openConsoleSession(
-            userID: row.id, code: input.code, requireSecondFactor: requireSecondFactor, client: client, logger: logger)
+            userID: row.id, checkedHash: storedHash, code: input.code, requireSecondFactor: requireSecondFactor, client: client, logger: logger)
     }
 
     /// After the password: the role, the second factor, and the session, in one transaction (nothing is written when any
-    /// of them refuses but the factor's used step and its attempt).
+    /// of them refuses but the factor's used step and its attempt). The hash the password was checked against must still
+    /// be the account's once its row is locked (see ``signOutEverywhere(_:userID:except:now:)``).
     func openConsoleSession(
-        userID: String, code: String?, requireSecondFactor: Bool, client: ClientInfo, logger: Logger
+        userID: String, checkedHash: String?, code: String?, requireSecondFactor: Bool, client: ClientInfo, logger: Logger
     ) async throws -> (User, IssuedSession) {
         let hasFactor = try await database.withConnection(logger: logger) { tx in
             try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [userID])?.optionalInt("enabled_at_ms") != nil
@@ -69,6 +70,9 @@ extension AuthService {
         let attempt = hasFactor ? try await reserveSecondFactor(userID: userID, logger: logger) : 0
         let result: Result<(User, IssuedSession), AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
+            guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else {
+                return .failure(.invalidCredentials)
+            }
             let user = try await loadUser(tx, id: userID)
             guard user.role == "admin" else { return .failure(.forbidden("This account is not an operator (role admin).")) }
             if hasFactor {

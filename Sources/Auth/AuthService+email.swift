@@ -80,7 +80,7 @@ extension AuthService {
                 return .failure(.conflict("Another account uses \(newEmail); the address was not changed."))
             }
             try await users.setEmail(tx, id: session.user.id, newEmail, now: now)
-            try await sessions.revokeAll(tx, userID: session.user.id, except: session.sessionID, now: now)
+            try await signOutEverywhere(tx, userID: session.user.id, except: session.sessionID, now: now)
             try await AttemptBudget.clear(tx, key: key)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "email_changed", subject: session.user.id, ip: client.ip)
             return .success((try await loadUser(tx, id: session.user.id), newEmail))

@@ -46,7 +46,7 @@ extension AuthService {
             guard let user = try await users.holder(tx, email: email), user.emailVerified else { return .failure(.invalidOTP(attemptsRemaining: 0)) }
             let userID = user.id
             try await users.setPasswordHash(tx, id: userID, newHash, now: now)
-            try await sessions.revokeAll(tx, userID: userID, now: now)
+            try await signOutEverywhere(tx, userID: userID, now: now)
             try await AttemptBudget.clear(tx, key: accountKey)
             try await AuditLog.record(tx, at: now, actor: userID, action: "password_reset", subject: userID, ip: client.ip)
             return .success([Mails.passwordChanged(to: email)])
@@ -65,7 +65,7 @@ extension AuthService {
         try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             try await users.setPasswordHash(tx, id: session.user.id, newHash, now: now)
-            try await sessions.revokeAll(tx, userID: session.user.id, except: session.sessionID, now: now)
+            try await signOutEverywhere(tx, userID: session.user.id, except: session.sessionID, now: now)
             try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)
         }

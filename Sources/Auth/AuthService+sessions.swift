@@ -112,6 +112,19 @@ extension AuthService {
         }
     }
 
+    /// Signs the account out everywhere, in the caller's transaction (a password reset or change, an address change, an
+    /// operator's or Apple's revoke-all): the account's row is locked first, then every unfinished two-factor sign-in is
+    /// ended and every session but `except` revoked. Sessions are created only by transactions that lock that same row
+    /// (a password sign-in) or a challenge row ended here (a two-factor sign-in) and check their proof again under the
+    /// lock, so a sign-in whose password check ran before a reset either commits first, and is revoked here, or finds the
+    /// new hash and is refused: no session from the old password outlives the reset (an outside tester kept 1-3 alive
+    /// by signing in during one).
+    func signOutEverywhere(_ tx: any SQLExecutor, userID: String, except: String? = nil, now: Date) async throws {
+        _ = try await users.isLive(tx, id: userID, lock: true)
+        try await tx.query("UPDATE mfa_challenges SET used_at_ms = ? WHERE user_id = ? AND used_at_ms IS NULL", [now, userID])
+        try await sessions.revokeAll(tx, userID: userID, except: except, now: now)
+    }
+
     /// An operator revokes one of a user's sessions (`sessionID`) or all of them (nil), audited. False when there was no
     /// such live session (one) — revoking all always succeeds.
     public func revokeSessions(ofUser userID: String, sessionID: String?, actor: String, ip: String?, logger: Logger) async throws -> Bool {
@@ -120,7 +133,7 @@ extension AuthService {
             if let sessionID {
                 guard try await sessions.revoke(tx, id: sessionID, userID: userID, now: now) else { return false }
             } else {
-                try await sessions.revokeAll(tx, userID: userID, now: now)
+                try await signOutEverywhere(tx, userID: userID, now: now)
             }
             try await AuditLog.record(
                 tx, at: now, actor: actor, action: sessionID == nil ? "sessions_revoked_by_operator" : "session_revoked_by_operator", subject: userID,

@@ -23,19 +23,46 @@ extension AuthService {
         guard rawEmail.utf8.count <= InputRules.emailBytesMax else { throw AuthError.validation("Enter a valid email address.") }
         let email = InputRules.normalizedEmail(rawEmail) ?? rawEmail.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
         let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
-        // A pending account has no password; the newest sign-up request's stands in, so only whoever typed it learns
-        // `email_not_verified` (everyone else meets `invalid_credentials`, as for an unknown address).
-        let row = try await database.withConnection(logger: logger) { tx in try await users.signInCandidate(tx, email: email) }
-        let storedHash = row?.passwordHash
-        let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
-        guard matches, let row, let storedHash else {
-            try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
-            throw AuthError.invalidCredentials
+        // The hash is checked again, under the account's lock, by the transaction that opens the session; when it changed
+        // in between (a reset or change committed, or another sign-in rehashed it), the password is checked once more
+        // against the hash now in force.
+        var opened: Result<(SignInOutcome, [MailMessage]), AuthError>?
+        for _ in 0..<2 where opened == nil {
+            // A pending account has no password; the newest sign-up request's stands in, so only whoever typed it learns
+            // `email_not_verified` (everyone else meets `invalid_credentials`, as for an unknown address).
+            let row = try await database.withConnection(logger: logger) { tx in try await users.signInCandidate(tx, email: email) }
+            let storedHash = row?.passwordHash
+            let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
+            guard matches, let row, let storedHash else {
+                try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
+                throw AuthError.invalidCredentials
+            }
+            let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
+            opened = try await openSession(row, checkedHash: storedHash, rehash: rehash, attempt: attempt, client: client, logger: logger)
         }
+        guard let outcome = opened else { throw AuthError.invalidCredentials }
+        // The right password gives the per-network failure budget its attempt back, in a transaction of its own: every
+        // sign-in from one address (a carrier NAT, an office) passes through that row, so it is held for one statement,
+        // not for the session's writes (and never in the opposite lock order to the reservation's). Lost, it only counts
+        // one failure too many.
+        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
+        }
+        let (result, mails) = try outcome.get()
+        await send(mails, logger: logger)
+        return result
+    }
+
+    /// Opens the session (or the two-factor challenge) for a password just checked against `checkedHash`; nil when the
+    /// account's hash is no longer that one once its row is locked (see ``signOutEverywhere(_:userID:except:now:)``).
+    func openSession(
+        _ row: UserStore.SignInCandidate, checkedHash: String, rehash: String?, attempt: SignInAttempt, client: ClientInfo, logger: Logger
+    ) async throws -> Result<(SignInOutcome, [MailMessage]), AuthError>? {
         let userID = row.id
-        let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
-        let outcome: Result<(SignInOutcome, [MailMessage]), AuthError> = try await database.transaction(logger: logger) { tx in
+        return try await database.transaction(logger: logger) { tx in
             let now = clock.now()
+            if row.emailVerified {
+                guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else { return nil }
+            }
             try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
             guard row.emailVerified else { return .failure(.emailNotVerified) }
             if let rehash { try await users.setPasswordHash(tx, id: userID, rehash, now: now) }
@@ -51,15 +78,6 @@ extension AuthService {
             let notify = newDevice ? try await takeMailBudget(tx, .notice, email: user.email, now: now) == .allowed : false
             return .success((.session(user, session), notify ? [Mails.newDevice(to: user.email, client: client, at: now)] : []))
         }
-        // The right password gives the per-network failure budget its attempt back, in a transaction of its own: every
-        // sign-in from one address (a carrier NAT, an office) passes through that row, so it is held for one statement,
-        // not for the session's writes (and never in the opposite lock order to the reservation's). Lost, it only counts
-        // one failure too many.
-        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
-        }
-        let (result, mails) = try outcome.get()
-        await send(mails, logger: logger)
-        return result
     }
 
     /// Reserves the sign-in's attempts in one transaction: all three or none.

@@ -88,6 +88,46 @@ struct EmailChangeAndMFAHTTPTests {
         TOTP.code(secret: try #require(TOTP.base32Decode(secret)), step: TOTP.step(at: date))
     }
 
+    /// A password reset signs out everywhere: a two-factor sign-in begun with the old password cannot be finished, and
+    /// sign-ins running in parallel with the reset leave no session that outlives it (each either committed first and was
+    /// revoked, or found the new hash and got 401).
+    @Test(arguments: Engine.allCases)
+    func aPasswordResetEndsHalfDoneAndParallelSignIns(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "reset-race@example.com")
+            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                .json(Setup.self)
+            let first = try Self.code(setup.secret, at: app.clock.now())
+            #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: #"{"code":"\#(first)"}"#).status == .ok)
+            let challenge = try await client.signIn("reset-race@example.com", "correct horse battery").json(Challenge.self)
+            // Sign-ins with the old password race the reset; each that opened a challenge is remembered.
+            try await client.post("/api/auth/forgot-password", json: #"{"email":"reset-race@example.com"}"#)
+            let code = try await app.lastCode(to: "reset-race@example.com")
+            let racing = (0..<6).map { _ in
+                Task { try await client.signIn("reset-race@example.com", "correct horse battery") }
+            }
+            let reset = try await client.post(
+                "/api/auth/reset-password", json: #"{"email":"reset-race@example.com","code":"\#(code)","newPassword":"a brand new passphrase"}"#)
+            #expect(reset.status == .ok)
+            var tokens = [challenge.mfaToken]
+            for task in racing {
+                let answer = try await task.value
+                #expect([.ok, .unauthorized, .tooManyRequests].contains(answer.status), "\(answer.status)")
+                if answer.status == .ok { tokens.append(try answer.json(Challenge.self).mfaToken) }
+            }
+            app.clock.advance(seconds: 30)
+            let next = try Self.code(setup.secret, at: app.clock.now())
+            for mfaToken in tokens {
+                let finished = try await client.post("/api/auth/mfa/verify", json: #"{"mfaToken":"\#(mfaToken)","code":"\#(next)"}"#)
+                #expect(finished.status == .unauthorized, "a challenge from the old password is ended by the reset")
+            }
+            #expect(try await client.get("/api/user/me", token: token).status == .unauthorized)
+            let fresh = try await client.signIn("reset-race@example.com", "a brand new passphrase").json(Challenge.self)
+            let done = try await client.post("/api/auth/mfa/verify", json: #"{"mfaToken":"\#(fresh.mfaToken)","code":"\#(next)"}"#)
+            #expect(done.status == .ok)
+        }
+    }
+
     @Test(arguments: Engine.allCases)
     func totpGuardsSignInWithoutReplayAndRecoveryCodesWorkOnce(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

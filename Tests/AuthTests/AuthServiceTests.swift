@@ -135,6 +135,40 @@ struct AuthServiceTests {
         }
     }
 
+    /// A sign-in whose password was checked against a hash that a reset or change replaced before its session was opened
+    /// opens nothing (the transaction checks the hash again under the account's lock), and a full sign-in then checks the
+    /// password against the hash in force.
+    @Test(arguments: TestDatabase.engines)
+    func aSignInCheckedBeforeAPasswordChangeOpensNoSession(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            let auth = try Self.service(db)
+            let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
+            let user = try await auth.createAdmin(email: "race@example.com", password: "long enough password", name: "R", logger: TestDatabase.logger)
+            let candidate = try #require(
+                try await db.withConnection(logger: TestDatabase.logger) { try await UserStore().signInCandidate($0, email: "race@example.com") })
+            let checked = try #require(candidate.passwordHash)
+            // The password was checked against `checked`; then a reset commits a new hash.
+            let replaced = try await auth.hasher.hash("another long password")
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await UserStore().setPasswordHash(tx, id: user.id, replaced, now: Date())
+                try await auth.signOutEverywhere(tx, userID: user.id, now: Date())
+            }
+            let attempt = try await auth.reserveSignIn(email: "race@example.com", ip: client.ip, logger: TestDatabase.logger)
+            let opened = try await auth.openSession(
+                candidate, checkedHash: checked, rehash: nil, attempt: attempt, client: client, logger: TestDatabase.logger)
+            #expect(opened == nil)
+            let sessions = try await db.withConnection(logger: TestDatabase.logger) { try await $0.query("SELECT id FROM sessions") }
+            #expect(sessions.isEmpty)
+            await #expect(throws: AuthError.invalidCredentials) {
+                _ = try await auth.signIn(email: "race@example.com", password: "long enough password", client: client, logger: TestDatabase.logger)
+            }
+            let signedIn = try await auth.signIn(
+                email: "race@example.com", password: "another long password", client: client, logger: TestDatabase.logger)
+            guard case .session = signedIn else { Issue.record("expected a session, got \(signedIn)"); return }
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func aHashWithOldParametersIsReplacedAtSignIn(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in

@@ -1022,7 +1022,7 @@ paths:
     post:
       tags: [auth]
       operationId: resetPassword
-      summary: Set a new password with a reset code; revokes every session and lifts a sign-in lock.
+      summary: Set a new password with a reset code; revokes every session (and every sign-in still in flight or awaiting its second factor) and lifts a sign-in lock.
       description: |
         The code is checked (its attempt counted first, for every address alike) before the new password is hashed, so
         bogus resets cost no Argon2 work; wrong codes answer the same for known and unknown addresses.

@@ -48,10 +48,13 @@ struct UserStore: Sendable {
         try await tx.first("SELECT email FROM users WHERE id = ?" + (liveOnly ? " AND deleted_at_ms IS NULL" : ""), [id])?.optionalString("email")
     }
 
-    /// The account's password hash (nil: it has none, as an Apple-only or pending account; `liveOnly`: or it is erased).
-    func passwordHash(_ tx: any SQLExecutor, id: String, liveOnly: Bool = false) async throws -> String? {
-        try await tx.first("SELECT password_hash FROM users WHERE id = ?" + (liveOnly ? " AND deleted_at_ms IS NULL" : ""), [id])?
-            .optionalString("password_hash")
+    /// The account's password hash (nil: it has none, as an Apple-only or pending account; `liveOnly`: or it is erased;
+    /// `lock`: the row locked for the transaction, as ``AuthService/signOutEverywhere(_:userID:except:now:)`` locks it).
+    func passwordHash(_ tx: any SQLExecutor, id: String, liveOnly: Bool = false, lock: Bool = false) async throws -> String? {
+        try await tx.first(
+            "SELECT password_hash FROM users WHERE id = ?" + (liveOnly ? " AND deleted_at_ms IS NULL" : "") + (lock ? tx.dialect.forUpdate : ""), [id]
+        )?
+        .optionalString("password_hash")
     }
 
     func insert(
