@@ -40,6 +40,16 @@ struct ConfigTests {
         #expect(config.sqliteMapMiB == 1024)
         #expect(try AppConfig.from(environment: ["SQLITE_MMAP_MIB": "0"]).sqliteMapMiB == 0)
         #expect(throws: ConfigError.self) { try AppConfig.from(environment: ["SQLITE_MMAP_MIB": "2048"]) }
+        // Bodies still arriving: 256 MiB in all, 32 per address, 60 s for a large one; a budget under 16 MiB would refuse
+        // an operator's 12 MiB upload, so it is refused at start.
+        #expect((config.httpBodyBufferMiB, config.httpBodyReadsPerClient, config.httpBodyTimeoutSeconds) == (256, 32, 60))
+        let bodies = try AppConfig.from(environment: [
+            "HTTP_BODY_BUFFER_MIB": "64", "HTTP_BODY_READS_PER_CLIENT": "4", "HTTP_BODY_TIMEOUT_SECONDS": "5",
+        ])
+        #expect((bodies.httpBodyBufferMiB, bodies.httpBodyReadsPerClient, bodies.httpBodyTimeoutSeconds) == (64, 4, 5))
+        for (name, value) in [("HTTP_BODY_BUFFER_MIB", "8"), ("HTTP_BODY_READS_PER_CLIENT", "0"), ("HTTP_BODY_TIMEOUT_SECONDS", "0")] {
+            #expect(throws: ConfigError.self, "\(name)=\(value)") { try AppConfig.from(environment: [name: value]) }
+        }
     }
 
     @Test func everyProblemIsListedAtOnceAndSecretsAreNotPrinted() throws {

@@ -78,6 +78,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     let allowedMethods = AllowedMethods()
     router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
     router.add(middleware: ClientAddressMiddleware(proxies: d.config.trustedProxies))
+    router.add(middleware: BodyBudgetMiddleware(budget: d.bodies))
     let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys, profiles: d.profiles, requireAdminMFA: d.config.requireAdminMFA)
     SystemController(database: d.database, catalog: d.catalog, drain: d.drain).addRoutes(to: router)
     MetricsController(ledger: d.ledger, token: d.config.metricsToken).addRoutes(to: router)

@@ -37,6 +37,12 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// A connection that sends nothing for this long, idle or with a request half sent, is closed
     /// (`HTTP_IDLE_TIMEOUT_SECONDS`).
     var httpIdleTimeoutSeconds = 30
+    /// What request bodies still arriving may hold (``BodyBudget``): in all (`HTTP_BODY_BUFFER_MIB`, default 256), per
+    /// client address at once (`HTTP_BODY_READS_PER_CLIENT`, default 32), and how long a body over 64 KiB may take to
+    /// arrive (`HTTP_BODY_TIMEOUT_SECONDS`, default 60).
+    var httpBodyBufferMiB = 256
+    var httpBodyReadsPerClient = 32
+    var httpBodyTimeoutSeconds = 60
     /// Seconds between background ledger sweeps (`SWEEP_INTERVAL_SECONDS`; 0 turns the sweeper off).
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
@@ -164,6 +170,9 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("ARGON2_QUEUE_LIMIT", 0...100_000) { argon2QueueLimit = n }
         if let n = reader.number("SWEEP_INTERVAL_SECONDS", 0...86400) { sweepIntervalSeconds = Double(n) }
         if let n = reader.number("HTTP_IDLE_TIMEOUT_SECONDS", 1...3600) { httpIdleTimeoutSeconds = n }
+        if let n = reader.number("HTTP_BODY_BUFFER_MIB", 16...65_536) { httpBodyBufferMiB = n }
+        if let n = reader.number("HTTP_BODY_READS_PER_CLIENT", 1...100_000) { httpBodyReadsPerClient = n }
+        if let n = reader.number("HTTP_BODY_TIMEOUT_SECONDS", 1...3600) { httpBodyTimeoutSeconds = n }
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
         if let n = reader.number("DATABASE_POOL_MAX_CONNECTIONS", 1...PostgresPoolSettings.connectionsLimit) { databasePool.maximumConnections = n }
         if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.connectionsLimit) {

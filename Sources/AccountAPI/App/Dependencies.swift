@@ -51,6 +51,8 @@ public struct Dependencies: Sendable {
     let offers: AppleOfferSigner?
     /// Set when SIGTERM starts the drain (``DrainState``).
     let drain = DrainState()
+    /// What request bodies still arriving may hold (``BodyBudget``).
+    let bodies: BodyBudget
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     public static func make(
@@ -118,7 +120,10 @@ public struct Dependencies: Sendable {
                     keySet: AppleKeySet(url: config.appleSignInJWKSURL, client: HTTPClient.shared, now: { clock.now() }),
                     now: { clock.now() }),
             passkeys: config.relyingParty.map { PasskeyService(auth: auth, relyingParty: $0) },
-            appStore: appStore.client, offers: appStore.offers)
+            appStore: appStore.client, offers: appStore.offers,
+            bodies: BodyBudget(
+                bytesMax: config.httpBodyBufferMiB << 20, readsPerClientMax: config.httpBodyReadsPerClient,
+                timeoutSeconds: config.httpBodyTimeoutSeconds))
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).

@@ -70,7 +70,7 @@ struct ConsoleController: Sendable {
     /// Password and (when on) the TOTP code, on the API's attempt budgets. A refusal shows the form again with the
     /// API's wording; success sets a brand-new session cookie (whatever cookie came in is never adopted).
     @Sendable func signIn(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let form = try await gate.signInForm(request)
+        let form = try await gate.signInForm(request, context)
         let input = ConsoleSignIn(email: form["email"] ?? "", password: form["password"] ?? "", code: form.text("code"))
         do {
             let (_, session) = try await auth.consoleSignIn(

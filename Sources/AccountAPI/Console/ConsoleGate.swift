@@ -56,7 +56,7 @@ struct ConsoleGate: Sendable {
 
     /// A form an operator posted: from this origin, url-encoded, at most 64 KiB, carrying the session's CSRF token.
     func form(_ request: Request, _ context: AppRequestContext, from op: ConsoleOperator) async throws -> ConsoleForm {
-        let form = try await Self.readForm(request)
+        let form = try await Self.readForm(request, context)
         try Self.requireToken(form["csrf"], equals: op.csrf)
         return form
     }
@@ -65,26 +65,27 @@ struct ConsoleGate: Sendable {
     func multipart(_ request: Request, _ context: AppRequestContext, from op: ConsoleOperator, limit: Int) async throws -> [Multipart.Part] {
         try Self.checkOrigin(request)
         var request = request
-        let parts = try await Multipart.parts(&request, limit: limit)
+        let parts = try await Multipart.parts(&request, context: context, limit: limit)
         try Self.requireToken(Multipart.text(parts, "csrf"), equals: op.csrf)
         return parts
     }
 
     /// The sign-in form: the same checks, against the sign-in cookie's value.
-    func signInForm(_ request: Request) async throws -> ConsoleForm {
-        let form = try await Self.readForm(request)
+    func signInForm(_ request: Request, _ context: AppRequestContext) async throws -> ConsoleForm {
+        let form = try await Self.readForm(request, context)
         try Self.requireToken(form["csrf"], equals: request.cookies[Self.signInCookie]?.value ?? "")
         return form
     }
 
-    static func readForm(_ request: Request) async throws -> ConsoleForm {
+    static func readForm(_ request: Request, _ context: AppRequestContext) async throws -> ConsoleForm {
         try checkOrigin(request)
         guard request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
             throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Console forms are sent as application/x-www-form-urlencoded.")
         }
         let body: ByteBuffer
         do {
-            body = try await request.body.collect(upTo: formBytesMax)
+            var request = request
+            body = try await request.readBody(upTo: formBytesMax, context: context)
         } catch let error where error is NIOTooManyBytesError || (error as? any HTTPResponseError)?.status == .contentTooLarge {
             throw Problem(.contentTooLarge, code: "validation_failed", detail: "A console form is at most \(formBytesMax / 1024) KiB.")
         }

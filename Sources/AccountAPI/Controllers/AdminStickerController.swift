@@ -28,7 +28,7 @@ struct AdminStickerController: Sendable {
         let packID = try context.pathParameter("packId")
         guard try await content.packExists(packID, logger: context.logger) else { throw EntitlementError.packNotFound }
         var request = request
-        let parts = try await Multipart.parts(&request, limit: MediaServices.maxUploadBody)
+        let parts = try await Multipart.parts(&request, context: context, limit: MediaServices.maxUploadBody)
         let added = try await PackUploads(content: content, media: media).add(
             parts, packID: packID, actor: actor, ip: context.clientIP, logger: context.logger)
         return try JSONResponse(StickersResponse(stickers: added.map { media.json($0, signed: false) }), status: .created)
@@ -65,7 +65,7 @@ struct AdminStickerController: Sendable {
         let actor = try await authenticator.requireOperator(request, context)
         let packID = try context.pathParameter("id")
         var request = request
-        let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
+        let parts = try await Multipart.parts(&request, context: context, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }) else { throw Problem.validation("Send the icon as a part named 'file'.") }
         let stored = try await media.store(Data(file.body), owner: actor, logger: context.logger)
         let pack = try await stickers.setIcon(

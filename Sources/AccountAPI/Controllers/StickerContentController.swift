@@ -141,7 +141,7 @@ struct StickerContentController: Sendable {
     @Sendable func upload(_ request: Request, context: AppRequestContext) async throws -> Response {
         let uploader = try await uploader(request, context)
         var request = request
-        let parts = try await Multipart.parts(&request, limit: 1024 * 1024)
+        let parts = try await Multipart.parts(&request, context: context, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }), parts.filter({ $0.name == "file" }).count == 1 else {
             throw Problem.validation("Send one image as a multipart/form-data part named 'file'.")
         }

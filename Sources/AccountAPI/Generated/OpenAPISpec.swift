@@ -17,7 +17,10 @@ info:
     is 403 (`invalid_password`, `invalid_pin`) or 400 (`invalid_otp`), never 401. Limits answer 429 with
     `Retry-After`. Any route that uses the database may answer 503 `unavailable` with `Retry-After` when the database
     cannot be reached, or when data it needs stays locked by another operation longer than the server waits
-    (`DATABASE_LOCK_TIMEOUT_SECONDS`); nothing was written, and the same request can be sent again. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
+    (`DATABASE_LOCK_TIMEOUT_SECONDS`); nothing was written, and the same request can be sent again. A request body over
+    4 KiB may be answered, before it is read, 503 `unavailable` (the server is receiving too many bodies at once) or
+    429 `rate_limited` (too many bodies from this address still arriving), both with `Retry-After`; one over 64 KiB
+    that has not arrived within `HTTP_BODY_TIMEOUT_SECONDS` answers 408 `request_timeout`. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
     `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
     personal data) carries `Cache-Control: no-store`. Live credentials of the wrong kind are 403, not 401: an API key
     on a user's endpoint answers `session_required`, a user's session on a service endpoint `api_key_required`.
@@ -3512,7 +3515,7 @@ components:
         detail: { type: string }
         code:
           type: string
-          enum: [invalid_credentials, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
+          enum: [invalid_credentials, request_timeout, email_not_verified, account_locked, invalid_otp, otp_expired, too_many_attempts, invalid_pin,
             pin_locked, profile_limit_reached, insufficient_tokens, subscription_required, purchase_not_allowed, idempotency_conflict,
             validation_failed, unauthorized, forbidden, not_found, rate_limited, unavailable, internal_error, hold_resolved, already_unlocked, invalid_signed_payload, invalid_signature, account_mismatch, purchase_bound_elsewhere, transaction_revoked,
             invalid_password, otp_already_used, owner_profile_required, method_not_allowed, session_required, api_key_required,

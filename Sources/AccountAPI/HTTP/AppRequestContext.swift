@@ -12,6 +12,8 @@ struct AppRequestContext: RequestContext {
     /// The client's IP address: the socket peer, or through trusted proxies the `X-Forwarded-For` hop
     /// (``ClientAddressMiddleware``). Rate limits and the audit log use this one.
     var clientIP: String
+    /// What bodies still being read may hold (``BodyBudgetMiddleware``; nil: no budget, as in router tests without it).
+    var bodies: BodyBudget?
 
     init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)

@@ -7,13 +7,13 @@ enum Multipart {
     typealias Part = MultipartFormData.Part
 
     /// The parts of a multipart body of at most `limit` bytes (413 beyond; 415 without a boundary; 400 when unreadable).
-    static func parts(_ request: inout Request, limit: Int) async throws -> [Part] {
+    static func parts(_ request: inout Request, context: AppRequestContext, limit: Int) async throws -> [Part] {
         let type = request.headers[.contentType] ?? ""
         guard type.lowercased().hasPrefix("multipart/form-data"), let boundary = boundary(type) else {
             throw Problem(.unsupportedMediaType, code: "validation_failed", detail: "Content-Type must be multipart/form-data with a boundary.")
         }
         let body: ByteBuffer
-        do { body = try await request.collectBody(upTo: limit) } catch is NIOTooManyBytesError {
+        do { body = try await request.readBody(upTo: limit, context: context) } catch is NIOTooManyBytesError {
             throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than \(limit / 1024) KiB.")
         }
         do { return try MultipartFormData.parse(Array(body.readableBytesView), boundary: boundary) } catch {

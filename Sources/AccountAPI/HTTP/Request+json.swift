@@ -9,7 +9,7 @@ extension Request {
     /// Decodes a JSON body into `T`, answering bad input with clear 4xx problems: a wrong content type
     /// (415), a body over 1 MiB (413), malformed JSON, missing fields or wrong types (400).
     mutating func decodeJSON<T: Decodable>(
-        _ type: T.Type, context: some RequestContext, emptyMeans: String? = nil, limitBytes: Int? = nil
+        _ type: T.Type, context: AppRequestContext, emptyMeans: String? = nil, limitBytes: Int? = nil
     ) async throws -> T {
         let buffer = try await rawBody(context: context, limitBytes: limitBytes)
         // Endpoints whose body is optional treat an empty one as `emptyMeans` (e.g. "{}").
@@ -32,10 +32,10 @@ extension Request {
 
     /// The body's exact bytes (signatures are computed over them), at most 1 MiB or the route's smaller `limitBytes` (413
     /// beyond).
-    mutating func rawBody(context: some RequestContext, limitBytes: Int? = nil) async throws -> ByteBuffer {
+    mutating func rawBody(context: AppRequestContext, limitBytes: Int? = nil) async throws -> ByteBuffer {
         let limit = min(limitBytes ?? context.maxUploadSize, context.maxUploadSize)
         do {
-            return try await collectBody(upTo: limit)
+            return try await readBody(upTo: limit, context: context)
         } catch is NIOTooManyBytesError {
             let size = limit >= 1 << 20 ? "\(limit >> 20) MiB" : "\(limit >> 10) KiB"
             throw Problem(.contentTooLarge, code: "validation_failed", detail: "The request body is larger than \(size).")

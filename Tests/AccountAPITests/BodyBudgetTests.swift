@@ -1,0 +1,84 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import Storage
+import TestSupport
+import Testing
+
+@testable import AccountAPI
+
+/// Request bodies still arriving hold memory; the process bounds what they may hold in all and per client, and how long a
+/// large one may take (`scripts/attack a27` does the same against a real process with slow sockets).
+@Suite("Request bodies within a budget")
+struct BodyBudgetTests {
+    @Test func reservationsAreBoundedInAllAndPerClientAndGiveBackWhatTheyTook() {
+        let budget = BodyBudget(bytesMax: 10_000, readsPerClientMax: 2, timeoutSeconds: 1)
+        #expect(budget.reserve(6_000, client: "a") == nil)
+        #expect(budget.reserve(5_000, client: "b") == .full, "past the process's bytes")
+        #expect(budget.reserve(4_000, client: "a") == nil)
+        #expect(budget.reserve(1, client: "a") == .client, "past one client's reads, whatever the bytes")
+        #expect(budget.reserve(1, client: "b") == .full)
+        budget.release(6_000, client: "a")
+        #expect(budget.reserve(5_000, client: "b") == nil)
+        budget.release(4_000, client: "a")
+        budget.release(5_000, client: "b")
+        #expect(budget.inUse == (0, 0))
+    }
+
+    @Test func aLargeBodyThatStopsArrivingIsRefusedWithinItsTimeAndGivesItsBytesBack() async throws {
+        let budget = BodyBudget(bytesMax: 1 << 20, readsPerClientMax: 4, timeoutSeconds: 1)
+        let (stream, feed) = AsyncStream<ByteBuffer>.makeStream()
+        defer { feed.finish() }
+        feed.yield(ByteBuffer(repeating: 0x61, count: 1_000))
+        var request = Request(
+            head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/x", headerFields: [.contentLength: "100000"]),
+            body: RequestBody(asyncSequence: stream))
+        let started = ContinuousClock.now
+        let refused = await #expect(throws: Problem.self) { _ = try await request.readBody(upTo: 1 << 20, budget: budget, client: "slow") }
+        #expect(refused?.status == .requestTimeout && refused?.code == "request_timeout")
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(budget.inUse == (0, 0))
+        // A small body is read as it comes, without a reservation; a declared length past the limit is refused unread.
+        var small = Request(
+            head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/x", headerFields: [.contentLength: "3"]),
+            body: RequestBody(buffer: ByteBuffer(string: "abc")))
+        #expect(try await small.readBody(upTo: 1 << 20, budget: budget, client: "slow") == ByteBuffer(string: "abc"))
+        var large = Request(
+            head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/x", headerFields: [.contentLength: "2000000"]),
+            body: RequestBody(asyncSequence: stream))
+        await #expect(throws: NIOTooManyBytesError.self) { _ = try await large.readBody(upTo: 1 << 20, budget: budget, client: "slow") }
+    }
+
+    /// Over HTTP: while other bodies hold the whole budget, a large body is answered 503 and a client's many large bodies
+    /// 429, both without reading them; small bodies (the API's JSON) go on; once they are given back all is answered.
+    @Test(arguments: TestDatabase.engines)
+    func theBudgetAnswersOverHTTP(engine: Engine) async throws {
+        try await TestApp.run(
+            engine,
+            configure: {
+                $0.httpBodyBufferMiB = 16; $0.httpBodyReadsPerClient = 3
+            }
+        ) { client, app in
+            func padded(_ n: Int) -> String { #"{"email":"someone\#(n)@example.com","pad":"\#(String(repeating: "a", count: 8_000))"}"# }
+            let small = #"{"email":"someone@example.com"}"#
+            let budget = app.dependencies.bodies
+            #expect(budget.reserve(16 << 20, client: "elsewhere") == nil)
+            let full = try await client.post("/api/auth/forgot-password", json: padded(1))
+            #expect(full.status == .serviceUnavailable && full.headers[.retryAfter] == "1")
+            #expect(try full.problem().code == "unavailable")
+            #expect(try await client.post("/api/auth/forgot-password", json: small).status == .ok)
+            budget.release(16 << 20, client: "elsewhere")
+            // Router tests have no socket: every request comes from the client address "unknown".
+            for _ in 0..<3 { #expect(budget.reserve(1, client: "unknown") == nil) }
+            let many = try await client.post("/api/auth/forgot-password", json: padded(2))
+            #expect(many.status == .tooManyRequests)
+            #expect(try many.problem().code == "rate_limited")
+            for _ in 0..<3 { budget.release(1, client: "unknown") }
+            let freed = try await client.post("/api/auth/forgot-password", json: padded(3))
+            #expect(freed.status == .ok, "\(freed.status) \(String(buffer: freed.body))")
+            #expect(budget.inUse == (0, 0))
+        }
+    }
+}
