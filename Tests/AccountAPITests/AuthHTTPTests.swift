@@ -215,6 +215,30 @@ struct AuthHTTPTests {
         }
     }
 
+    /// One mailbox, one account: an address typed composed or decomposed is one address, and look-alike spellings that
+    /// would be another account (full-width letters, a domain not in its ASCII form) are refused.
+    @Test(arguments: TestDatabase.engines)
+    func oneAddressHasOneSpelling(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let decomposed = #"bo\u0308b@example.com"#, composed = "b\u{00F6}b@example.com"
+            #expect(
+                try await client.post("/api/auth/sign-up", json: #"{"email":"\#(decomposed)","password":"\#(Self.password)","name":"B"}"#).status
+                    == .ok)
+            let code = try await app.lastCode(to: composed)
+            #expect(try await client.post("/api/verify-otp", json: #"{"email":"\#(composed)","code":"\#(code)"}"#).status == .ok)
+            #expect(try await client.signIn(decomposed, Self.password).status == .ok)
+            let again = try await client.post("/api/auth/sign-up", json: #"{"email":"\#(composed)","password":"another passphrase","name":"C"}"#)
+            #expect(again.status == .ok || again.status == .tooManyRequests, "\(again.status)")
+            #expect(try await app.rows("SELECT id FROM users WHERE email = ?", [composed]).count == 1)
+            #expect(try await app.rows("SELECT id FROM users").count == 1)
+            for lookalike in [#"\uff42ob@example.com"#, #"bob@ex\u00e4mple.com"#] {
+                let refused = try await client.post(
+                    "/api/auth/sign-up", json: #"{"email":"\#(lookalike)","password":"\#(Self.password)","name":"D"}"#)
+                #expect(refused.status == .badRequest, "\(lookalike)")
+            }
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func unverifiedAccountsLearnItOnlyWithTheRightPassword(engine: Engine) async throws {
         try await TestApp.run(engine) { client, _ in

@@ -40,6 +40,16 @@ struct PasswordHashingTests {
         ] {
             #expect(InputRules.normalizedEmail(bad) == nil, "\(bad)")
         }
+        // One mailbox, one spelling: composed and decomposed are one address; compatibility forms and non-ASCII domains
+        // (their xn-- form is the address) are refused.
+        #expect(InputRules.normalizedEmail("bo\u{0308}b@example.com") == "b\u{00F6}b@example.com")
+        #expect(InputRules.normalizedEmail("B\u{00D6}B@Example.com") == "b\u{00F6}b@example.com")
+        for refused in [
+            "\u{FF42}ob@example.com", "bob@\u{FF45}xample.com", "bob@ex\u{00E4}mple.com", "bob@exa\u{0308}mple.com", "\u{FB01}x@example.com",
+        ] {
+            #expect(InputRules.normalizedEmail(refused) == nil, "\(refused)")
+        }
+        #expect(InputRules.normalizedEmail("bob@xn--exmple-cua.com") == "bob@xn--exmple-cua.com")
         #expect(InputRules.passwordProblem("ünïcødé pässwörd 🔐") == nil)
         #expect(InputRules.passwordProblem("QWERTYUIOP") != nil, "common-password check ignores case")
         #expect(InputRules.passwordProblem(String(repeating: "é", count: 128)) == nil)

@@ -10,17 +10,22 @@ public enum InputRules {
     public static let nameCharactersMax = 100
     public static let nameBytesMax = 400
 
-    /// Trimmed and lower-cased; nil unless it looks like one deliverable address.
+    /// Trimmed, lower-cased and in Unicode's composed form (NFC); nil unless it looks like one deliverable address.
+    /// One mailbox has one spelling: `böb` typed composed or decomposed is one address (an outside tester verified both
+    /// as two accounts), compatibility forms such as full-width letters are refused rather than guessed at, and the
+    /// domain is ASCII (an internationalized domain in its `xn--` form), so `exämple.com` and `xn--exmple-cua.com` cannot
+    /// become two accounts.
     public static func normalizedEmail(_ raw: String) -> String? {
         guard raw.utf8.count <= 4 * emailBytesMax else { return nil }
-        let email = raw.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        let email = raw.trimmingCharacters(in: .whitespacesAndNewlines).lowercased().precomposedStringWithCanonicalMapping
         guard email.utf8.count <= emailBytesMax, !email.contains(where: { $0.isWhitespace || $0.isNewline }) else { return nil }
+        guard email.precomposedStringWithCompatibilityMapping == email else { return nil }
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard parts.count == 2, let local = parts.first, let domain = parts.last else { return nil }
         guard (1...64).contains(local.utf8.count), !local.hasPrefix("."), !local.hasSuffix("."), !local.contains("..") else { return nil }
         let labels = domain.split(separator: ".", omittingEmptySubsequences: false)
         guard labels.count >= 2, labels.allSatisfy({ (1...63).contains($0.count) && !$0.hasPrefix("-") && !$0.hasSuffix("-") }) else { return nil }
-        let allowedDomain = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-."))
+        let allowedDomain = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyz0123456789-.")
         guard domain.unicodeScalars.allSatisfy(allowedDomain.contains) else { return nil }
         let allowedLocal = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "!#$%&'*+/=?^_`{|}~.-"))
         return local.unicodeScalars.allSatisfy(allowedLocal.contains) ? email : nil
