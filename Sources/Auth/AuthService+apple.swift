@@ -72,8 +72,12 @@ extension AuthService {
     func appleAccount(
         _ tx: any SQLExecutor, _ identity: AppleSignIn, name: String?, client: ClientInfo, now: Date
     ) async throws -> (userID: String, created: Bool, mails: [MailMessage]) {
+        // The link is locked until the session is made: Apple's consent-revoked deletes it before signing out everywhere,
+        // so a sign-in racing it either lands first and is revoked, or finds no link.
+        let lock = tx.dialect.forNoKeyUpdate.isEmpty ? "" : tx.dialect.forNoKeyUpdate + " OF i"
         if let linked = try await tx.first(
-            "SELECT i.user_id FROM user_identities i JOIN users u ON u.id = i.user_id WHERE i.provider = 'apple' AND i.subject = ? AND u.deleted_at_ms IS NULL",
+            "SELECT i.user_id FROM user_identities i JOIN users u ON u.id = i.user_id WHERE i.provider = 'apple' AND i.subject = ? AND u.deleted_at_ms IS NULL"
+                + lock,
             [identity.subject])
         {
             return (try linked.string("user_id"), false, [])
@@ -159,8 +163,8 @@ extension AuthService {
             let userID = try row.string("user_id")
             switch type {
             case "consent-revoked":
-                try await signOutEverywhere(tx, userID: userID, now: now)
                 try await tx.query("DELETE FROM user_identities WHERE provider = 'apple' AND subject = ?", [subject])
+                try await signOutEverywhere(tx, userID: userID, now: now)
                 try await AuditLog.record(tx, at: now, actor: "apple", action: "apple_consent_revoked", subject: userID, ip: nil)
                 return "sessions revoked"
             case "account-delete":

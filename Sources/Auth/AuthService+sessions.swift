@@ -113,15 +113,18 @@ extension AuthService {
     }
 
     /// Signs the account out everywhere, in the caller's transaction (a password reset or change, an address change, an
-    /// operator's or Apple's revoke-all): the account's row is locked first, then every unfinished two-factor sign-in is
-    /// ended and every session but `except` revoked. Sessions are created only by transactions that lock that same row
-    /// (a password sign-in) or a challenge row ended here (a two-factor sign-in) and check their proof again under the
-    /// lock, so a sign-in whose password check ran before a reset either commits first, and is revoked here, or finds the
-    /// new hash and is refused: no session from the old password outlives the reset (an outside tester kept 1-3 alive
-    /// by signing in during one).
+    /// operator's or Apple's revoke-all): every unfinished two-factor sign-in is ended (waiting for one being finished),
+    /// then the account's row is locked against updates, then every session but `except` is revoked. A password sign-in
+    /// (app or console) locks that row the same way and checks its hash again under it; a two-factor sign-in locks its
+    /// challenge row. So a sign-in whose password check ran before a reset either commits first, and is revoked here, or
+    /// finds the new hash (or its challenge ended) and is refused: no session from the old password outlives the reset (an
+    /// outside tester kept 1-3 alive by signing in during one). The row lock is `FOR NO KEY UPDATE`, which a new
+    /// session's reference to the row does not wait for, and the challenges come first, so neither forms a cycle with a
+    /// two-factor sign-in (challenge, factor, then the session). An Apple sign-in locks its link, which Apple's
+    /// consent-revoked deletes before calling this. Passkey sign-ins are not re-checked: nothing here changes a passkey.
     func signOutEverywhere(_ tx: any SQLExecutor, userID: String, except: String? = nil, now: Date) async throws {
-        _ = try await users.isLive(tx, id: userID, lock: true)
         try await tx.query("UPDATE mfa_challenges SET used_at_ms = ? WHERE user_id = ? AND used_at_ms IS NULL", [now, userID])
+        _ = try await users.passwordHash(tx, id: userID, lock: true)
         try await sessions.revokeAll(tx, userID: userID, except: except, now: now)
     }
 

@@ -293,7 +293,10 @@ extension BillingService {
                 "SELECT id, raw FROM billing_events WHERE provider = 'stripe' AND original_id = ? AND verdict = 'unmatched' ORDER BY signed_at_ms, received_at_ms",
                 [key])
             for row in rows {
-                guard let event = try? JSONDecoder().decode(StripeEvent.self, from: Data(try row.string("raw").utf8)) else { continue }
+                // Stored before dates were checked, an event out of range stays unapplied (as one arriving now is refused).
+                guard let event = try? UntrustedJSON.decode(StripeEvent.self, from: Data(try row.string("raw").utf8)),
+                    ProviderDates.firstOutside(ProviderDates.seconds, event.dates) == nil
+                else { continue }
                 let verdict = try await applyStripe(tx, event)
                 guard verdict.outcome != .unmatched else { continue }
                 try await settle(

@@ -38,7 +38,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     /// (`HTTP_IDLE_TIMEOUT_SECONDS`).
     var httpIdleTimeoutSeconds = 30
     /// What request bodies still arriving may hold (``BodyBudget``): in all (`HTTP_BODY_BUFFER_MIB`, default 256), per
-    /// client address at once (`HTTP_BODY_READS_PER_CLIENT`, default 32), and how long a body over 64 KiB may take to
+    /// client address at once (`HTTP_BODY_READS_PER_CLIENT`, default 32), and how long such a body may take to
     /// arrive (`HTTP_BODY_TIMEOUT_SECONDS`, default 60).
     var httpBodyBufferMiB = 256
     var httpBodyReadsPerClient = 32

@@ -19,8 +19,8 @@ info:
     cannot be reached, or when data it needs stays locked by another operation longer than the server waits
     (`DATABASE_LOCK_TIMEOUT_SECONDS`); nothing was written, and the same request can be sent again. A request body over
     4 KiB may be answered, before it is read, 503 `unavailable` (the server is receiving too many bodies at once) or
-    429 `rate_limited` (too many bodies from this address still arriving), both with `Retry-After`; one over 64 KiB
-    that has not arrived within `HTTP_BODY_TIMEOUT_SECONDS` answers 408 `request_timeout`. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
+    429 `rate_limited` (too many bodies from this address still arriving), both with `Retry-After`; one that has
+    not arrived within `HTTP_BODY_TIMEOUT_SECONDS` answers 408 `request_timeout`. A known path asked with another method answers 405 with `Allow`; HEAD is answered wherever GET is. Every response carries
     `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
     personal data) carries `Cache-Control: no-store`. Live credentials of the wrong kind are 403, not 401: an API key
     on a user's endpoint answers `session_required`, a user's session on a service endpoint `api_key_required`.

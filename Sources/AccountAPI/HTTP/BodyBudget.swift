@@ -8,7 +8,8 @@ import Synchronization
 /// one over ``trackedFrom`` bytes first reserves its size here (the declared `Content-Length`, else the route's limit):
 /// - past the process's budget (`HTTP_BODY_BUFFER_MIB`): 503 `unavailable` with `Retry-After`, the body unread;
 /// - past one client's concurrent body reads (`HTTP_BODY_READS_PER_CLIENT`): 429 `rate_limited`;
-/// - a body over ``timedFrom`` bytes not arrived within `HTTP_BODY_TIMEOUT_SECONDS`: 408, and its reservation is freed.
+/// - one not arrived within `HTTP_BODY_TIMEOUT_SECONDS`: 408, and its reservation is freed (a body of a few KiB trickled
+///   a byte at a time would otherwise hold its share for as long as the idle timeout keeps being met).
 /// The reservation ends when the body has been read (or refused); what a handler then keeps is bounded by the requests
 /// it is running.
 final class BodyBudget: Sendable {
@@ -18,9 +19,6 @@ final class BodyBudget: Sendable {
     /// Bodies up to this size are read as they come: the API's JSON bodies (a spend's is a few hundred bytes), so the hot
     /// paths take no lock, and all the connections the process may open (20,000 descriptors) hold at most 80 MiB of them.
     static let trackedFrom = 4 * 1024
-    /// Bodies up to this size are read without a deadline: a timer per request costs a few microseconds, and such a body
-    /// holds little of the budget however slowly it comes.
-    static let timedFrom = 64 * 1024
     private let state = Mutex(State())
 
     private struct State {
@@ -97,7 +95,6 @@ extension Request {
         case nil: break
         }
         defer { budget.release(bytes, client: client) }
-        guard bytes > BodyBudget.timedFrom else { return try await collectBody(upTo: limit) }
         let body = self.body
         let timeout = budget.timeout
         let buffer = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in

@@ -49,10 +49,13 @@ struct UserStore: Sendable {
     }
 
     /// The account's password hash (nil: it has none, as an Apple-only or pending account; `liveOnly`: or it is erased;
-    /// `lock`: the row locked for the transaction, as ``AuthService/signOutEverywhere(_:userID:except:now:)`` locks it).
+    /// `lock`: the row locked against updates for the transaction, as ``AuthService/signOutEverywhere(_:userID:except:now:)``
+    /// locks it; a session insert's key-share lock on the row is not blocked, so the lock forms no cycle with a second
+    /// factor's sign-in).
     func passwordHash(_ tx: any SQLExecutor, id: String, liveOnly: Bool = false, lock: Bool = false) async throws -> String? {
         try await tx.first(
-            "SELECT password_hash FROM users WHERE id = ?" + (liveOnly ? " AND deleted_at_ms IS NULL" : "") + (lock ? tx.dialect.forUpdate : ""), [id]
+            "SELECT password_hash FROM users WHERE id = ?" + (liveOnly ? " AND deleted_at_ms IS NULL" : "") + (lock ? tx.dialect.forNoKeyUpdate : ""),
+            [id]
         )?
         .optionalString("password_hash")
     }
