@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Auth
 import Billing
 import Entitlements
 import Foundation
@@ -43,6 +44,25 @@ struct ParserFuzzTests {
         // A signed timestamp at the edge of Int64 is stale, never an overflow.
         let edge = StripeSignatureVerifier.header(rawBody: body, secret: "whsec_test", timestamp: Int64.min)
         #expect(throws: StripeSignatureError.self) { try verifier.verify(rawBody: body, header: edge, now: now) }
+    }
+
+    /// Email addresses, the key every account is found by: any bytes give nil or one spelling that is its own
+    /// normal form (NFC, at most 254 bytes, an ASCII domain, no space or control character), and canonically
+    /// equivalent spellings (composed, decomposed) give the same answer.
+    @Test func emailAddresses() throws {
+        var accepted = 0
+        let count = Fuzzer(corpus: try Fuzzer.corpus("email-addresses", root: repositoryRoot), iterationsMin: 1001).run { input in
+            let raw = String(decoding: input, as: UTF8.self)
+            let email = InputRules.normalizedEmail(raw)
+            #expect(email == InputRules.normalizedEmail(raw.decomposedStringWithCanonicalMapping), "\(input)")
+            guard let email else { return }
+            accepted += 1
+            let domain = email.split(separator: "@").last ?? ""
+            #expect(InputRules.normalizedEmail(email) == email, "\(input)")
+            #expect(email.utf8.count <= InputRules.emailBytesMax && email == email.precomposedStringWithCanonicalMapping)
+            #expect(domain.utf8.allSatisfy { $0 < 0x80 } && !email.unicodeScalars.contains { CharacterSet.controlCharacters.contains($0) })
+        }
+        #expect(count > 1000 && accepted >= 4)
     }
 
     /// Image sniffing before the worker: any bytes give a format or nil.
