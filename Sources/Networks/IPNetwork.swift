@@ -34,6 +34,16 @@ public struct IPNetwork: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "\(address.count == 4 ? "IPv4" : "IPv6")/\(prefixLength)" }
 
+    /// What one client controls, as a budget's key: an IPv4 address, or an IPv6 /64 (one subscriber line or host gets a
+    /// whole /64, and every address in it is theirs to send from, so keying the exact address would give them 2^64
+    /// budgets). Text that is not an address is its own key.
+    public static func client(_ ip: String) -> String {
+        guard let bytes = bytes(of: ip) else { return ip }
+        guard bytes.count == 16 else { return bytes.map(String.init).joined(separator: ".") }
+        let prefix = stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+        return prefix.joined(separator: ":") + "::/64"
+    }
+
     /// The address's bytes (4 or 16), or nil when the text is not an IP address. IPv4-mapped IPv6 addresses count as IPv4.
     public static func bytes(of text: String) -> [UInt8]? {
         var v4 = in_addr()

@@ -51,6 +51,33 @@ struct BodyBudgetTests {
         await #expect(throws: NIOTooManyBytesError.self) { _ = try await large.readBody(upTo: 1 << 20, budget: budget, client: "slow") }
     }
 
+    /// One client is an IPv4 address or an IPv6 /64: addresses from one /64 share its count; another /64 has its own.
+    @Test func anIPv6ClientsWholeSlash64IsOneClient() async throws {
+        let budget = BodyBudget(bytesMax: 1 << 20, readsPerClientMax: 1, timeoutSeconds: 30)
+        func stalled(_ stream: AsyncStream<ByteBuffer>) -> Request {
+            Request(
+                head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/x", headerFields: [.contentLength: "10000"]),
+                body: RequestBody(asyncSequence: stream))
+        }
+        let (stream, feed) = AsyncStream<ByteBuffer>.makeStream()
+        let first = Task {
+            var request = stalled(stream)
+            return try await request.readBody(upTo: 1 << 20, budget: budget, client: "2001:db8:1:2::1")
+        }
+        while budget.inUse.clients == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        var neighbour = stalled(AsyncStream<ByteBuffer> { _ in })
+        let refused = await #expect(throws: Problem.self) {
+            _ = try await neighbour.readBody(upTo: 1 << 20, budget: budget, client: "2001:db8:1:2:ffff:ffff:ffff:fffe")
+        }
+        #expect(refused?.status == .tooManyRequests)
+        #expect(budget.reserve(1, client: "2001:db8:1:3::/64") == nil, "another /64 is another client")
+        budget.release(1, client: "2001:db8:1:3::/64")
+        feed.yield(ByteBuffer(repeating: 0x61, count: 10_000))
+        feed.finish()
+        #expect(try await first.value.readableBytes == 10_000)
+        #expect(budget.inUse == (0, 0))
+    }
+
     /// Over HTTP: while other bodies hold the whole budget, a large body is answered 503 and a client's many large bodies
     /// 429, both without reading them; small bodies (the API's JSON) go on; once they are given back all is answered.
     @Test(arguments: TestDatabase.engines)

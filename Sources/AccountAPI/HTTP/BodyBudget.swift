@@ -1,4 +1,5 @@
 import Hummingbird
+import Networks
 import NIOCore
 import Synchronization
 
@@ -7,7 +8,8 @@ import Synchronization
 /// the process from 418 MB to 1.6 GB without signing in. Every body is read through ``Request/readBody(upTo:context:)``;
 /// one over ``trackedFrom`` bytes first reserves its size here (the declared `Content-Length`, else the route's limit):
 /// - past the process's budget (`HTTP_BODY_BUFFER_MIB`): 503 `unavailable` with `Retry-After`, the body unread;
-/// - past one client's concurrent body reads (`HTTP_BODY_READS_PER_CLIENT`): 429 `rate_limited`;
+/// - past one client's concurrent body reads (`HTTP_BODY_READS_PER_CLIENT`; an IPv4 address or an IPv6 /64): 429
+///   `rate_limited`;
 /// - one not arrived within `HTTP_BODY_TIMEOUT_SECONDS`: 408, and its reservation is freed (a body of a few KiB trickled
 ///   a byte at a time would otherwise hold its share for as long as the idle timeout keeps being met).
 /// The reservation ends when the body has been read (or refused); what a handler then keeps is bounded by the requests
@@ -83,6 +85,7 @@ extension Request {
         if let declared, declared > limit { throw NIOTooManyBytesError(maxBytes: limit) }
         let bytes = declared ?? limit
         guard let budget, bytes > BodyBudget.trackedFrom else { return try await collectBody(upTo: limit) }
+        let client = IPNetwork.client(client)  // an IPv6 client's whole /64 is one client
         switch budget.reserve(bytes, client: client) {
         case .full?:
             throw Problem.unavailable("The server is receiving too many request bodies at once; try again shortly.", retryAfterSeconds: 1)

@@ -22,14 +22,8 @@ struct BudgetKeys: Sendable {
     /// Unauthenticated Argon2 runs from one client network.
     func hashing(ip: String) -> String { "hash-ip:" + Self.clientNetwork(ip) }
 
-    /// What one client controls: an IPv4 address, or an IPv6 /64 (one subscriber line or host gets a whole /64, and
-    /// every address in it is theirs to send from, so keying the exact address would give them 2^64 budgets).
-    static func clientNetwork(_ ip: String) -> String {
-        guard let bytes = IPNetwork.bytes(of: ip) else { return ip }
-        guard bytes.count == 16 else { return bytes.map(String.init).joined(separator: ".") }
-        let prefix = stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
-        return prefix.joined(separator: ":") + "::/64"
-    }
+    /// What one client controls (``IPNetwork/client(_:)``).
+    static func clientNetwork(_ ip: String) -> String { IPNetwork.client(ip) }
     /// PIN checks for one profile.
     static func pin(profileID: String) -> String { "pin:" + profileID }
     /// Code checks for one address and purpose.
