@@ -40,46 +40,45 @@ extension AuthService {
         else { throw AuthError.invalidCredentials }
         let email = InputRules.normalizedEmail(input.email) ?? input.email.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
         let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
-        let row = try await database.withConnection(logger: logger) { tx in try await users.signInCandidate(tx, email: email) }
-        let storedHash = row?.passwordHash
-        let matches = try await passwords.verify(input.password, storedHash ?? hasher.dummyHash) && storedHash != nil
-        guard matches, let row, row.emailVerified else {
-            try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
-            throw AuthError.invalidCredentials
+        let opened = try await checkPassword(input.password, email: email, attempt: attempt, client: client, logger: logger) { row, storedHash in
+            guard row.emailVerified else {
+                try await recordFailure(attempt, userID: row.id, client: client, logger: logger)
+                throw AuthError.invalidCredentials
+            }
+            return try await openConsoleSession(
+                userID: row.id, checkedHash: storedHash, attempt: attempt, code: input.code, requireSecondFactor: requireSecondFactor,
+                client: client, logger: logger)
         }
-        // Two transactions, as the app's sign-in does: the reservation locks the network's row before the address's, so
-        // one transaction taking them the other way round could deadlock with it.
-        try? await database.transaction(lane: attempt.accountKey, logger: logger) { tx in
-            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: clock.now())
-        }
+        // The network's attempt back in a transaction of its own, as the app's sign-in does: the reservation locks the
+        // network's row before the address's, so one transaction taking them the other way round could deadlock with it.
         try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
         }
-        return try await openConsoleSession(
-            userID: row.id, checkedHash: storedHash, code: input.code, requireSecondFactor: requireSecondFactor, client: client, logger: logger)
+        return try opened.get()
     }
 
     /// After the password: the role, the second factor, and the session, in one transaction (nothing is written when any
-    /// of them refuses but the factor's used step and its attempt). The hash the password was checked against must still
-    /// be the account's once its row is locked (see ``signOutEverywhere(_:userID:except:now:)``).
+    /// of them refuses but the password's success, the factor's used step and its attempt). The hash the password was
+    /// checked against must still be the account's once its row is locked (see ``signOutEverywhere(_:userID:except:now:)``);
+    /// nil when it is not, and nothing is written.
     func openConsoleSession(
-        userID: String, checkedHash: String?, code: String?, requireSecondFactor: Bool, client: ClientInfo, logger: Logger
-    ) async throws -> (User, IssuedSession) {
+        userID: String, checkedHash: String, attempt: SignInAttempt, code: String?, requireSecondFactor: Bool, client: ClientInfo,
+        logger: Logger
+    ) async throws -> Result<(User, IssuedSession), AuthError>? {
         let hasFactor = try await database.withConnection(logger: logger) { tx in
             try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [userID])?.optionalInt("enabled_at_ms") != nil
         }
-        let attempt = hasFactor ? try await reserveSecondFactor(userID: userID, logger: logger) : 0
-        let result: Result<(User, IssuedSession), AuthError> = try await database.transaction(logger: logger) { tx in
+        let factorAttempt = hasFactor ? try await reserveSecondFactor(userID: userID, logger: logger) : 0
+        return try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else {
-                return .failure(.invalidCredentials)
-            }
+            guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else { return nil }
+            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
             let user = try await loadUser(tx, id: userID)
             guard user.role == "admin" else { return .failure(.forbidden("This account is not an operator (role admin).")) }
             if hasFactor {
                 let typed = (code ?? "").filter { !$0.isWhitespace }
                 let factor: SecondFactor = typed.count == 6 && typed.allSatisfy { $0.isASCII && $0.isNumber } ? .code(typed) : .recoveryCode(typed)
                 guard !typed.isEmpty, try await useSecondFactor(tx, userID: userID, factor: factor, now: now) else {
-                    return .failure(wrongFactor(attempt))
+                    return .failure(wrongFactor(factorAttempt))
                 }
                 try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))
             } else if requireSecondFactor {
@@ -96,7 +95,6 @@ extension AuthService {
             try await AuditLog.record(tx, at: now, actor: userID, action: "console_sign_in", subject: userID, ip: client.ip)
             return .success((user, IssuedSession(id: id, token: token, expiresAt: min(expires, now.addingTimeInterval(Self.consoleIdleSeconds)))))
         }
-        return try result.get()
     }
 
     /// The operator behind a console cookie: a live console session of a user who is still an admin and has not been

@@ -23,24 +23,12 @@ extension AuthService {
         guard rawEmail.utf8.count <= InputRules.emailBytesMax else { throw AuthError.validation("Enter a valid email address.") }
         let email = InputRules.normalizedEmail(rawEmail) ?? rawEmail.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
         let attempt = try await reserveSignIn(email: email, ip: client.ip, logger: logger)
-        // The hash is checked again, under the account's lock, by the transaction that opens the session; when it changed
-        // in between (a reset or change committed, or another sign-in rehashed it), the password is checked once more
-        // against the hash now in force.
-        var opened: Result<(SignInOutcome, [MailMessage]), AuthError>?
-        for _ in 0..<2 where opened == nil {
-            // A pending account has no password; the newest sign-up request's stands in, so only whoever typed it learns
-            // `email_not_verified` (everyone else meets `invalid_credentials`, as for an unknown address).
-            let row = try await database.withConnection(logger: logger) { tx in try await users.signInCandidate(tx, email: email) }
-            let storedHash = row?.passwordHash
-            let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
-            guard matches, let row, let storedHash else {
-                try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
-                throw AuthError.invalidCredentials
-            }
+        // A pending account has no password; the newest sign-up request's stands in, so only whoever typed it learns
+        // `email_not_verified` (everyone else meets `invalid_credentials`, as for an unknown address).
+        let outcome = try await checkPassword(password, email: email, attempt: attempt, client: client, logger: logger) { row, storedHash in
             let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
-            opened = try await openSession(row, checkedHash: storedHash, rehash: rehash, attempt: attempt, client: client, logger: logger)
+            return try await openSession(row, checkedHash: storedHash, rehash: rehash, attempt: attempt, client: client, logger: logger)
         }
-        guard let outcome = opened else { throw AuthError.invalidCredentials }
         // The right password gives the per-network failure budget its attempt back, in a transaction of its own: every
         // sign-in from one address (a carrier NAT, an office) passes through that row, so it is held for one statement,
         // not for the session's writes (and never in the opposite lock order to the reservation's). Lost, it only counts
@@ -50,6 +38,28 @@ extension AuthService {
         let (result, mails) = try outcome.get()
         await send(mails, logger: logger)
         return result
+    }
+
+    /// The password check of both sign-ins (the app's and the console's): `password` against the account's hash (an
+    /// unknown address against a stand-in, after the same Argon2 work), then `open` with the hash it matched. `open`
+    /// checks that hash again under the account's lock and answers nil when it changed in between (a reset or change
+    /// committed, or another sign-in rehashed it); the password is then checked once more against the hash now in force.
+    /// A wrong password is recorded against `attempt` and answers `invalid_credentials`.
+    func checkPassword<T>(
+        _ password: String, email: String, attempt: SignInAttempt, client: ClientInfo, logger: Logger,
+        open: (UserStore.SignInCandidate, _ checkedHash: String) async throws -> T?
+    ) async throws -> T {
+        for _ in 0..<2 {
+            let row = try await database.withConnection(logger: logger) { tx in try await users.signInCandidate(tx, email: email) }
+            let storedHash = row?.passwordHash
+            let matches = try await passwords.verify(password, storedHash ?? hasher.dummyHash) && storedHash != nil
+            guard matches, let row, let storedHash else {
+                try await recordFailure(attempt, userID: row?.id, client: client, logger: logger)
+                throw AuthError.invalidCredentials
+            }
+            if let opened = try await open(row, storedHash) { return opened }
+        }
+        throw AuthError.invalidCredentials
     }
 
     /// Opens the session (or the two-factor challenge) for a password just checked against `checkedHash`; nil when the

@@ -176,6 +176,32 @@ struct AuthServiceTests {
             let signedIn = try await auth.signIn(
                 email: "race@example.com", password: "another long password", client: client, logger: TestDatabase.logger)
             guard case .session = signedIn else { Issue.record("expected a session, got \(signedIn)"); return }
+            // The console's sign-in: the same stale hash opens nothing there either.
+            let consoleAttempt = try await auth.reserveSignIn(email: "race@example.com", ip: client.ip, logger: TestDatabase.logger)
+            let console = try await auth.openConsoleSession(
+                userID: user.id, checkedHash: checked, attempt: consoleAttempt, code: nil, requireSecondFactor: false, client: client,
+                logger: TestDatabase.logger)
+            #expect(console == nil)
+            // A hash that changed between the check and the lock (a parallel sign-in rehashed it) is checked once more.
+            var rounds = 0
+            let rehashed = try await auth.hasher.hash("another long password")
+            let matched = try await auth.checkPassword(
+                "another long password", email: "race@example.com", attempt: consoleAttempt, client: client, logger: TestDatabase.logger
+            ) { _, hash -> String? in
+                rounds += 1
+                guard rounds > 1 else {
+                    try await db.transaction(logger: TestDatabase.logger) {
+                        try await UserStore().setPasswordHash($0, id: user.id, rehashed, now: Date())
+                    }
+                    return nil
+                }
+                return hash
+            }
+            #expect(rounds == 2 && matched == rehashed)
+            let (admin, _) = try await auth.consoleSignIn(
+                ConsoleSignIn(email: "race@example.com", password: "another long password", code: nil), requireSecondFactor: false,
+                client: client, logger: TestDatabase.logger)
+            #expect(admin.id == user.id)
         }
     }
 

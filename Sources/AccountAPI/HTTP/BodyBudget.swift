@@ -1,6 +1,6 @@
 import Hummingbird
-import Networks
 import NIOCore
+import Networks
 import Synchronization
 
 /// What request bodies still being read may hold. A body's bytes stay in memory until its last byte arrives, and a client
