@@ -3,6 +3,7 @@ import Entitlements
 import Foundation
 import Ledger
 import Logging
+import SafeJSON
 import Storage
 
 extension BillingService {
@@ -226,7 +227,7 @@ extension BillingService {
             [originalTransactionID])
         for row in rows {
             let id = try row.string("id")
-            guard let body = try? JSONDecoder().decode(AppleNotificationBody.self, from: Data(try row.string("raw").utf8)),
+            guard let body = try? UntrustedJSON.decode(AppleNotificationBody.self, from: Data(try row.string("raw").utf8)),
                 let notification = try? await apple.verifyNotification(body.signedPayload)
             else { continue }
             let verdict = try await applyAppleNotification(tx, notification)

@@ -4,6 +4,7 @@ import JWTKit
 import Logging
 import NIOCore
 import NIOHTTP1
+import SafeJSON
 
 /// Apple's signing keys (a JWKS), fetched with async-http-client and cached. A token naming a key the cache does not
 /// have refetches the set, at most once a minute; an unreachable set is ``IdentityError/unavailable`` (never an accept).
@@ -62,7 +63,7 @@ public actor AppleKeySet {
             throw IdentityError.unavailable("Apple's keys cannot be fetched right now.")
         }
         let set: JWKS
-        do { set = try JSONDecoder().decode(JWKS.self, from: Data(body.readableBytesView)) } catch {
+        do { set = try UntrustedJSON.decode(JWKS.self, from: Data(body.readableBytesView)) } catch {
             throw IdentityError.unavailable("Apple's keys are not a JSON Web Key Set.")
         }
         // Only RSA keys for RS256 are kept: the algorithm never comes from a token.

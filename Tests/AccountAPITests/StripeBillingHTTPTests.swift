@@ -135,6 +135,21 @@ struct StripeStory {
         }
         #expect(try await app.rows("SELECT id FROM billing_events WHERE external_id LIKE 'evt_far%'").isEmpty)
         #expect(try await client.subscription(token).isEntitled == false)
+        // An unmatched refund stored before dates were checked (its date made out of range in place) stays unapplied
+        // when its checkout completes, as one arriving now is refused.
+        let refund = #"{"id":"ch_far","object":"charge","amount":1499,"amount_refunded":1499,"payment_intent":"pi_far"}"#
+        func refundEvent(created: Int64) -> String {
+            #"{"id":"evt_old_r","object":"event","type":"charge.refunded","created":\#(created),"livemode":false,"data":{"object":\#(refund)}}"#
+        }
+        #expect(try await outcome(refundEvent(created: base), at: now) == "unmatched")
+        try await app.write("UPDATE billing_events SET raw = ? WHERE external_id = 'evt_old_r'", [refundEvent(created: Int64.max)])
+        let pack = stripeEvent(
+            "evt_old_c", "checkout.session.completed", created: now,
+            #"{"id":"cs_old","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(user)","payment_intent":"pi_far","metadata":{"priceId":"price_tokens_25"}}"#
+        )
+        #expect(try await outcome(pack, at: now) == "applied")
+        #expect(try await client.balance(token).purchasedTokens == 25)
+        #expect(try await app.rows("SELECT verdict FROM billing_events WHERE external_id = 'evt_old_r'").first?.string("verdict") == "unmatched")
     }
 
     /// A subscription checkout starts the plan; the first invoice adds nothing; a cycle invoice that arrives after a newer
