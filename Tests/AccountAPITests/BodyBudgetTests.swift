@@ -51,6 +51,23 @@ struct BodyBudgetTests {
         await #expect(throws: NIOTooManyBytesError.self) { _ = try await large.readBody(upTo: 1 << 20, budget: budget, client: "slow") }
     }
 
+    /// Memory is given back once after a spike of at least 32 MiB has mostly been read, not for small bodies, not while
+    /// the spike is still arriving, and not twice for one spike.
+    @Test func memoryIsGivenBackOnceAfterASpike() {
+        let budget = BodyBudget(bytesMax: 256 << 20, readsPerClientMax: 100, timeoutSeconds: 30)
+        for n in 0..<20 { #expect(budget.reserve(1 << 20, client: "small\(n)") == nil) }
+        for n in 0..<20 { budget.release(1 << 20, client: "small\(n)") }
+        #expect(!budget.takeTrimDue(), "20 MiB at most is no spike")
+        for n in 0..<40 { #expect(budget.reserve(1 << 20, client: "c\(n % 4)") == nil) }
+        #expect(!budget.takeTrimDue(), "still arriving")
+        for n in 0..<29 { budget.release(1 << 20, client: "c\(n % 4)") }
+        #expect(!budget.takeTrimDue(), "11 of 40 MiB still in flight")
+        budget.release(1 << 20, client: "c1")
+        #expect(budget.takeTrimDue() && !budget.takeTrimDue(), "once, at a quarter")
+        for n in 30..<40 { budget.release(1 << 20, client: "c\(n % 4)") }
+        #expect(!budget.takeTrimDue() && budget.inUse == (0, 0))
+    }
+
     /// One client is an IPv4 address or an IPv6 /64: addresses from one /64 share its count; another /64 has its own.
     @Test func anIPv6ClientsWholeSlash64IsOneClient() async throws {
         let budget = BodyBudget(bytesMax: 1 << 20, readsPerClientMax: 1, timeoutSeconds: 30)

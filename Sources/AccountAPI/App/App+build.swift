@@ -24,6 +24,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
+    app.addServices(MemoryReturn(budget: dependencies.bodies, logger: logger))
     if let client = dependencies.appStore, let settings = dependencies.config.appleAPI {
         app.addServices(AppleServerJobs(dependencies: dependencies, client: client, settings: settings, logger: logger))
     }

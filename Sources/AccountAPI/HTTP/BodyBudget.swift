@@ -26,7 +26,13 @@ final class BodyBudget: Sendable {
     private struct State {
         var bytes = 0
         var reads: [String: Int] = [:]
+        /// The most reserved at once since memory was last given back (``takeTrimDue()``).
+        var peak = 0
     }
+
+    /// Past this many bytes in flight at once, the memory they held is given back to the system once they are read
+    /// (``MemoryReturn``): the allocator keeps freed pages for reuse, so a spike would otherwise stay in the process's size.
+    static let trimFrom = 32 << 20
 
     enum Refusal: Equatable {
         case full
@@ -44,6 +50,7 @@ final class BodyBudget: Sendable {
             guard reads < readsPerClientMax else { return .client }
             guard bytes <= bytesMax - state.bytes else { return .full }
             state.bytes += bytes
+            state.peak = max(state.peak, state.bytes)
             state.reads[client] = reads + 1
             return nil
         }
@@ -54,6 +61,16 @@ final class BodyBudget: Sendable {
             state.bytes -= bytes
             let reads = state.reads[client, default: 1] - 1
             state.reads[client] = reads > 0 ? reads : nil
+        }
+    }
+
+    /// True once after a spike of at least ``trimFrom`` bytes has mostly been read (a quarter or less still in flight):
+    /// the moment to give the memory back.
+    func takeTrimDue() -> Bool {
+        state.withLock { state in
+            guard state.peak >= Self.trimFrom, state.bytes <= state.peak / 4 else { return false }
+            state.peak = state.bytes
+            return true
         }
     }
 
