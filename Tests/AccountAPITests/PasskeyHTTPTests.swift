@@ -156,6 +156,8 @@ struct PasskeyHTTPTests {
             let last = try await client.send(.delete, "/api/auth/passkeys/\(second.credentialIDText)", token: token)
             #expect(last.status == .conflict, "\(String(buffer: last.body))")
             #expect(try await client.send(.delete, "/api/auth/passkeys/\(rsa.credentialIDText)", token: token).status == .notFound)
+            // A removed passkey signs in no more (one in flight meanwhile finds its row gone when it moves the counter on).
+            #expect(try await Self.signIn(client, &rsa).0.status == .unauthorized)
             // Erasing the account forgets its passkeys.
             try await app.write("DELETE FROM totp_factors WHERE user_id = ?", [userID])
             #expect(try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":""}"#).status == .noContent)
