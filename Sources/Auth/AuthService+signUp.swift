@@ -67,12 +67,16 @@ extension AuthService {
         }
         try await tx.query(
             "DELETE FROM sign_up_requests WHERE email = ? AND created_at_ms < ?", [email, now.addingTimeInterval(-policy.pendingSignUpSeconds)])
-        // At most `pendingSignUpRequestsMax` live requests per address: the oldest make room.
+        // At most `pendingSignUpRequestsMax` live requests per address: the oldest make room, but a request whose code
+        // was mailed and still works goes last. Otherwise sign-ups the mail budget holds back (stored without a code, and
+        // cheap for anyone to send) would push out the one whose code the owner is about to type; the mail budget keeps
+        // the requests with a working code far fewer than the cap.
         try await tx.query(
             """
             DELETE FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL AND id NOT IN (
-                SELECT id FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL ORDER BY created_at_ms DESC, id DESC LIMIT ?)
-            """, [email, email, policy.pendingSignUpRequestsMax - 1])
+                SELECT id FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL
+                ORDER BY CASE WHEN code_hmac IS NOT NULL AND expires_at_ms > ? THEN 0 ELSE 1 END, created_at_ms DESC, id DESC LIMIT ?)
+            """, [email, email, now, policy.pendingSignUpRequestsMax - 1])
         let code = SecretHasher.newCode()
         try await tx.query(
             """

@@ -115,6 +115,27 @@ struct SecurityHTTPTests {
     /// code still gives her password. resend-otp mints a code only for an address's only sign-up: with two it cannot say
     /// whose the caller is. A sign-up the mail budget holds back is still stored (outside attack: the victim signing up
     /// within the cooldown after the attacker, then resending, once received a code for the attacker's request).
+    /// Sign-ups the mail budget holds back are stored without a code; more of them than the cap on requests per
+    /// address push out older ones, but never the one whose code was mailed (an outside tester made the owner's
+    /// code invalid with ten throttled sign-ups, leaving only the attacker's next code to type).
+    @Test(arguments: TestDatabase.engines)
+    func heldSignUpsNeverPushOutTheMailedCode(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            try await client.post("/api/auth/sign-up", json: #"{"email":"flood@example.com","password":"the victims passphrase","name":"Victim"}"#)
+            let floodCode = try await app.lastCode(to: "flood@example.com")
+            for n in 0..<12 {
+                app.clock.advance(seconds: 1)  // each newer than the owner's (within the mail's 60 s cooldown)
+                let held = try await client.post(
+                    "/api/auth/sign-up", json: #"{"email":"flood@example.com","password":"the attackers passphrase \#(n)","name":"Mallory"}"#)
+                #expect(held.status == .tooManyRequests)
+            }
+            #expect(try await app.rows("SELECT id FROM sign_up_requests WHERE email = 'flood@example.com'").count == 10)
+            let flooded = try await client.post("/api/verify-otp", json: #"{"email":"flood@example.com","code":"\#(floodCode)"}"#)
+            #expect(flooded.status == .ok, "the owner's code after twelve held sign-ups: \(String(buffer: flooded.body))")
+            #expect(try flooded.json(SeedVerifyOTPResponse.self).user?.name == "Victim")
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func theFirstSignUpsCodeStillWorksAfterAnotherAndResendNeverPicksBetweenSignUps(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
