@@ -60,15 +60,29 @@ extension AuthService {
     ) async throws {
         try requireOwnerProfile(session)
         if let problem = InputRules.passwordProblem(newPassword) { throw AuthError.validation(problem) }
-        try await passwords.require(currentPassword, of: session.user, ip: client.ip, logger: logger)
+        let checked = try await passwords.require(currentPassword, of: session.user, ip: client.ip, logger: logger)
         let newHash = try await hashPassword(newPassword)
-        try await database.transaction(logger: logger) { tx in
+        try await commitPasswordChange(session, checkedHash: checked, newHash: newHash, client: client, logger: logger)
+        await send([Mails.passwordChanged(to: session.user.email)], logger: logger)
+    }
+
+    /// Writes a changed password, once the account's row is locked, only if the hash the current password was checked
+    /// against is still the account's and the session is still live: a reset or a revocation that committed during the
+    /// Argon2 work wins (a reviewer showed a stolen session looping change-password undoing the owner's reset).
+    func commitPasswordChange(
+        _ session: AuthenticatedSession, checkedHash: String?, newHash: String, client: ClientInfo, logger: Logger
+    ) async throws {
+        let outcome: Result<Void, AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
+            guard try await users.passwordHash(tx, id: session.user.id, liveOnly: true, lock: true) == checkedHash else {
+                return .failure(.invalidPassword)
+            }
+            guard try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now) else { return .failure(.unauthorized) }
             try await users.setPasswordHash(tx, id: session.user.id, newHash, now: now)
             try await signOutEverywhere(tx, userID: session.user.id, except: session.sessionID, now: now)
-            try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)
+            return .success(())
         }
-        await send([Mails.passwordChanged(to: session.user.email)], logger: logger)
+        try outcome.get()
     }
 }

@@ -205,6 +205,42 @@ struct AuthServiceTests {
         }
     }
 
+    /// A password change whose current password was checked before a reset (or a revocation) committed writes nothing:
+    /// the owner's reset stands (a reviewer showed a stolen session looping change-password undoing it).
+    @Test(arguments: TestDatabase.engines)
+    func aPasswordChangeCheckedBeforeAResetWritesNothing(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            let auth = try Self.service(db)
+            let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
+            let user = try await auth.createAdmin(
+                email: "change@example.com", password: "long enough password", name: "C", logger: TestDatabase.logger)
+            func current() async throws -> String? {
+                try await db.withConnection(logger: TestDatabase.logger) { try await UserStore().passwordHash($0, id: user.id) }
+            }
+            guard
+                case .session(_, let issued) = try await auth.signIn(
+                    email: "change@example.com", password: "long enough password", client: client, logger: TestDatabase.logger)
+            else { Issue.record("no session"); return }
+            let changer = try await auth.authenticate(token: issued.token, logger: TestDatabase.logger)
+            let checkedByChanger = try await current()
+            let ownersHash = try await auth.hasher.hash("the owner's new password")
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await UserStore().setPasswordHash(tx, id: user.id, ownersHash, now: Date())
+                try await auth.signOutEverywhere(tx, userID: user.id, now: Date())
+            }
+            let attackers = try await auth.hasher.hash("the attacker's password")
+            await #expect(throws: AuthError.invalidPassword) {
+                try await auth.commitPasswordChange(
+                    changer, checkedHash: checkedByChanger, newHash: attackers, client: client, logger: TestDatabase.logger)
+            }
+            await #expect(throws: AuthError.unauthorized) {
+                try await auth.commitPasswordChange(changer, checkedHash: ownersHash, newHash: attackers, client: client, logger: TestDatabase.logger)
+            }
+            #expect(try await current() == ownersHash)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func aHashWithOldParametersIsReplacedAtSignIn(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in

@@ -23,7 +23,8 @@ public struct PasswordCheck: Sendable {
 
     /// Throws `invalidPassword` unless `password` is the user's current one; `accountLocked` / `rateLimited` (nothing
     /// checked) while the address's password budget refuses.
-    public func require(_ password: String, of user: User, ip: String?, logger: Logger) async throws {
+    @discardableResult
+    public func require(_ password: String, of user: User, ip: String?, logger: Logger) async throws -> String? {
         let key = keys.password(email: user.email)
         let rule = policy.passwordRule
         let attempt = try await database.transaction(lane: key, logger: logger) { tx in
@@ -46,6 +47,7 @@ public struct PasswordCheck: Sendable {
             }
         }
         guard matches else { throw AuthError.invalidPassword }
+        return stored
     }
 
     /// The attempt number, or the refusal as the error sign-in answers with.

@@ -104,9 +104,13 @@ struct SessionStore: Sendable {
         try await database.quickQuery("SELECT mfa_at_ms FROM sessions WHERE id = ?", [sessionID], logger: logger).first?.optionalDate("mfa_at_ms")
     }
 
-    /// The session's user showed their password now (a recent authentication for sensitive actions).
-    func markAuthenticated(_ tx: any SQLExecutor, sessionID: String, now: Date) async throws {
-        try await tx.query("UPDATE sessions SET authenticated_at_ms = ? WHERE id = ?", [now, sessionID])
+    /// The session's user showed their password now (a recent authentication for sensitive actions); false when the
+    /// session was revoked meanwhile.
+    @discardableResult
+    func markAuthenticated(_ tx: any SQLExecutor, sessionID: String, now: Date) async throws -> Bool {
+        try await !tx.query(
+            "UPDATE sessions SET authenticated_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING id", [now, sessionID]
+        ).isEmpty
     }
 
     /// The family profile the session acts as.
