@@ -56,22 +56,35 @@ extension AuthService {
         return try opened.get()
     }
 
-    /// After the password: the role, the second factor, and the session, in one transaction (nothing is written when any
-    /// of them refuses but the password's success, the factor's used step and its attempt). The hash the password was
-    /// checked against must still be the account's once its row is locked (see ``signOutEverywhere(_:userID:except:now:)``);
-    /// nil when it is not, and nothing is written.
+    /// After the password: the role, the second factor, and the session. First the password is counted right, if the
+    /// hash it was checked against is still the account's once its row is locked (see
+    /// ``signOutEverywhere(_:userID:except:now:)``; nil when it is not, and nothing is written), so a refusal of the
+    /// second factor's budget never counts as a wrong password. Then one transaction checks the hash again (a reset in
+    /// between wins), the role, the factor (whether the account has one is read again: one turned on meanwhile is asked
+    /// for), and opens the session; nothing is written when any of them refuses but the factor's used step and attempt.
     func openConsoleSession(
         userID: String, checkedHash: String, attempt: SignInAttempt, code: String?, requireSecondFactor: Bool, client: ClientInfo,
         logger: Logger
     ) async throws -> Result<(User, IssuedSession), AuthError>? {
-        let hasFactor = try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [userID])?.optionalInt("enabled_at_ms") != nil
+        let stands = try await database.transaction(logger: logger) { tx in
+            guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else { return false }
+            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: clock.now())
+            return true
         }
-        let factorAttempt = hasFactor ? try await reserveSecondFactor(userID: userID, logger: logger) : 0
+        guard stands else { return nil }
+        let factorQuery = "SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?"
+        let hasFactor = try await database.withConnection(logger: logger) { tx in
+            try await tx.first(factorQuery, [userID])?.optionalInt("enabled_at_ms") != nil
+        }
+        let factorAttempt: Int
+        do { factorAttempt = hasFactor ? try await reserveSecondFactor(userID: userID, logger: logger) : 0 } catch let error as AuthError {
+            return .failure(error)
+        }
         return try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else { return nil }
-            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
+            guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash,
+                (try await tx.first(factorQuery + tx.dialect.forUpdate, [userID])?.optionalInt("enabled_at_ms") != nil) == hasFactor
+            else { return .failure(.invalidCredentials) }
             let user = try await loadUser(tx, id: userID)
             guard user.role == "admin" else { return .failure(.forbidden("This account is not an operator (role admin).")) }
             if hasFactor {

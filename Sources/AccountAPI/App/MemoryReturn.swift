@@ -7,7 +7,7 @@ import Glibc
 
 /// Gives memory back to the system after a spike of request bodies (``BodyBudget/takeTrimDue()``): glibc keeps freed
 /// pages in its arenas, so an outside tester's 1,200 slow bodies left the process at its peak size long after they were
-/// gone. Checked every two seconds; `malloc_trim` runs only after a spike, never on a request's path.
+/// gone. Checked every two seconds; `malloc_trim` runs only after a spike, at most every 30 s, outside any request.
 struct MemoryReturn: Service {
     /// glibc's `malloc_trim` (not in Swift's Glibc module: it is declared in `malloc.h`), looked up by name; nil
     /// elsewhere (another C library, macOS), where nothing is done.
@@ -22,13 +22,20 @@ struct MemoryReturn: Service {
 
     let budget: BodyBudget
     let logger: Logger
+    /// The least time between two trims (each walks the allocator's arenas under their locks).
+    static let spacing = Duration.seconds(30)
 
     func run() async throws {
+        guard let trim = Self.mallocTrim else {
+            return logger.info("malloc_trim is not available here (not glibc, or linked statically): memory is not given back")
+        }
         try? await cancelWhenGracefulShutdown {
+            var last = ContinuousClock.now - Self.spacing
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(2))
-                guard budget.takeTrimDue() else { continue }
-                guard let trim = Self.mallocTrim else { continue }
+                // Bodies declared and never sent count as a spike too: at most one trim per `spacing`, whatever a client does.
+                guard ContinuousClock.now - last >= Self.spacing, budget.takeTrimDue() else { continue }
+                last = ContinuousClock.now
                 let returned = trim(0) == 1
                 logger.info("memory given back after a spike of request bodies", metadata: ["returned": "\(returned)"])
             }
