@@ -29,7 +29,7 @@ extension AuthService {
         // An account without a password (Sign in with Apple only) proves presence by a recent sign-in instead.
         try await requirePresence(session, password: password, client: client, logger: logger)
         let email = session.user.email
-        try await database.transaction(logger: logger) { tx in
+        try await sessionTransaction(session, logger: logger) { tx in
             try await erase(tx, userID: session.user.id, email: email, actor: session.user.id, ip: client.ip)
         }
     }

@@ -190,7 +190,7 @@ extension AuthService {
             throw AuthError.validation("Only 'apple' can be unlinked; the password is changed, not removed (got '\(provider.prefix(20))').")
         }
         try await requirePresence(session, password: currentPassword, client: client, logger: logger)
-        try await database.transaction(logger: logger) { tx in
+        try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             guard try await tx.first("SELECT subject FROM user_identities WHERE user_id = ? AND provider = 'apple'", [session.user.id]) != nil else {
                 throw AuthError.notFound

@@ -48,19 +48,18 @@ extension AuthService {
         }
     }
 
-    /// Replaces the address's code for `purpose` with a new one (stored only as an HMAC) and returns it. Callers give
+    /// Replaces the address's codes for `purpose` with new ones (stored only as HMACs) and returns them. Callers give
     /// the address fresh code attempts (``resetCodeAttempts(_:_:email:)``) for every address, account or not.
-    func issueCode(_ tx: any SQLExecutor, email: String, purpose: CodePurpose, now: Date) async throws -> String {
-        let code = SecretHasher.newCode()
+    func issueCode(_ tx: any SQLExecutor, email: String, purpose: CodePurpose, now: Date) async throws -> MailedCode {
+        let code = MailedCode.new()
+        let hmacs = code.hmacs(secrets, email: email, purpose: purpose)
         try await tx.query(
             """
-            INSERT INTO otp_codes (email, purpose, code_hmac, expires_at_ms, consumed_at_ms) VALUES (?, ?, ?, ?, NULL)
-            ON CONFLICT (email, purpose) DO UPDATE SET code_hmac = excluded.code_hmac, expires_at_ms = excluded.expires_at_ms, consumed_at_ms = NULL
+            INSERT INTO otp_codes (email, purpose, code_hmac, link_hmac, expires_at_ms, consumed_at_ms) VALUES (?, ?, ?, ?, ?, NULL)
+            ON CONFLICT (email, purpose) DO UPDATE SET code_hmac = excluded.code_hmac, link_hmac = excluded.link_hmac,
+                expires_at_ms = excluded.expires_at_ms, consumed_at_ms = NULL
             """,
-            [
-                email, purpose.rawValue, secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue),
-                now.addingTimeInterval(policy.codeLifetimeSeconds),
-            ])
+            [email, purpose.rawValue, hmacs.short, hmacs.long, now.addingTimeInterval(policy.codeLifetimeSeconds)])
         return code
     }
 
@@ -79,6 +78,20 @@ extension AuthService {
         try await AttemptBudget.clear(tx, key: keys.code(purpose, email: email))
     }
 
+    /// Reserves one check of a typed code, before it is checked: a short code's from the address's budget
+    /// (``reserveCodeAttempt(_:email:logger:)``), a long one's from the client network's (it cannot be guessed, so only
+    /// probes and typos miss; attempt 0, which never burns anything).
+    func reserveCheck(_ typed: TypedCode, _ purpose: CodePurpose, email: String, ip: String, logger: Logger) async throws -> Int {
+        guard typed.isLong else { return try await reserveCodeAttempt(purpose, email: email, logger: logger) }
+        let key = keys.longCode(ip: ip)
+        let rule = policy.networkRule
+        let reservation = try await database.transaction(lane: key, logger: logger) { tx in
+            try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now())
+        }
+        if case .refused(let seconds, _) = reservation { throw AuthError.tooManyAttempts(retryAfterSeconds: seconds) }
+        return 0
+    }
+
     /// Reserves one code check for the address (its own transaction, before the check): the sixth check of a code's life
     /// is refused without looking at it, for every address alike.
     func reserveCodeAttempt(_ purpose: CodePurpose, email: String, logger: Logger) async throws -> Int {
@@ -94,15 +107,16 @@ extension AuthService {
     }
 
     /// Checks `code` (attempt `attempt` of the address's code budget) under a row lock. With `consume` a right code is used
-    /// up (single use) and the budget starts again; a wrong one at the last attempt burns the code.
+    /// up (single use, the long one with the short) and the budget starts again; a wrong short one at the last attempt
+    /// burns the short code (the long one keeps working).
     func checkCode(
-        _ tx: any SQLExecutor, email: String, purpose: CodePurpose, code: String, attempt: Int, consume: Bool, now: Date
+        _ tx: any SQLExecutor, email: String, purpose: CodePurpose, code: TypedCode, attempt: Int, consume: Bool, now: Date
     ) async throws -> CodeCheck {
         let row = try await tx.first(
-            "SELECT code_hmac, expires_at_ms, consumed_at_ms FROM otp_codes WHERE email = ? AND purpose = ?" + tx.dialect.forUpdate,
+            "SELECT \(code.column) AS stored, expires_at_ms, consumed_at_ms FROM otp_codes WHERE email = ? AND purpose = ?" + tx.dialect.forUpdate,
             [email, purpose.rawValue])
-        let candidate = secrets.codeHMAC(code: code, email: email, purpose: purpose.rawValue)
-        guard let row, let stored = row.optionalString("code_hmac"), SecretHasher.constantTimeEqual(stored, candidate) else {
+        let candidate = code.hmac(secrets, email: email, purpose: purpose)
+        guard let row, let stored = row.optionalString("stored"), SecretHasher.constantTimeEqual(stored, candidate) else {
             guard attempt >= policy.codeWrongAttemptsMax else { return .wrong(attemptsRemaining: policy.codeWrongAttemptsMax - attempt) }
             try await tx.query(
                 "UPDATE otp_codes SET code_hmac = NULL WHERE email = ? AND purpose = ? AND consumed_at_ms IS NULL", [email, purpose.rawValue])

@@ -18,7 +18,7 @@ extension AuthService {
         }
         guard newEmail != session.user.email else { throw AuthError.validation("Field 'newEmail' is already the account's address.") }
         try await requirePresence(session, password: currentPassword, client: client, logger: logger)
-        let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in
+        let mails: [MailMessage] = try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             if case .throttled(let seconds) = try await takeMailBudget(tx, .verification, email: newEmail, now: now) {
                 throw AuthError.rateLimited(
@@ -27,12 +27,13 @@ extension AuthService {
             let code = SecretHasher.newCode()
             try await tx.query(
                 """
-                INSERT INTO email_changes (user_id, new_email, code_hmac, expires_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?)
-                ON CONFLICT (user_id) DO UPDATE SET new_email = excluded.new_email, code_hmac = excluded.code_hmac,
-                    expires_at_ms = excluded.expires_at_ms, created_at_ms = excluded.created_at_ms
+                INSERT INTO email_changes (user_id, session_id, new_email, code_hmac, expires_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (user_id) DO UPDATE SET session_id = excluded.session_id, new_email = excluded.new_email,
+                    code_hmac = excluded.code_hmac, expires_at_ms = excluded.expires_at_ms, created_at_ms = excluded.created_at_ms
                 """,
                 [
-                    session.user.id, newEmail, secrets.codeHMAC(code: code, email: newEmail, purpose: "email_change:" + session.user.id),
+                    session.user.id, session.sessionID, newEmail,
+                    secrets.codeHMAC(code: code, email: newEmail, purpose: "email_change:" + session.user.id),
                     now.addingTimeInterval(policy.codeLifetimeSeconds), now,
                 ])
             try await AttemptBudget.clear(tx, key: keys.code(.emailChange, email: "user:" + session.user.id))
@@ -47,8 +48,8 @@ extension AuthService {
         await send(mails, logger: logger)
     }
 
-    /// Switches the address with the code mailed to the new one (five tries per code), marks it verified, signs out every
-    /// other session, audits it and tells the old address. A taken address is 409 `email_taken` (only the signed-in owner
+    /// Switches the address with the code mailed to the new one (five tries per code; only the session that asked for
+    /// the change, still live), marks it verified, signs out every other session, audits it and tells the old address. A taken address is 409 `email_taken` (only the signed-in owner
     /// who holds the code learns it).
     public func confirmEmailChange(_ session: AuthenticatedSession, code: String, client: ClientInfo, logger: Logger) async throws -> User {
         try requireOwnerProfile(session)
@@ -62,9 +63,12 @@ extension AuthService {
         case .reserved(let number): attempt = number
         case .refused(let seconds, _): throw AuthError.tooManyAttempts(retryAfterSeconds: seconds)
         }
-        let outcome: Result<(User, String), AuthError> = try await database.transaction(logger: logger) { tx in
+        let outcome: Result<(User, String), AuthError> = try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
-            guard let row = try await tx.first("SELECT * FROM email_changes WHERE user_id = ?" + tx.dialect.forUpdate, [session.user.id]),
+            // Only the session that asked can finish the change (it chose the address the code went to).
+            guard
+                let row = try await tx.first(
+                    "SELECT * FROM email_changes WHERE user_id = ? AND session_id = ?" + tx.dialect.forUpdate, [session.user.id, session.sessionID]),
                 let stored = row.optionalString("code_hmac")
             else { return .failure(.invalidOTP(attemptsRemaining: max(0, policy.codeWrongAttemptsMax - attempt))) }
             let newEmail = try row.string("new_email")

@@ -35,7 +35,7 @@ extension AuthService {
         try await requirePresence(session, password: currentPassword, client: client, logger: logger)
         let secret = TOTP.newSecret()
         let sealed = try secrets.totpBox.seal(TOTP.base32(secret))
-        try await database.transaction(logger: logger) { tx in
+        try await sessionTransaction(session, logger: logger) { tx in
             if try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [session.user.id])?.optionalInt("enabled_at_ms") != nil
             {
                 throw AuthError.conflict("Two-factor codes are already on; turn them off first to enroll another app.")
@@ -57,7 +57,7 @@ extension AuthService {
         try requireOwnerProfile(session)
         let attempt = try await reserveSecondFactor(userID: session.user.id, logger: logger)
         let codes = (0..<Self.recoveryCodeCount).map { _ in Self.newRecoveryCode() }
-        let result: Result<[String], AuthError> = try await database.transaction(logger: logger) { tx in
+        let result: Result<[String], AuthError> = try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             guard let row = try await tx.first("SELECT * FROM totp_factors WHERE user_id = ?" + tx.dialect.forUpdate, [session.user.id]) else {
                 return .failure(.validation("Start with POST /api/auth/mfa/totp/setup."))
@@ -87,7 +87,7 @@ extension AuthService {
         try requireOwnerProfile(session)
         try await requirePresence(session, password: currentPassword, client: client, logger: logger)
         let attempt = try await reserveSecondFactor(userID: session.user.id, logger: logger)
-        let result: Result<Void, AuthError> = try await database.transaction(logger: logger) { tx in
+        let result: Result<Void, AuthError> = try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             guard try await useSecondFactor(tx, userID: session.user.id, factor: factor, now: now) else { return .failure(wrongFactor(attempt)) }
             try await tx.query("DELETE FROM totp_factors WHERE user_id = ?", [session.user.id])

@@ -28,9 +28,9 @@ extension AuthService {
     /// in the transaction that sets the password, so a failed hash leaves it usable.
     public func resetPassword(email rawEmail: String, code: String, newPassword: String, client: ClientInfo, logger: Logger) async throws {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
-        try Self.checkCodeFormat(code)
+        let code = try TypedCode(code)
         if let problem = InputRules.passwordProblem(newPassword) { throw AuthError.validation(problem) }
-        let attempt = try await reserveCodeAttempt(.reset, email: email, logger: logger)
+        let attempt = try await reserveCheck(code, .reset, email: email, ip: client.ip, logger: logger)
         let check = try await database.transaction(logger: logger) { tx in
             try await checkCode(tx, email: email, purpose: .reset, code: code, attempt: attempt, consume: false, now: clock.now())
         }

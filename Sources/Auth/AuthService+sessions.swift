@@ -70,6 +70,17 @@ extension AuthService {
         guard session.isOwnerProfile else { throw AuthError.ownerProfileRequired }
     }
 
+    /// A write the session asked for, in one transaction that first checks the session still holds
+    /// (``AuthenticatedSession/requireStillLive(_:)``).
+    func sessionTransaction<T: Sendable>(
+        _ session: AuthenticatedSession, logger: Logger, _ body: @escaping @Sendable (any SQLExecutor) async throws -> T
+    ) async throws -> T {
+        try await database.transaction(logger: logger) { tx in
+            try await session.requireStillLive(tx, now: clock.now())
+            return try await body(tx)
+        }
+    }
+
     /// The account's live sessions with their devices and IPs (owner profile only).
     public func listSessions(of session: AuthenticatedSession, logger: Logger) async throws -> [SessionSummary] {
         try requireOwnerProfile(session)
@@ -126,6 +137,11 @@ extension AuthService {
         try await tx.query("UPDATE mfa_challenges SET used_at_ms = ? WHERE user_id = ? AND used_at_ms IS NULL", [now, userID])
         _ = try await users.passwordHash(tx, id: userID, lock: true)
         try await sessions.revokeAll(tx, userID: userID, except: except, now: now)
+        // Signing out every session ends what they started: a pending address change or authenticator enrolment.
+        if except == nil {
+            try await tx.query("DELETE FROM email_changes WHERE user_id = ?", [userID])
+            try await tx.query("DELETE FROM totp_factors WHERE user_id = ? AND enabled_at_ms IS NULL", [userID])
+        }
     }
 
     /// An operator revokes one of a user's sessions (`sessionID`) or all of them (nil), audited. False when there was no
@@ -143,5 +159,18 @@ extension AuthService {
                 ip: ip, detail: sessionID)
             return true
         }
+    }
+}
+
+extension AuthenticatedSession {
+    /// In the transaction of a write this session asked for: under the account's row lock (the lock every
+    /// sign-out-everywhere takes: a reset, a password change, an operator's revoke, an erasure) and its own row's, the
+    /// session must still be live and unexpired. A security event that lands while the request checked a password, waited
+    /// for a hashing slot, checked a code or trickled in its body wins, and nothing the revoked session asked for is
+    /// written (401). Call it first, before other row locks.
+    func requireStillLive(_ tx: any SQLExecutor, now: Date) async throws {
+        guard now < expiresAt, try await UserStore().isLive(tx, id: user.id, lock: true),
+            try await SessionStore().isLive(tx, sessionID: sessionID, userID: user.id)
+        else { throw AuthError.unauthorized }
     }
 }

@@ -75,19 +75,16 @@ extension AuthService {
             """
             DELETE FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL AND id NOT IN (
                 SELECT id FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL
-                ORDER BY CASE WHEN code_hmac IS NOT NULL AND expires_at_ms > ? THEN 0 ELSE 1 END, created_at_ms DESC, id DESC LIMIT ?)
+                ORDER BY CASE WHEN (code_hmac IS NOT NULL OR link_hmac IS NOT NULL) AND expires_at_ms > ? THEN 0 ELSE 1 END, created_at_ms DESC, id DESC LIMIT ?)
             """, [email, email, now, policy.pendingSignUpRequestsMax - 1])
-        let code = SecretHasher.newCode()
+        let code = MailedCode.new()
+        let hmacs = mailed ? code.hmacs(secrets, email: email, purpose: .verify) : nil
         try await tx.query(
             """
-            INSERT INTO sign_up_requests (id, email, name, password_hash, code_hmac, created_at_ms, expires_at_ms, consumed_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?, NULL)
+            INSERT INTO sign_up_requests (id, email, name, password_hash, code_hmac, link_hmac, created_at_ms, expires_at_ms, consumed_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)
             """,
-            [
-                FreshID.uuid(), email, name, passwordHash,
-                mailed ? secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue) : nil,
-                now, now.addingTimeInterval(policy.codeLifetimeSeconds),
-            ])
+            [FreshID.uuid(), email, name, passwordHash, hmacs?.short, hmacs?.long, now, now.addingTimeInterval(policy.codeLifetimeSeconds)])
         try await AuditLog.record(tx, at: now, actor: "anonymous", action: "sign_up_requested", subject: userID, ip: client.ip)
         guard mailed else { return ([], heldSeconds) }
         try await resetCodeAttempts(tx, .verify, email: email)
@@ -106,8 +103,8 @@ extension AuthService {
     /// tokens once, and a session opens. The code attempt is reserved first, for every address alike.
     public func verifyEmail(email rawEmail: String, code: String, client: ClientInfo, logger: Logger) async throws -> Verification {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
-        try Self.checkCodeFormat(code)
-        let attempt = try await reserveCodeAttempt(.verify, email: email, logger: logger)
+        let code = try TypedCode(code)
+        let attempt = try await reserveCheck(code, .verify, email: email, ip: client.ip, logger: logger)
         let outcome: Result<Verification, AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let (check, found) = try await checkSignUpCode(tx, email: email, code: code, attempt: attempt, now: now)
@@ -133,14 +130,16 @@ extension AuthService {
         return try outcome.get()
     }
 
-    /// The sign-up request whose code this is (locked), or why not. A wrong code at the last attempt burns every live
-    /// code of the address. Only the holder of a right code learns `used` or `expired`.
-    private func checkSignUpCode(_ tx: any SQLExecutor, email: String, code: String, attempt: Int, now: Date) async throws -> (CodeCheck, SQLRow?) {
-        let candidate = secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue)
+    /// The sign-up request whose code this is (locked), or why not. A wrong short code at the last attempt burns every
+    /// live short code of the address (their long codes keep working). Only the holder of a right code learns `used` or
+    /// `expired`.
+    private func checkSignUpCode(_ tx: any SQLExecutor, email: String, code: TypedCode, attempt: Int, now: Date) async throws -> (CodeCheck, SQLRow?)
+    {
+        let candidate = code.hmac(secrets, email: email, purpose: .verify)
         guard
             let row = try await tx.first(
-                "SELECT id, name, password_hash, expires_at_ms, consumed_at_ms FROM sign_up_requests WHERE email = ? AND code_hmac = ? ORDER BY created_at_ms DESC LIMIT 1"
-                    + tx.dialect.forUpdate, [email, candidate])
+                "SELECT id, name, password_hash, expires_at_ms, consumed_at_ms FROM sign_up_requests WHERE email = ? AND \(code.column) = ?"
+                    + " ORDER BY created_at_ms DESC LIMIT 1" + tx.dialect.forUpdate, [email, candidate])
         else {
             guard attempt >= policy.codeWrongAttemptsMax else { return (.wrong(attemptsRemaining: policy.codeWrongAttemptsMax - attempt), nil) }
             try await tx.query("UPDATE sign_up_requests SET code_hmac = NULL WHERE email = ? AND consumed_at_ms IS NULL", [email])
@@ -160,10 +159,11 @@ extension AuthService {
         let mails: [MailMessage] = try await database.transaction(lane: BudgetKeys.address(email), logger: logger) { tx in
             let now = clock.now()
             _ = try await startCodeMail(tx, .verify, email: email, now: now)
-            let code = SecretHasher.newCode()
+            let code = MailedCode.new()
+            let hmacs = code.hmacs(secrets, email: email, purpose: .verify)
             let renewed = try await tx.query(
                 """
-                UPDATE sign_up_requests SET code_hmac = ?, expires_at_ms = ?
+                UPDATE sign_up_requests SET code_hmac = ?, link_hmac = ?, expires_at_ms = ?
                 WHERE id = (SELECT r.id FROM sign_up_requests r JOIN users u ON u.email = r.email AND u.deleted_at_ms IS NULL AND u.email_verified = ?
                             WHERE r.email = ? AND r.consumed_at_ms IS NULL AND r.created_at_ms > ? ORDER BY r.created_at_ms DESC LIMIT 1)
                   AND (SELECT COUNT(*) FROM sign_up_requests WHERE email = ? AND consumed_at_ms IS NULL AND created_at_ms > ?) = 1
@@ -171,8 +171,7 @@ extension AuthService {
                 RETURNING created_at_ms
                 """,
                 [
-                    secrets.codeHMAC(code: code, email: email, purpose: CodePurpose.verify.rawValue),
-                    now.addingTimeInterval(policy.codeLifetimeSeconds),
+                    hmacs.short, hmacs.long, now.addingTimeInterval(policy.codeLifetimeSeconds),
                     false, email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
                     email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
                 ])

@@ -7,21 +7,29 @@ import Storage
 enum Mails {
     /// The code of one sign-up request; it says when that sign-up started, so the owner of the mailbox can tell their own
     /// sign-up from one somebody else started with this address (whose password the code would activate).
-    static func verificationCode(to email: String, code: String, minutes: Int, requestedAt: Date) -> MailMessage {
+    static func verificationCode(to email: String, code: MailedCode, minutes: Int, requestedAt: Date) -> MailMessage {
         let started = ISOTime.string(requestedAt).prefix(19).replacingOccurrences(of: "T", with: " ")
         return MailMessage(
             to: email, kind: "verification-code", subject: "Your verification code",
             body:
-                "Your verification code is \(code).\n\nIt finishes the sign-up started at \(started) UTC with the password typed then; it expires in \(minutes) minutes and works once. If you did not sign up at that time, ignore this message: nobody can use your address without this code.",
-            secrets: [code])
+                "Your verification code is \(code.short).\n\nIt finishes the sign-up started at \(started) UTC with the password typed then; it expires in \(minutes) minutes and works once. If you did not sign up at that time, ignore this message: nobody can use your address without this code."
+                + longCodeNote(code),
+            secrets: [code.short, code.long])
     }
 
-    static func resetCode(to email: String, code: String, minutes: Int) -> MailMessage {
+    static func resetCode(to email: String, code: MailedCode, minutes: Int) -> MailMessage {
         MailMessage(
             to: email, kind: "reset-code", subject: "Your password reset code",
             body:
-                "Your password reset code is \(code).\n\nIt expires in \(minutes) minutes. If you did not ask to reset your password, ignore this message; your password has not changed.",
-            secrets: [code])
+                "Your password reset code is \(code.short).\n\nIt expires in \(minutes) minutes. If you did not ask to reset your password, ignore this message; your password has not changed."
+                + longCodeNote(code),
+            secrets: [code.short, code.long])
+    }
+
+    /// The long code (``MailedCode``): it works where the six digits do, and still works when someone else has used up
+    /// the six digits' tries.
+    static func longCodeNote(_ code: MailedCode) -> String {
+        "\n\nIf someone else's wrong guesses have used up those six digits, enter this long code instead (it works the same way, once, within the same time): \(code.long)"
     }
 
     static func existingAccount(to email: String) -> MailMessage {

@@ -116,6 +116,8 @@ public struct SQLDialect: Sendable {
     /// A row lock that conflicts with every update of the row but not with the key-share lock a row referencing it takes
     /// (a new session's `user_id`): PostgreSQL's `FOR NO KEY UPDATE`, the lock an `UPDATE` of non-key columns takes.
     public var forNoKeyUpdate: String { engine == .postgres ? " FOR NO KEY UPDATE" : "" }
+    /// Holds the rows read against updates until the transaction ends (PostgreSQL; SQLite's writer already does).
+    public var forShare: String { engine == .postgres ? " FOR SHARE" : "" }
     /// `column` compared byte by byte (PostgreSQL's `C` collation; SQLite's default), so that a range `>= prefix AND
     /// < prefix + U+10FFFF` holds exactly the values starting with `prefix`, and an index on this expression serves it.
     public func bytewise(_ column: String) -> String { engine == .postgres ? "(\(column) COLLATE \"C\")" : column }

@@ -688,6 +688,23 @@ DROP INDEX ledger_transfers_debit;
 DROP INDEX ledger_transfers_credit;
 
 """#),
+        Migration(version: 33, file: "0033_email_changes_by_session.sql", sql: #"""
+-- Why: an address change is confirmed by the session that asked for it. The code went to an address the asker chose, so
+-- any other session of the account (one an attacker signed in later, with a passkey or a password reset of his own)
+-- must not be able to finish it; and a change whose session was revoked is dead. Rows from before have no session and
+-- can no longer be confirmed (they live at most 10 minutes; asking again makes a new one).
+ALTER TABLE email_changes ADD COLUMN session_id TEXT;
+
+"""#),
+        Migration(version: 34, file: "0034_long_mailed_codes.sql", sql: #"""
+-- Why: a sign-up or reset mail carries a long code (256 bits) next to the six digits. The six digits can be guessed,
+-- so each address has five tries per code and the fifth wrong one burns it; an outside tester who knew only an address
+-- kept burning its owner's codes and so kept her from resetting her password. The long code cannot be guessed, is
+-- checked against no address's budget and survives the burn. Rows from before have none (they live 10 minutes).
+ALTER TABLE otp_codes ADD COLUMN link_hmac TEXT;
+ALTER TABLE sign_up_requests ADD COLUMN link_hmac TEXT;
+
+"""#),
     ]
     /// `migrations/sqlite/*.sql`: SQLite's version of a shared migration, or a migration only SQLite needs.
     static let sqliteOverrides: [Migration] = [

@@ -51,6 +51,35 @@ struct BodyBudgetTests {
         await #expect(throws: NIOTooManyBytesError.self) { _ = try await large.readBody(upTo: 1 << 20, budget: budget, client: "slow") }
     }
 
+    /// A small body reserves nothing but keeps the time limit: a request authenticated before its body was trickled in
+    /// past the limit is refused when its next part arrives (a reviewer held such requests for hours to outlast a
+    /// reset), while parts in time and a body split across many parts are read whole.
+    @Test func aSmallBodyTrickledPastTheTimeLimitIsRefused() async throws {
+        let budget = BodyBudget(bytesMax: 1 << 20, readsPerClientMax: 4, timeoutSeconds: 1)
+        func request(_ stream: AsyncStream<ByteBuffer>) -> Request {
+            Request(
+                head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/x", headerFields: [.contentLength: "20"]),
+                body: RequestBody(asyncSequence: stream))
+        }
+        let (slow, feedSlow) = AsyncStream<ByteBuffer>.makeStream()
+        feedSlow.yield(ByteBuffer(string: #"{"code":"#))
+        // The rest comes 2 s later: the read below starts before this sleep can end.
+        let feeder = Task {
+            try await Task.sleep(for: .seconds(2))
+            feedSlow.yield(ByteBuffer(string: #""123456"}   "#))
+            feedSlow.finish()
+        }
+        var held = request(slow)
+        let refused = await #expect(throws: Problem.self) { _ = try await held.readBody(upTo: 4_096, budget: budget, client: "slow") }
+        #expect(refused?.status == .requestTimeout && refused?.code == "request_timeout")
+        try await feeder.value
+        let (steady, feedSteady) = AsyncStream<ByteBuffer>.makeStream()
+        for byte in #"{"code":"123456"}   "#.utf8 { feedSteady.yield(ByteBuffer(bytes: [byte])) }
+        feedSteady.finish()
+        held = request(steady)
+        #expect(try await held.readBody(upTo: 4_096, budget: budget, client: "slow") == ByteBuffer(string: #"{"code":"123456"}   "#))
+    }
+
     /// Memory is given back once after a spike of at least 32 MiB has mostly been read, not for small bodies, not while
     /// the spike is still arriving, and not twice for one spike.
     @Test func memoryIsGivenBackOnceAfterASpike() {

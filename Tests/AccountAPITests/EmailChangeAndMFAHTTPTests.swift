@@ -33,6 +33,9 @@ struct EmailChangeAndMFAHTTPTests {
             #expect(try await app.mails(to: "old@example.com").contains { $0.contains("asked to move it to another email address") })
             #expect(try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"000000"}"#).status == .badRequest)
             let code = try await app.lastCode(to: "new@example.com")
+            // Only the session that asked finishes it: another of the account's sessions with the right code changes nothing.
+            let elsewhere = try await client.send(.post, "/api/user/email/verify", token: other, json: #"{"code":"\#(code)"}"#)
+            #expect(try elsewhere.status == .badRequest && elsewhere.problem().code == "invalid_otp")
             let done = try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"\#(code)"}"#)
             #expect(try done.status == .ok && done.json(Me.self).email == "new@example.com" && done.json(Me.self).emailVerified)
             #expect(try await client.get("/api/user/me", token: other).status == .unauthorized, "other sessions end")

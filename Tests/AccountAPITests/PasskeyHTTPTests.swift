@@ -192,6 +192,26 @@ struct PasskeyHTTPTests {
     }
 
     /// A malformed or foreign answer gets the same answer whether its credential id is registered or not.
+    /// Anyone who knows the address can lock its password checks (an outside tester did, honouring the delays); the
+    /// owner's passkey, which cannot be guessed, still signs in.
+    @Test(arguments: Engine.allCases)
+    func aLockedPasswordDoesNotLockThePasskey(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: Self.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "locked@example.com")
+            var (created, device) = try await Self.register(client, token: token)
+            #expect(created.status == .created)
+            for _ in 0..<10 {
+                app.clock.advance(seconds: 20)
+                #expect(try await client.signIn("locked@example.com", "wrong password!!").status == .unauthorized)
+            }
+            let locked = try await client.signIn("locked@example.com", "correct horse battery")
+            #expect(try locked.status == .tooManyRequests && locked.problem().code == "account_locked")
+            let (signedIn, _) = try await Self.signIn(client, &device)
+            #expect(signedIn.status == .ok, "\(String(buffer: signedIn.body))")
+            #expect(try await client.signIn("locked@example.com", "correct horse battery").status == .tooManyRequests, "the password stays locked")
+        }
+    }
+
     @Test(arguments: Engine.allCases)
     func answersDoNotTellWhetherACredentialExists(engine: Engine) async throws {
         try await TestApp.run(engine, configure: Self.configure) { client, app in

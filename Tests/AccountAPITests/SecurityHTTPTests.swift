@@ -55,6 +55,44 @@ struct SecurityHTTPTests {
         }
     }
 
+    /// Anyone who knows an address can burn its six-digit codes (five wrong guesses; an outside tester kept a victim from
+    /// resetting her password that way for as long as he kept going). The long code mailed with them still works, once,
+    /// and guessing long codes never burns anything: sign-up and reset alike.
+    @Test(arguments: TestDatabase.engines)
+    func aBurnedCodeLeavesTheLongCodeWorking(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            func burn(_ path: String, _ body: (String) -> String) async throws {
+                for wrong in ["000000", "111111", "222222", "333333", "444444"] { _ = try await client.post(path, json: body(wrong)) }
+            }
+            func verify(_ code: String) async throws -> TestResponse {
+                try await client.post("/api/verify-otp", json: #"{"email":"burnt@example.com","code":"\#(code)"}"#)
+            }
+            try await client.post("/api/auth/sign-up", json: #"{"email":"burnt@example.com","password":"\#(Self.password)","name":"B"}"#)
+            let (short, long) = (try await app.lastCode(to: "burnt@example.com"), try await app.lastLongCode(to: "burnt@example.com"))
+            let guessedLong = try await verify(String(repeating: "A", count: 43))
+            #expect(try guessedLong.status == .badRequest && guessedLong.problem().code == "invalid_otp")
+            try await burn("/api/verify-otp") { #"{"email":"burnt@example.com","code":"\#($0)"}"# }
+            let burnt = try await verify(short)
+            #expect(try burnt.status == .tooManyRequests && burnt.problem().code == "too_many_attempts")
+            let verified = try await verify(long)
+            #expect(verified.status == .ok, "\(verified.text)")
+            #expect(try await verify(long).status == .conflict, "once (otp_already_used)")
+            // The reset the same way.
+            app.clock.advance(seconds: 61)
+            try await client.post("/api/auth/forgot-password", json: #"{"email":"burnt@example.com"}"#)
+            let resetLong = try await app.lastLongCode(to: "burnt@example.com")
+            #expect(resetLong != long)
+            let reset = #"{"email":"burnt@example.com","code":"%@","newPassword":"a brand new passphrase"}"#
+            try await burn("/api/auth/reset-password") { reset.replacingOccurrences(of: "%@", with: $0) }
+            let shortAfter = try await client.post(
+                "/api/auth/reset-password", json: reset.replacingOccurrences(of: "%@", with: try await app.lastCode(to: "burnt@example.com")))
+            #expect(shortAfter.status == .tooManyRequests)
+            #expect(try await client.post("/api/auth/reset-password", json: reset.replacingOccurrences(of: "%@", with: resetLong)).status == .ok)
+            #expect(try await client.signIn("burnt@example.com", "a brand new passphrase").status == .ok)
+            #expect(try await app.mails(to: "burnt@example.com").allSatisfy { !$0.contains("nil") })
+        }
+    }
+
     /// A right password gives the network's failure budget its attempt back (in a transaction of its own, so the per-IP row
     /// is not held while the session is written): successes never use up a network's allowance of failures.
     @Test(arguments: TestDatabase.engines)

@@ -29,6 +29,13 @@ extension TestApp {
         return String(mail[range].suffix(6))
     }
 
+    /// The long code of the last code mail to `address` (``MailedCode``).
+    func lastLongCode(to address: String) async throws -> String {
+        let mail = try #require(try await mails(to: address).last(where: { $0.contains(" code is ") }))
+        let range = try #require(mail.range(of: #"instead \([^)]*\): [A-Za-z0-9_-]{43}"#, options: .regularExpression))
+        return String(mail[range].suffix(43))
+    }
+
     /// Rows of `sql` (for assertions on what was stored).
     func rows(_ sql: String, _ binds: [any SQLBindable] = []) async throws -> [SQLRow] {
         try await dependencies.database.withConnection(logger: TestDatabase.logger) { try await $0.query(sql, binds) }

@@ -68,6 +68,24 @@ struct PasswordHashingTests {
         #expect(SecretHasher.constantTimeEqual("abc", "abc") && !SecretHasher.constantTimeEqual("abc", "abd"))
     }
 
+    /// Typed codes (any bytes from a request body): a 400 or one of the two shapes, never a trap; a short code is six
+    /// ASCII digits, a long one 43 base64url characters, and nothing else is taken.
+    @Test func typedCodesAreOneOfTwoShapes() throws {
+        let corpus = ["123456", "000000", SecretHasher.newSessionToken(), "12345", "1234567", "١٢٣٤٥٦", "12 456", String(repeating: "-", count: 43)]
+        var taken = 0
+        let count = Fuzzer(corpus: corpus.map { Array($0.utf8) }, iterationsMin: 1001).run { input in
+            let raw = String(decoding: input, as: UTF8.self)
+            guard let typed = try? TypedCode(raw) else { return }
+            taken += 1
+            switch typed {
+            case .short(let code): #expect(code == raw && code.utf8.count == 6 && code.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 })
+            case .long(let code): #expect(code == raw && code.utf8.count == 43 && code.utf8.allSatisfy(TypedCode.isBase64URL))
+            }
+        }
+        #expect(count > 1000 && taken >= 3)
+        #expect(throws: AuthError.self) { try TypedCode("١٢٣٤٥٦") }
+    }
+
     @Test func delaysGrowAfterTheFreeFailures() {
         let policy = AuthPolicy()
         #expect((1...4).map { policy.delaySeconds(afterFailures: $0) } == [0, 0, 0, 0])
@@ -95,6 +113,95 @@ struct AuthServiceTests {
         AuthService(
             database: db, hasher: try PasswordHasher(parameters: parameters, threads: 2), secrets: SecretHasher(serverSecret: Array("s".utf8)),
             mailer: LogMailer(), clock: SystemTimeSource(), welcomeTokens: 3)
+    }
+
+    static let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
+    static let password = "long enough password"
+
+    /// A migrated database, the service, and an operator account at `email` whose password is ``password``.
+    static func withAccount(
+        _ engine: Engine, email: String, _ body: @Sendable (any Database, AuthService, User) async throws -> Void
+    ) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
+            let auth = try Self.service(db)
+            let user = try await auth.createAdmin(email: email, password: password, name: "A", logger: TestDatabase.logger)
+            try await body(db, auth, user)
+        }
+    }
+
+    /// A session signed in with ``password``, as a request that authenticated it sees it.
+    static func signedIn(_ auth: AuthService, email: String) async throws -> AuthenticatedSession {
+        guard case .session(_, let issued) = try await auth.signIn(email: email, password: password, client: client, logger: TestDatabase.logger)
+        else { throw AuthError.unauthorized }
+        return try await auth.authenticate(token: issued.token, logger: TestDatabase.logger)
+    }
+
+    /// Every write a session asks for checks, in its own transaction under the account's lock, that the session is still
+    /// live: a request whose password (or code) was checked before its session was revoked writes nothing, and signing out
+    /// everywhere ends a pending address change and authenticator enrolment.
+    @Test(arguments: TestDatabase.engines)
+    func aRevokedSessionsRequestsInFlightWriteNothing(engine: Engine) async throws {
+        try await Self.withAccount(engine, email: "owner@example.com") { db, auth, user in
+            let log = TestDatabase.logger
+            let stale = try await Self.signedIn(auth, email: "owner@example.com")
+            try await auth.requestEmailChange(stale, newEmail: "mine@example.com", currentPassword: Self.password, client: Self.client, logger: log)
+            _ = try await auth.setupTOTP(stale, currentPassword: Self.password, issuer: "T", client: Self.client, logger: log)
+            func pending() async throws -> [String] {
+                try await db.withConnection(logger: log) { tx in
+                    try await tx.query("SELECT new_email AS v FROM email_changes UNION ALL SELECT 'totp' AS v FROM totp_factors").map {
+                        try $0.string("v")
+                    }
+                }
+            }
+            #expect(try await pending().sorted() == ["mine@example.com", "totp"])
+            // The requests below authenticated `stale`; then it was revoked while their passwords were being checked.
+            try await auth.revokeSession(id: stale.sessionID, of: stale, client: Self.client, logger: log)
+            let profiles = ProfileService(
+                database: db, hasher: auth.hasher, clock: SystemTimeSource(), policy: AuthPolicy(), passwords: auth.passwords, limits: FiveProfiles())
+            let owner = ProfileManager.owner(stale, currentPassword: Self.password)
+            let kid = ProfileInput(name: "Kid", avatar: nil, pin: "1234", removePin: false, canMakePurchases: true, canUseCustomContentTypes: true)
+            let writes: [(String, @Sendable () async throws -> Void)] = [
+                (
+                    "email change",
+                    {
+                        try await auth.requestEmailChange(
+                            stale, newEmail: "thief@example.com", currentPassword: Self.password, client: Self.client, logger: log)
+                    }
+                ),
+                ("email confirm", { _ = try await auth.confirmEmailChange(stale, code: "123456", client: Self.client, logger: log) }),
+                (
+                    "TOTP setup",
+                    { _ = try await auth.setupTOTP(stale, currentPassword: Self.password, issuer: "T", client: Self.client, logger: log) }
+                ),
+                ("TOTP enable", { _ = try await auth.enableTOTP(stale, code: "123456", client: Self.client, logger: log) }),
+                ("erasure", { try await auth.deleteMe(stale, password: Self.password, client: Self.client, logger: log) }),
+                (
+                    "Apple unlink",
+                    { try await auth.unlinkSignInMethod(stale, provider: "apple", currentPassword: Self.password, client: Self.client, logger: log) }
+                ),
+                ("profile create", { _ = try await profiles.create(userID: user.id, input: kid, by: owner, logger: log) }),
+                (
+                    "operator key",
+                    {
+                        _ = try await APIKeyService(database: db, clock: SystemTimeSource()).create(
+                            name: "k", scopes: ["admin"], createdBy: .session(stale), logger: log)
+                    }
+                ),
+            ]
+            for (name, write) in writes {
+                await #expect(throws: AuthError.unauthorized, "\(name)") { try await write() }
+            }
+            #expect(try await pending().sorted() == ["mine@example.com", "totp"])
+            let account = try await db.withConnection(logger: log) { tx in
+                try await tx.first(
+                    "SELECT email, deleted_at_ms, (SELECT COUNT(*) FROM family_profiles) + (SELECT COUNT(*) FROM api_keys) AS n FROM users WHERE id = ?",
+                    [user.id])
+            }
+            #expect(try account?.string("email") == "owner@example.com" && account?.optionalInt("deleted_at_ms") == nil && account?.int("n") == 1)
+            try await db.transaction(logger: log) { try await auth.signOutEverywhere($0, userID: user.id, now: Date()) }
+            #expect(try await pending().isEmpty)
+        }
     }
 
     @Test(arguments: TestDatabase.engines)
@@ -150,11 +257,8 @@ struct AuthServiceTests {
     /// password against the hash in force.
     @Test(arguments: TestDatabase.engines)
     func aSignInCheckedBeforeAPasswordChangeOpensNoSession(engine: Engine) async throws {
-        try await TestDatabase.with(engine) { db, _ in
-            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
-            let auth = try Self.service(db)
-            let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
-            let user = try await auth.createAdmin(email: "race@example.com", password: "long enough password", name: "R", logger: TestDatabase.logger)
+        try await Self.withAccount(engine, email: "race@example.com") { db, auth, user in
+            let client = Self.client
             let candidate = try #require(
                 try await db.withConnection(logger: TestDatabase.logger) { try await UserStore().signInCandidate($0, email: "race@example.com") })
             let checked = try #require(candidate.passwordHash)
@@ -209,20 +313,12 @@ struct AuthServiceTests {
     /// the owner's reset stands (a reviewer showed a stolen session looping change-password undoing it).
     @Test(arguments: TestDatabase.engines)
     func aPasswordChangeCheckedBeforeAResetWritesNothing(engine: Engine) async throws {
-        try await TestDatabase.with(engine) { db, _ in
-            _ = try await db.migrate(engine.migrations, logger: TestDatabase.logger)
-            let auth = try Self.service(db)
-            let client = ClientInfo(ip: "127.0.0.1", userAgent: "t")
-            let user = try await auth.createAdmin(
-                email: "change@example.com", password: "long enough password", name: "C", logger: TestDatabase.logger)
+        try await Self.withAccount(engine, email: "change@example.com") { db, auth, user in
+            let client = Self.client
             func current() async throws -> String? {
                 try await db.withConnection(logger: TestDatabase.logger) { try await UserStore().passwordHash($0, id: user.id) }
             }
-            guard
-                case .session(_, let issued) = try await auth.signIn(
-                    email: "change@example.com", password: "long enough password", client: client, logger: TestDatabase.logger)
-            else { Issue.record("no session"); return }
-            let changer = try await auth.authenticate(token: issued.token, logger: TestDatabase.logger)
+            let changer = try await Self.signedIn(auth, email: "change@example.com")
             let checkedByChanger = try await current()
             let ownersHash = try await auth.hasher.hash("the owner's new password")
             try await db.transaction(logger: TestDatabase.logger) { tx in
@@ -281,4 +377,9 @@ struct TouchesUnderWayTests {
         await touches.once("session-a", logger: logger) { ran.append("a after") }
         #expect(ran == ["a", "b", "a, failing", "a after"])
     }
+}
+
+/// A plan that allows five family profiles.
+struct FiveProfiles: ProfilePlanLimits {
+    func maxFamilyProfiles(userID: String, now: Date, _ tx: any SQLExecutor) async throws -> Int { 5 }
 }

@@ -27,7 +27,8 @@ extension ConsoleController {
         let scopes = try form.required("scopes", label: "Scopes").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }
         let (key, secret) = try await apiKeys.create(
-            name: try form.required("name", label: "Name"), scopes: scopes, actor: op.actor, ip: context.clientIP, logger: context.logger)
+            name: try form.required("name", label: "Name"), scopes: scopes, actor: op.actor, ip: context.clientIP, createdBy: .session(op.session),
+            logger: context.logger)
         return try await pages.result(
             "API key created", ["Key \(key.name) (\(key.id)) with scopes \(key.scopes.sorted().joined(separator: ", "))."], secret: secret, op: op,
             auth: auth, back: "/console/keys", backLabel: "API keys", logger: context.logger)

@@ -48,13 +48,17 @@ struct AdminOperatorController: Sendable {
     }
 
     @Sendable func createKey(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<CreatedKeyJSON> {
-        let actor = try await authenticator.requireOperator(request, context)
-        let parent = actor.hasPrefix("key:") ? try await authenticator.requireScope("admin", request, context) : nil
+        let credential = try await authenticator.operatorCredential(request, context)
         var request = request
         let body = try await request.decodeJSON(CreateKeyRequest.self, context: context)
+        let creator: APIKeyService.Creator =
+            switch credential {
+            case .session(let session): .session(session)
+            case .key(let parent): .key(parent)
+            }
         let (key, secret) = try await apiKeys.create(
-            name: body.name, scopes: body.scopes, expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), actor: actor,
-            ip: context.clientIP, createdBy: parent, logger: context.logger)
+            name: body.name, scopes: body.scopes, expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), actor: credential.actor,
+            ip: context.clientIP, createdBy: creator, logger: context.logger)
         return JSONResponse(CreatedKeyJSON(key: secret, apiKey: APIKeyJSON(key)), status: .created)
     }
 

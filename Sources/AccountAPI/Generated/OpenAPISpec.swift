@@ -219,7 +219,7 @@ paths:
               required: [email, code]
               properties:
                 email: { type: string }
-                code: { type: string, pattern: "^[0-9]{6}$" }
+                code: { $ref: "#/components/schemas/MailedCode" }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
         "415": { $ref: "#/components/responses/UnsupportedMediaType" }
@@ -242,7 +242,9 @@ paths:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
         "429":
-          description: "`too_many_attempts`: the fifth wrong code burned it (for every address alike); request a new one."
+          description: >-
+            `too_many_attempts`: the fifth wrong six-digit code burned it (for every address alike); the long code from the
+            same mail still works, or request a new one. For long codes, too many wrong ones from this network.
           headers:
             Retry-After: { schema: { type: integer } }
           content:
@@ -553,8 +555,9 @@ paths:
       summary: Sign in with a passkey; the answer is a password sign-in's (`user`, `session`), never `mfaRequired`.
       description: >-
         The body is the assertion's JSON form. Checked in order: client data (`webauthn.get`, origin), the challenge
-        (issued here, unexpired); then in one transaction the challenge is used (a replay is 400) and the password flows'
-        attempts are reserved (failed sign-ins from the network; checks of the passkey's account); then the credential,
+        (issued here, unexpired); then in one transaction the challenge is used (a replay is 400) and attempts are
+        reserved (failed sign-ins from the network; checks of this credential id, not of the account's address, so a
+        locked password does not lock the passkey); then the credential,
         the relying party id hash, user presence and verification, the signature, the user handle, and the signature
         counter (one that does not move on — a cloned authenticator — is refused and audited). Every failure of the
         passkey itself is one `invalid_credentials`. A passkey with user verification is both factors: no TOTP step.
@@ -903,6 +906,9 @@ paths:
       tags: [account]
       operationId: confirmEmailChange
       summary: Switch to the new address with its code; other sessions are signed out and the old address is told.
+      description: >-
+        Only the session that asked for the change can finish it (another session of the account gets `invalid_otp`),
+        and only while it is live: a password reset or a sign-out everywhere ends the pending change.
       security: [{ session: [] }]
       requestBody:
         required: true
@@ -1038,7 +1044,7 @@ paths:
               required: [email, code, newPassword]
               properties:
                 email: { type: string }
-                code: { type: string, pattern: "^[0-9]{6}$" }
+                code: { $ref: "#/components/schemas/MailedCode" }
                 newPassword: { type: string, minLength: 10, maxLength: 128 }
       responses:
         "413": { $ref: "#/components/responses/TooLarge" }
@@ -1059,7 +1065,9 @@ paths:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
         "429":
-          description: "`too_many_attempts` (the fifth wrong code burned it) or `rate_limited` (Argon2 runs per client IP)."
+          description: >-
+            `too_many_attempts` (the fifth wrong six-digit code burned it: the long code from the same mail still works;
+            for long codes, too many wrong ones from this network) or `rate_limited` (Argon2 runs per client IP).
           headers:
             Retry-After: { schema: { type: integer } }
           content:
@@ -3690,6 +3698,13 @@ components:
         hasPin: { type: boolean, description: The PIN itself is never returned. }
         monthlyTokenAllowance: { type: integer, description: "Tokens this profile may use per allowance period; absent: no cap." }
         maxContentRating: { type: string, enum: [all, "9+", "13+", "16+", "18+"], description: "The highest content rating this profile sees (sticker packs, priced actions); absent: no maximum." }
+    MailedCode:
+      type: string
+      pattern: "^([0-9]{6}|[A-Za-z0-9_-]{43})$"
+      description: >-
+        The six digits from a sign-up or reset mail, or the long code mailed under them. The long code cannot be guessed,
+        so its checks count against the client network's budget, not the address's, and it keeps working when someone
+        else's wrong guesses have burned the six digits.
     ListedProfile:
       allOf:
         - { $ref: "#/components/schemas/FamilyProfile" }

@@ -38,9 +38,14 @@ struct Authenticator: Sendable {
 
     /// An operator: a user with role admin, or an API key with scope admin. Returns the audit actor.
     func requireOperator(_ request: Request, _ context: AppRequestContext) async throws -> String {
+        try await operatorCredential(request, context).actor
+    }
+
+    /// The operator's credential itself, for a write that must check it again when it commits (a key made by it).
+    func operatorCredential(_ request: Request, _ context: AppRequestContext) async throws -> OperatorCredential {
         guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
         if token.hasPrefix(APIKeyService.prefix) {
-            return "key:" + (try await requireScope("admin", request, context)).id
+            return .key(try await requireScope("admin", request, context))
         }
         let session = try await auth.authenticate(token: token, logger: context.logger)
         guard session.user.role == "admin" else { throw AuthError.forbidden("This needs an operator (role admin or an API key with scope admin).") }
@@ -49,7 +54,7 @@ struct Authenticator: Sendable {
                 .forbidden, code: "mfa_required",
                 detail: "Operators need two-factor codes: enroll with POST /api/auth/mfa/totp/setup and /enable, then sign in again.")
         }
-        return "user:" + session.user.id
+        return .session(session)
     }
 
     /// A live API key carrying `scope`: missing or unknown → 401, a user's live session → 403 `api_key_required`, a key
@@ -123,5 +128,19 @@ struct Authenticator: Sendable {
         let token = bytes.dropFirst(scheme.utf8CodeUnitCount).drop(while: blank)
         let end = token.lastIndex(where: { !blank($0) }).map { token.index(after: $0) } ?? token.startIndex
         return String(Substring(token[token.startIndex..<end]))
+    }
+}
+
+/// Who acts as an operator: an admin's session or an API key with scope admin.
+enum OperatorCredential: Sendable {
+    case session(AuthenticatedSession)
+    case key(APIKey)
+
+    /// The audit actor.
+    var actor: String {
+        switch self {
+        case .session(let session): "user:" + session.user.id
+        case .key(let key): "key:" + key.id
+        }
     }
 }

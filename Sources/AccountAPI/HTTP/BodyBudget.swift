@@ -13,7 +13,9 @@ import Synchronization
 /// - one not arrived within `HTTP_BODY_TIMEOUT_SECONDS`: 408, and its reservation is freed (a body of a few KiB trickled
 ///   a byte at a time would otherwise hold its share for as long as the idle timeout keeps being met).
 /// The reservation ends when the body has been read (or refused); what a handler then keeps is bounded by the requests
-/// it is running.
+/// it is running. A smaller body reserves nothing but is held to the same time limit, checked as each part arrives (no
+/// timer on the hot paths): a request is authenticated before its body is read, so one trickled in for hours would act
+/// on credentials checked long before (writes check their session again, but not every credential is re-checked).
 final class BodyBudget: Sendable {
     let bytesMax: Int
     let readsPerClientMax: Int
@@ -78,14 +80,24 @@ final class BodyBudget: Sendable {
     var inUse: (bytes: Int, clients: Int) { state.withLock { ($0.bytes, $0.reads.count) } }
 }
 
-/// Hands every request the process's ``BodyBudget``.
+/// Hands every request the process's ``BodyBudget``, and reads a body that declares at most ``readFirstMax`` bytes
+/// before any handler runs: handlers authenticate before they decode, so a body trickled in slowly after its headers
+/// would otherwise let a request act on credentials checked while it was still arriving (a reviewer held requests open
+/// past a password reset that way). Larger bodies (uploads) and ones without a length keep the time limit.
 struct BodyBudgetMiddleware: RouterMiddleware {
     typealias Context = AppRequestContext
     let budget: BodyBudget
+    /// Every JSON and form body the API takes fits (a spend's is at most 64 KiB).
+    static let readFirstMax = 64 << 10
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         context.bodies = budget
+        guard let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > 0, declared <= Self.readFirstMax else {
+            return try await next(request, context)
+        }
+        var request = request
+        _ = try await request.readBody(upTo: declared, context: context)
         return try await next(request, context)
     }
 }
@@ -101,7 +113,7 @@ extension Request {
         let declared = headers[.contentLength].flatMap { Int($0) }
         if let declared, declared > limit { throw NIOTooManyBytesError(maxBytes: limit) }
         let bytes = declared ?? limit
-        guard let budget, bytes > BodyBudget.trackedFrom else { return try await collectBody(upTo: limit) }
+        guard let budget, bytes > BodyBudget.trackedFrom else { return try await collectBody(upTo: limit, within: budget?.timeout ?? .seconds(60)) }
         let client = IPNetwork.client(client)  // an IPv6 client's whole /64 is one client
         switch budget.reserve(bytes, client: client) {
         case .full?:
@@ -124,14 +136,31 @@ extension Request {
                 return nil
             }
             defer { group.cancelAll() }
-            guard let first = try await group.next(), let buffer = first else {
-                throw Problem(
-                    .requestTimeout, code: "request_timeout",
-                    detail: "The request body did not arrive within \(timeout.components.seconds) s; send it again at a steady pace.")
-            }
+            guard let first = try await group.next(), let buffer = first else { throw Self.late(timeout) }
             return buffer
         }
         self.body = RequestBody(buffer: buffer)
         return buffer
+    }
+
+    /// Hummingbird's `collectBody(upTo:)`, refused with 408 when a part arrives after `timeout` (a body that stops
+    /// arriving altogether meets the connection's idle timeout instead).
+    private mutating func collectBody(upTo limit: Int, within timeout: Duration) async throws -> ByteBuffer {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        var collected: ByteBuffer?
+        for try await part in body {
+            guard ContinuousClock.now < deadline else { throw Self.late(timeout) }
+            guard (collected?.readableBytes ?? 0) + part.readableBytes <= limit else { throw NIOTooManyBytesError(maxBytes: limit) }
+            if collected == nil { collected = part } else { collected?.writeImmutableBuffer(part) }
+        }
+        let buffer = collected ?? ByteBuffer()
+        self.body = RequestBody(buffer: buffer)
+        return buffer
+    }
+
+    static func late(_ timeout: Duration) -> Problem {
+        Problem(
+            .requestTimeout, code: "request_timeout",
+            detail: "The request body did not arrive within \(timeout.components.seconds) s; send it again at a steady pace.")
     }
 }

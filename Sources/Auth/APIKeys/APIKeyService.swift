@@ -47,13 +47,22 @@ public struct APIKeyService: Sendable {
         self.clock = clock
     }
 
-    /// Returns the key and its secret (the only time the secret exists outside the caller).
+    /// Who makes a key: the command line, an operator's session, or an operator's key (its parent).
+    public enum Creator: Sendable {
+        case commandLine
+        case session(AuthenticatedSession)
+        case key(APIKey)
+    }
+
+    /// Returns the key and its secret (the only time the secret exists outside the caller). The credential that asked
+    /// must still hold when the key is written: a session revoked (a reset) or a key revoked while the request was on its
+    /// way makes nothing, so a stolen credential cannot leave a key behind that outlives it.
     public func create(
-        name: String, scopes: [String], expiresAt: Date? = nil, actor: String = "cli", ip: String? = nil, createdBy parent: APIKey? = nil,
+        name: String, scopes: [String], expiresAt: Date? = nil, actor: String = "cli", ip: String? = nil, createdBy creator: Creator = .commandLine,
         logger: Logger
     ) async throws -> (APIKey, secret: String) {
         var expiresAt = expiresAt
-        if let parent {
+        if case .key(let parent) = creator {
             // A key never outlives the key that made it (so an expiring operator key cannot leave a permanent one behind).
             if let limit = parent.expiresAt {
                 if let asked = expiresAt, asked > limit {
@@ -79,14 +88,17 @@ public struct APIKeyService: Sendable {
             let now = clock.now()
             let id = FreshID.uuid()
             // The parent is locked while its child is written (a revocation waits, then takes the child too), and a parent
-            // revoked meanwhile makes nothing.
-            if let parent {
+            // revoked meanwhile makes nothing; so does a session revoked meanwhile.
+            switch creator {
+            case .key(let parent):
                 guard try await tx.first("SELECT id FROM api_keys WHERE id = ? AND revoked_at_ms IS NULL" + tx.dialect.forUpdate, [parent.id]) != nil
                 else { throw AuthError.unauthorized }
+            case .session(let session): try await session.requireStillLive(tx, now: now)
+            case .commandLine: break
             }
             let inserted = try await tx.query(
                 "INSERT INTO api_keys (id, name, key_hash, scopes, created_at_ms, expires_at_ms, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiry, parent?.id])
+                [id, name, SecretHasher.tokenHash(secret), scopeSet.sorted().joined(separator: ","), now, expiry, creator.parentID])
             guard let row = inserted.first else { throw AuthError.unauthorized }
             try await AuditLog.record(
                 tx, at: now, actor: actor, action: "api_key_created", subject: id, ip: ip, detail: scopeSet.sorted().joined(separator: ","))
@@ -169,5 +181,12 @@ public struct APIKeyService: Sendable {
     static func hash(secret: String) -> String? {
         guard secret.hasPrefix(prefix), secret.utf8.count <= 256 else { return nil }
         return SecretHasher.tokenHash(secret)
+    }
+}
+
+extension APIKeyService.Creator {
+    /// The key that made the new one, if a key did.
+    var parentID: String? {
+        if case .key(let parent) = self { parent.id } else { nil }
     }
 }

@@ -26,9 +26,9 @@ public struct PasskeyAssertion: Sendable {
 extension PasskeyService {
     /// Signs in with a passkey. In order: the client data, the challenge and the authenticator data's own checks (this
     /// relying party, user present and verified) — no database, and the same answer whichever credential is named; then
-    /// one transaction uses the challenge (a replay is refused) and reserves the password flows' attempts — a failed
-    /// sign-in from this network, and a check of the passkey's account address (of the credential id, for an unknown
-    /// one, so both run out alike) — before the signature is checked. Every failure of the passkey itself answers one
+    /// one transaction uses the challenge (a replay is refused) and reserves the attempts — a failed sign-in from this
+    /// network, and one of the credential id's own budget (known or not, so both run out alike; not the address's, which
+    /// anyone guessing the password can lock) — before the signature is checked. Every failure of the passkey itself answers one
     /// `invalid_credentials` and is recorded as a failed sign-in; a counter that did not move on (a cloned authenticator)
     /// is refused and audited. A passkey with user verification is both factors: no TOTP step. An unverified address is
     /// refused. A new device is told to the owner, as a password sign-in's.
@@ -102,8 +102,7 @@ extension PasskeyService {
                 throw AuthError.rateLimited(
                     retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
             }
-            var accountKey = auth.keys.unknownPasskey(credentialID: id)
-            if let credential, let email = try await auth.users.email(tx, id: credential.userId) { accountKey = auth.keys.password(email: email) }
+            let accountKey = auth.keys.passkey(credentialID: id)
             let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: auth.policy.passwordRule, now: now))
             return AuthService.SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)
         }

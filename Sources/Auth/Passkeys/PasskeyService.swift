@@ -92,12 +92,11 @@ public struct PasskeyService: Sendable {
         _ session: AuthenticatedSession, challenge: [UInt8], expiresAt: Date, credential: RelyingParty.NewCredential, id: String, label: String,
         client: ClientInfo, logger: Logger
     ) async throws -> (Passkey, [MailMessage]) {
-        try await auth.database.transaction(logger: logger) { tx in
+        try await auth.sessionTransaction(session, logger: logger) { tx in
             let now = auth.clock.now()
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")
             }
-            guard try await auth.users.isLive(tx, id: session.user.id, lock: true) else { throw AuthError.notFound }
             guard try await store.count(tx, userID: session.user.id) < Self.perAccountMax else {
                 throw AuthError.conflict("This account has \(Self.perAccountMax) passkeys, the most it may hold; remove one first.")
             }
@@ -141,7 +140,7 @@ public struct PasskeyService: Sendable {
     public func delete(_ session: AuthenticatedSession, id: String, currentPassword: String, client: ClientInfo, logger: Logger) async throws {
         try auth.requireOwnerProfile(session)
         try await auth.requirePresence(session, password: currentPassword, client: client, logger: logger)
-        try await auth.database.transaction(logger: logger) { tx in
+        try await auth.sessionTransaction(session, logger: logger) { tx in
             guard try await store.credential(tx, id: id)?.userId == session.user.id else { throw AuthError.notFound }
             try await auth.requireAnotherWayIn(tx, userID: session.user.id, removing: "This passkey")
             guard try await store.delete(tx, id: id, userID: session.user.id) else { throw AuthError.notFound }

@@ -82,6 +82,12 @@ public struct ProfileInput: Sendable {
 public enum ProfileManager: Sendable {
     case owner(AuthenticatedSession, currentPassword: String?)
     case operatorActor(String, ip: String?)
+
+    /// An owner's session must still be live when the change is written (``AuthenticatedSession/requireStillLive(_:)``);
+    /// an operator's console session was checked by its own route.
+    func requireStillLive(_ tx: any SQLExecutor, now: Date) async throws {
+        if case .owner(let session, _) = self { try await session.requireStillLive(tx, now: now) }
+    }
 }
 
 /// Called inside a profile's deletion transaction so other modules can close what they keep for it (its pending
@@ -225,6 +231,7 @@ public struct ProfileService: Sendable {
         return try await uniqueNameGuard {
             try await database.transaction(logger: logger) { tx in
                 let now = clock.now()
+                try await manager.requireStillLive(tx, now: now)
                 // Lock the account row: concurrent creates for one account are serialized, so the limit holds.
                 guard try await UserStore().isLive(tx, id: userID, lock: true) else {
                     throw AuthError.notFound
@@ -250,6 +257,7 @@ public struct ProfileService: Sendable {
         return try await uniqueNameGuard {
             try await database.transaction(logger: logger) { tx in
                 let now = clock.now()
+                try await manager.requireStillLive(tx, now: now)
                 let current = try await load(tx, id: profileID, userID: userID)
                 if current.isDefault && !input.canMakePurchases {
                     throw AuthError.validation("The default profile is the owner's and can always make purchases.")
@@ -276,6 +284,7 @@ public struct ProfileService: Sendable {
         // Deleting voids the profile's pending holds, which locks the user's ledger rows: their lane.
         try await database.transaction(lane: RowLanes.user(userID), logger: logger) { tx in
             let now = clock.now()
+            try await manager.requireStillLive(tx, now: now)
             let profile = try await load(tx, id: profileID, userID: userID)
             if profile.isDefault { throw AuthError.forbidden("The default profile cannot be deleted.") }
             try await store.delete(tx, id: profileID, userID: userID)

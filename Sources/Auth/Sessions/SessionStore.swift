@@ -104,6 +104,13 @@ struct SessionStore: Sendable {
         try await database.quickQuery("SELECT mfa_at_ms FROM sessions WHERE id = ?", [sessionID], logger: logger).first?.optionalDate("mfa_at_ms")
     }
 
+    /// Whether the account's session is not revoked, its row then held so that a revocation waits for the transaction.
+    func isLive(_ tx: any SQLExecutor, sessionID: String, userID: String) async throws -> Bool {
+        try await tx.first(
+            "SELECT id FROM sessions WHERE id = ? AND user_id = ? AND revoked_at_ms IS NULL" + tx.dialect.forShare, [sessionID, userID])
+            != nil
+    }
+
     /// The session's user showed their password now (a recent authentication for sensitive actions); false when the
     /// session was revoked meanwhile.
     @discardableResult

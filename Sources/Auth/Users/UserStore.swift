@@ -34,9 +34,10 @@ struct UserStore: Sendable {
             """, [email], as: SignInCandidate.self)
     }
 
-    /// Whether a live account has this id (`lock`: its row locked for the transaction).
+    /// Whether a live account has this id (`lock`: its row locked for the transaction, as every locker of it does:
+    /// `FOR NO KEY UPDATE`, which rows referencing it do not wait for).
     func isLive(_ tx: any SQLExecutor, id: String, lock: Bool = false) async throws -> Bool {
-        try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL" + (lock ? tx.dialect.forUpdate : ""), [id]) != nil
+        try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL" + (lock ? tx.dialect.forNoKeyUpdate : ""), [id]) != nil
     }
 
     func user(_ tx: any SQLExecutor, id: String) async throws -> User? {
