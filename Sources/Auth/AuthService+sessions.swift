@@ -81,6 +81,12 @@ extension AuthService {
         }
     }
 
+    /// The same check for a write another module makes in its own transaction: it runs this first.
+    public func stillLive(_ session: AuthenticatedSession) -> @Sendable (any SQLExecutor) async throws -> Void {
+        let clock = self.clock
+        return { tx in try await session.requireStillLive(tx, now: clock.now()) }
+    }
+
     /// The account's live sessions with their devices and IPs (owner profile only).
     public func listSessions(of session: AuthenticatedSession, logger: Logger) async throws -> [SessionSummary] {
         try requireOwnerProfile(session)

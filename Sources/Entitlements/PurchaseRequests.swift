@@ -118,8 +118,12 @@ extension StickerService {
     /// The owner approves: for a pack, the hold is captured and the pack unlocked, once; for an action, the hold stays for
     /// the service, which learns of the approval from `purchase_request.resolved` (with the hold's id) and captures or
     /// voids it as for any reservation. A request approved before answers as it is.
-    public func approvePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
-        try await resolve(userID: userID, requestID: requestID, as: "approved", logger: logger) { tx, request, holdID, now in
+    public func approvePurchase(
+        userID: String, requestID: String, authorise: @escaping Authorisation = { _ in }, logger: Logger
+    ) async throws
+        -> PurchaseRequest
+    {
+        try await resolve(userID: userID, requestID: requestID, as: "approved", authorise: authorise, logger: logger) { tx, request, holdID, now in
             guard let packID = request.packId else {
                 if let holdID { try await ledger.approveHold(tx, holdID: holdID, minimumSeconds: Self.approvedHoldSeconds) }
                 return
@@ -149,21 +153,30 @@ extension StickerService {
     }
 
     /// The owner declines: the hold is voided; a request declined before answers as it is.
-    public func declinePurchase(userID: String, requestID: String, logger: Logger) async throws -> PurchaseRequest {
-        try await resolve(userID: userID, requestID: requestID, as: "declined", logger: logger) { tx, _, holdID, _ in
+    public func declinePurchase(
+        userID: String, requestID: String, authorise: @escaping Authorisation = { _ in }, logger: Logger
+    ) async throws
+        -> PurchaseRequest
+    {
+        try await resolve(userID: userID, requestID: requestID, as: "declined", authorise: authorise, logger: logger) { tx, _, holdID, _ in
             // A hold the ledger released meanwhile (expired with the request's last moment) has nothing left to give back.
             if let holdID { do { _ = try await ledger.void(tx, holdID: holdID, byApprover: true) } catch LedgerError.holdResolved {} }
         }
     }
 
+    /// What a caller checks first in the transaction that resolves a request: the owner's session still holds (Auth's
+    /// `AuthService.stillLive`), so an answer sent just before the owner's sessions were revoked changes nothing.
+    public typealias Authorisation = @Sendable (any SQLExecutor) async throws -> Void
+
     /// Resolves a pending request as `status` once, in one transaction with `work` (given the request, its hold and the
-    /// time): the row is locked first, so parallel taps run one after another; one already resolved as `status` answers
-    /// as it is, one resolved otherwise (or expired) is `purchaseRequestResolved`.
+    /// time), after `authorise`: the row is locked first, so parallel taps run one after another; one already resolved as
+    /// `status` answers as it is, one resolved otherwise (or expired) is `purchaseRequestResolved`.
     func resolve(
-        userID: String, requestID: String, as status: String, logger: Logger,
+        userID: String, requestID: String, as status: String, authorise: @escaping Authorisation, logger: Logger,
         _ work: @escaping @Sendable (any SQLExecutor, PurchaseRequest, String?, Date) async throws -> Void
     ) async throws -> PurchaseRequest {
         try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
+            try await authorise(tx)
             let now = clock.now()
             let request = try await locked(tx, id: requestID, userID: userID, now: now)
             if request.status == status { return request }

@@ -1,4 +1,6 @@
+import Auth
 import Clock
+import Entitlements
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -88,6 +90,34 @@ struct AskToBuyHTTPTests {
             #expect(try await f.resolve(request.id, "decline").status == .conflict)
             #expect(try await f.resolve("nope", "approve").status == .notFound)
             #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
+    }
+
+    @Test("an answer from an owner's session revoked before it commits changes nothing", arguments: TestDatabase.engines)
+    func anAnswerFromARevokedSessionChangesNothing(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b9@example.com", packs: ["rain"])
+            let request = try #require(try await f.ask("rain").json(AskBody.self).purchaseRequest)
+            let auth = app.dependencies.auth
+            // The owner's session as an approval that authenticated it sees it; then the owner signs out everywhere.
+            let stale = try await auth.authenticate(token: f.ownerToken, logger: TestDatabase.logger)
+            let userID = stale.user.id
+            try await auth.revokeSessions(ofUser: userID, sessionID: nil, actor: "test", ip: nil, logger: TestDatabase.logger)
+            for answer in ["approve", "decline"] {
+                await #expect(throws: AuthError.unauthorized, "\(answer)") {
+                    let stickers = app.dependencies.stickers
+                    if answer == "approve" {
+                        _ = try await stickers.approvePurchase(
+                            userID: userID, requestID: request.id, authorise: auth.stillLive(stale), logger: TestDatabase.logger)
+                    } else {
+                        _ = try await stickers.declinePurchase(
+                            userID: userID, requestID: request.id, authorise: auth.stillLive(stale), logger: TestDatabase.logger)
+                    }
+                }
+            }
+            let row = try await app.rows("SELECT status FROM purchase_requests WHERE id = ?", [request.id])
+            #expect(try row.first?.string("status") == "pending")
+            #expect(try await app.rows("SELECT pack_id FROM pack_unlocks WHERE user_id = ?", [userID]).isEmpty)
         }
     }
 

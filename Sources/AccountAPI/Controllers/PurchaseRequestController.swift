@@ -34,7 +34,8 @@ struct PurchaseRequestController: Sendable {
         let body = try await request.decodeJSON(ApproveRequest.self, context: context, emptyMeans: "{}")
         try await profiles.requireOwnerConsent(session, pin: body.pin, logger: context.logger)
         let approved = try await stickers.approvePurchase(
-            userID: session.user.id, requestID: try context.pathParameter("id"), logger: context.logger)
+            userID: session.user.id, requestID: try context.pathParameter("id"), authorise: authenticator.auth.stillLive(session),
+            logger: context.logger)
         return JSONResponse(PurchaseRequestJSON(approved))
     }
 
@@ -42,7 +43,8 @@ struct PurchaseRequestController: Sendable {
         let session = try await authenticator.session(request, context)
         guard try await authenticator.profile(of: session, context).profile?.isDefault == true else { throw AuthError.ownerProfileRequired }
         let declined = try await stickers.declinePurchase(
-            userID: session.user.id, requestID: try context.pathParameter("id"), logger: context.logger)
+            userID: session.user.id, requestID: try context.pathParameter("id"), authorise: authenticator.auth.stillLive(session),
+            logger: context.logger)
         return JSONResponse(PurchaseRequestJSON(declined))
     }
 }
