@@ -9,7 +9,7 @@ extension AuthService {
     public func updateMe(_ session: AuthenticatedSession, name: String?, promptEnhancementEnabled: Bool?, logger: Logger) async throws -> User {
         try requireOwnerProfile(session)
         if let name, let problem = InputRules.nameProblem(name) { throw AuthError.validation(problem) }
-        return try await database.transaction(logger: logger) { tx in
+        return try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             if let name {
                 try await users.setName(tx, id: session.user.id, name.trimmingCharacters(in: .whitespacesAndNewlines), now: now)

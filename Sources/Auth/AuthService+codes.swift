@@ -79,16 +79,18 @@ extension AuthService {
     }
 
     /// Reserves one check of a typed code, before it is checked: a short code's from the address's budget
-    /// (``reserveCodeAttempt(_:email:logger:)``), a long one's from the client network's (it cannot be guessed, so only
-    /// probes and typos miss; attempt 0, which never burns anything).
+    /// (``reserveCodeAttempt(_:email:logger:)``), a long one's from the client network's load cap (``AuthPolicy/longCodeRule``:
+    /// it cannot be guessed; attempt 0, which never burns anything).
     func reserveCheck(_ typed: TypedCode, _ purpose: CodePurpose, email: String, ip: String, logger: Logger) async throws -> Int {
         guard typed.isLong else { return try await reserveCodeAttempt(purpose, email: email, logger: logger) }
         let key = keys.longCode(ip: ip)
-        let rule = policy.networkRule
+        let rule = policy.longCodeRule
         let reservation = try await database.transaction(lane: key, logger: logger) { tx in
             try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now())
         }
-        if case .refused(let seconds, _) = reservation { throw AuthError.tooManyAttempts(retryAfterSeconds: seconds) }
+        if case .refused(let seconds, _) = reservation {
+            throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many long codes checked from this network; try again in a minute.")
+        }
         return 0
     }
 
@@ -130,7 +132,10 @@ extension AuthService {
 
     /// Uses up the address's live code for `purpose` (single use) and gives the address fresh code attempts.
     func consumeCode(_ tx: any SQLExecutor, email: String, purpose: CodePurpose, now: Date) async throws {
-        try await tx.query("UPDATE otp_codes SET consumed_at_ms = ? WHERE email = ? AND purpose = ?", [now, email, purpose.rawValue])
+        // The long code's hash goes too: a build from before long codes re-issues the six digits alone (clearing
+        // `consumed_at_ms`), and must not bring a used long code back during a rolling deploy.
+        try await tx.query(
+            "UPDATE otp_codes SET consumed_at_ms = ?, link_hmac = NULL WHERE email = ? AND purpose = ?", [now, email, purpose.rawValue])
         try await resetCodeAttempts(tx, purpose, email: email)
     }
 }

@@ -100,7 +100,7 @@ extension AuthService {
     /// Revokes one of the account's sessions (another one needs the owner profile; another account's id is "not found").
     public func revokeSession(id: String, of session: AuthenticatedSession, client: ClientInfo, logger: Logger) async throws {
         if id != session.sessionID { try requireOwnerProfile(session) }
-        let revoked = try await database.transaction(logger: logger) { tx in
+        let revoked = try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             guard try await sessions.revoke(tx, id: id, userID: session.user.id, now: now) else { return false }
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "session_revoked", subject: session.user.id, ip: client.ip)

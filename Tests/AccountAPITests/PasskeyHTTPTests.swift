@@ -191,7 +191,6 @@ struct PasskeyHTTPTests {
         }
     }
 
-    /// A malformed or foreign answer gets the same answer whether its credential id is registered or not.
     /// Anyone who knows the address can lock its password checks (an outside tester did, honouring the delays); the
     /// owner's passkey, which cannot be guessed, still signs in.
     @Test(arguments: Engine.allCases)
@@ -212,6 +211,7 @@ struct PasskeyHTTPTests {
         }
     }
 
+    /// A malformed or foreign answer gets the same answer whether its credential id is registered or not.
     @Test(arguments: Engine.allCases)
     func answersDoNotTellWhetherACredentialExists(engine: Engine) async throws {
         try await TestApp.run(engine, configure: Self.configure) { client, app in

@@ -174,6 +174,31 @@ struct ProfileHTTPTests {
         }
     }
 
+    /// A session that unlocked a profile with its PIN keeps nothing once the PIN changes (a child who had learned the
+    /// owner's PIN and unlocked the owner's profile on another device): it must choose again, with the new PIN.
+    @Test(arguments: TestDatabase.engines)
+    func aNewPINEndsUnlocksMadeWithTheOldOne(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "pin-change@example.com")
+            let owner = try await client.defaultProfileID(token)
+            func setPIN(_ pin: String) async throws -> TestResponse {
+                try await client.send(
+                    .put, "/api/family-profiles/\(owner)", token: token,
+                    json: #"{"name":"Me","pin":"\#(pin)","canMakePurchases":true,"canUseCustomContentTypes":true}"#)
+            }
+            #expect(try await setPIN("1234").status == .ok)
+            let device = try await client.signIn("pin-change@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
+            #expect(try await client.selectProfile(device, owner, pin: "1234").status == .ok)
+            #expect(try await client.get("/api/auth/sessions", token: device).status == .ok, "the owner's rights, unlocked")
+            #expect(try await setPIN("5678").status == .ok)
+            let after = try await client.get("/api/auth/sessions", token: device)
+            #expect(try after.status == .forbidden && after.problem().code == "profile_selection_required")
+            #expect(try await client.get("/api/auth/sessions", token: token).status == .ok, "the session that changed it keeps its choice")
+            #expect(try await client.selectProfile(device, owner, pin: "1234").status != .ok)
+            #expect(try await client.selectProfile(device, owner, pin: "5678").status == .ok)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func concurrentCreatesNeverExceedTheLimit(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

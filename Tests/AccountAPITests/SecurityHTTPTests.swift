@@ -93,6 +93,28 @@ struct SecurityHTTPTests {
         }
     }
 
+    /// A wrong long code answers the same for a verified, a pending and an unknown address, on both routes, and costs
+    /// no address its six digits' tries.
+    @Test(arguments: TestDatabase.engines)
+    func aWrongLongCodeAnswersAlikeForEveryAddress(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            _ = try await client.signUpAndVerify(app, email: "verified@example.com")
+            try await client.post("/api/auth/sign-up", json: #"{"email":"pending@example.com","password":"\#(Self.password)","name":"P"}"#)
+            let wrong = String(repeating: "Q", count: 43)
+            for path in ["/api/verify-otp", "/api/auth/reset-password"] {
+                var answers: [String] = []
+                for email in ["verified@example.com", "pending@example.com", "nobody@example.com"] {
+                    let answer = try await client.post(
+                        path, json: #"{"email":"\#(email)","code":" \#(wrong)\n","newPassword":"a brand new passphrase"}"#)
+                    answers.append("\(answer.status.code) \(answer.text)")
+                }
+                #expect(Set(answers).count == 1 && answers[0].hasPrefix("400") && answers[0].contains("invalid_otp"), "\(path): \(answers)")
+            }
+            let budgets = try await app.rows("SELECT budget_key FROM attempt_budgets WHERE budget_key LIKE 'code:%'")
+            #expect(budgets.isEmpty, "no address's code budget was touched")
+        }
+    }
+
     /// A right password gives the network's failure budget its attempt back (in a transaction of its own, so the per-IP row
     /// is not held while the session is written): successes never use up a network's allowance of failures.
     @Test(arguments: TestDatabase.engines)

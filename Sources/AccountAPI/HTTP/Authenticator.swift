@@ -36,6 +36,22 @@ struct Authenticator: Sendable {
             detail: "This endpoint acts for a signed-in user: send a session token (from sign-in or verify-otp), not an API key.")
     }
 
+    /// The request's credentials once more, after a body that arrived after they were first checked: a bearer session or
+    /// API key, and the console's session cookie, must still be live (401 otherwise; nothing is checked for a request
+    /// that carries none). Runs only for bodies read by their handlers (chunked, over 64 KiB, uploads).
+    func recheck(_ request: Request, _ context: AppRequestContext) async throws {
+        if let token = Self.bearerToken(request) {
+            if token.hasPrefix(APIKeyService.prefix) {
+                guard try await apiKeys.authenticate(secret: token, logger: context.logger) != nil else { throw AuthError.unauthorized }
+            } else {
+                _ = try await auth.authenticate(token: token, logger: context.logger)
+            }
+        }
+        if let console = request.cookies[ConsoleGate.sessionCookie]?.value, !console.isEmpty {
+            _ = try await auth.consoleSession(token: console, logger: context.logger)
+        }
+    }
+
     /// An operator: a user with role admin, or an API key with scope admin. Returns the audit actor.
     func requireOperator(_ request: Request, _ context: AppRequestContext) async throws -> String {
         try await operatorCredential(request, context).actor

@@ -14,8 +14,7 @@ import Synchronization
 ///   a byte at a time would otherwise hold its share for as long as the idle timeout keeps being met).
 /// The reservation ends when the body has been read (or refused); what a handler then keeps is bounded by the requests
 /// it is running. A smaller body reserves nothing but is held to the same time limit, checked as each part arrives (no
-/// timer on the hot paths): a request is authenticated before its body is read, so one trickled in for hours would act
-/// on credentials checked long before (writes check their session again, but not every credential is re-checked).
+/// timer on the hot paths). How no request acts on credentials checked before its body arrived: ``BodyBudgetMiddleware``.
 final class BodyBudget: Sendable {
     let bytesMax: Int
     let readsPerClientMax: Int
@@ -80,13 +79,17 @@ final class BodyBudget: Sendable {
     var inUse: (bytes: Int, clients: Int) { state.withLock { ($0.bytes, $0.reads.count) } }
 }
 
-/// Hands every request the process's ``BodyBudget``, and reads a body that declares at most ``readFirstMax`` bytes
-/// before any handler runs: handlers authenticate before they decode, so a body trickled in slowly after its headers
-/// would otherwise let a request act on credentials checked while it was still arriving (a reviewer held requests open
-/// past a password reset that way). Larger bodies (uploads) and ones without a length keep the time limit.
+/// Hands every request the process's ``BodyBudget``, and makes sure no request acts on credentials checked before its
+/// body arrived: handlers authenticate before they decode, and a body trickled in after its headers let revoked
+/// sessions and keys write (a reviewer held requests open past a password reset; an outside tester granted tokens with
+/// a revoked key by sending the body chunked, or padded past 64 KiB). A body that declares at most ``readFirstMax``
+/// bytes (the API's JSON and forms) is read before any handler runs; any other body (chunked, larger, uploads) is read
+/// by its handler, after which the request's credentials are checked again (``Request/readBody(upTo:context:)``).
 struct BodyBudgetMiddleware: RouterMiddleware {
     typealias Context = AppRequestContext
     let budget: BodyBudget
+    /// ``Authenticator/recheck(_:_:)``.
+    let recheck: @Sendable (Request, AppRequestContext) async throws -> Void
     /// Every JSON and form body the API takes fits (a spend's is at most 64 KiB).
     static let readFirstMax = 64 << 10
 
@@ -94,10 +97,12 @@ struct BodyBudgetMiddleware: RouterMiddleware {
         var context = context
         context.bodies = budget
         guard let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > 0, declared <= Self.readFirstMax else {
+            context.credentialRecheck = recheck
             return try await next(request, context)
         }
         var request = request
         _ = try await request.readBody(upTo: declared, context: context)
+        context.bodyPreRead = true
         return try await next(request, context)
     }
 }
@@ -105,8 +110,12 @@ struct BodyBudgetMiddleware: RouterMiddleware {
 extension Request {
     /// The body, at most `limit` bytes (`NIOTooManyBytesError` beyond, as Hummingbird's `collectBody`), read within the
     /// process's ``BodyBudget`` (see there for the refusals).
+    /// A body read here (not before the handler) may have arrived long after the request was authenticated: its
+    /// credentials are checked again once it is in (``BodyBudgetMiddleware``).
     mutating func readBody(upTo limit: Int, context: AppRequestContext) async throws -> ByteBuffer {
-        try await readBody(upTo: limit, budget: context.bodies, client: context.clientIP)
+        let body = try await readBody(upTo: limit, budget: context.bodies, client: context.clientIP)
+        if !context.bodyPreRead, let recheck = context.credentialRecheck { try await recheck(self, context) }
+        return body
     }
 
     mutating func readBody(upTo limit: Int, budget: BodyBudget?, client: String) async throws -> ByteBuffer {

@@ -128,7 +128,7 @@ public struct PasskeyService: Sendable {
     public func rename(_ session: AuthenticatedSession, id: String, name: String, logger: Logger) async throws -> Passkey {
         try auth.requireOwnerProfile(session)
         let label = try Self.label(name)
-        return try await auth.database.transaction(logger: logger) { tx in
+        return try await auth.sessionTransaction(session, logger: logger) { tx in
             guard try await store.rename(tx, id: id, userID: session.user.id, name: label),
                 let row = try await store.list(tx, userID: session.user.id).first(where: { $0.credentialId == id })
             else { throw AuthError.notFound }

@@ -83,6 +83,11 @@ public enum ProfileManager: Sendable {
     case owner(AuthenticatedSession, currentPassword: String?)
     case operatorActor(String, ip: String?)
 
+    /// The owner's session making the change (nil for an operator).
+    var sessionID: String? {
+        if case .owner(let session, _) = self { session.sessionID } else { nil }
+    }
+
     /// An owner's session must still be live when the change is written (``AuthenticatedSession/requireStillLive(_:)``);
     /// an operator's console session was checked by its own route.
     func requireStillLive(_ tx: any SQLExecutor, now: Date) async throws {
@@ -271,6 +276,9 @@ public struct ProfileService: Sendable {
                 try Self.checkUniqueName(input.name, among: try await store.names(tx, userID: userID, except: profileID))
                 try await store.update(tx, id: profileID, userID: userID, name: Self.trimmed(input.name), input: input, pinHash: pinHash, now: now)
                 if pinHash != nil || input.removePin { try await AttemptBudget.clear(tx, key: BudgetKeys.pin(profileID: profileID)) }
+                if pinHash != nil {
+                    try await SessionStore().requireReselection(tx, profileID: profileID, userID: userID, except: manager.sessionID)
+                }
                 try await audit(tx, manager: manager, owner: owner, userID: userID, action: "profile_updated", profileID: profileID, now: now)
                 return try await load(tx, id: profileID, userID: userID)
             }

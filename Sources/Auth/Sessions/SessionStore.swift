@@ -120,6 +120,16 @@ struct SessionStore: Sendable {
         ).isEmpty
     }
 
+    /// Every other live session of the account that chose `profileID` must choose again: its PIN changed, and a choice
+    /// made with the old one no longer counts (a child who had unlocked the owner's profile keeps nothing). The
+    /// selection then names no profile, which reads as "selection required" (as a deleted profile's does), never as the
+    /// owner's.
+    func requireReselection(_ tx: any SQLExecutor, profileID: String, userID: String, except sessionID: String?) async throws {
+        try await tx.query(
+            "UPDATE sessions SET selected_profile_id = ? WHERE user_id = ? AND selected_profile_id = ? AND revoked_at_ms IS NULL AND id <> ?",
+            ["pin-changed:" + profileID, userID, profileID, sessionID ?? ""])
+    }
+
     /// The family profile the session acts as.
     func select(_ tx: any SQLExecutor, profileID: String, sessionID: String) async throws {
         try await tx.query("UPDATE sessions SET selected_profile_id = ? WHERE id = ?", [profileID, sessionID])

@@ -24,8 +24,9 @@ enum TypedCode: Sendable {
     case short(String)
     case long(String)
 
-    /// 400 unless it has the shape of either code.
-    init(_ code: String) throws {
+    /// 400 unless it has the shape of either code (spaces and line breaks around it, as a paste brings, are dropped).
+    init(_ typed: String) throws {
+        let code = typed.utf8.count <= 128 ? typed.trimmingCharacters(in: .whitespacesAndNewlines) : typed
         let bytes = code.utf8
         if bytes.count == 6, bytes.allSatisfy({ (0x30...0x39).contains($0) }) {
             self = .short(code)
