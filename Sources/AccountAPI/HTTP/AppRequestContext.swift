@@ -14,8 +14,8 @@ struct AppRequestContext: RequestContext {
     var clientIP: String
     /// What bodies still being read may hold (``BodyBudgetMiddleware``; nil: no budget, as in router tests without it).
     var bodies: BodyBudget?
-    /// The body arrived before any handler ran (``BodyBudgetMiddleware``).
-    var bodyPreRead = false
+    /// The body, when it arrived before any handler ran (``BodyBudgetMiddleware``): reading it again returns this.
+    var preReadBody: ByteBuffer?
     /// The request's credentials checked again once a body that arrived after them is in (``Authenticator/recheck(_:_:)``).
     var credentialRecheck: (@Sendable (Request, AppRequestContext) async throws -> Void)?
 

@@ -101,8 +101,7 @@ struct BodyBudgetMiddleware: RouterMiddleware {
             return try await next(request, context)
         }
         var request = request
-        _ = try await request.readBody(upTo: declared, context: context)
-        context.bodyPreRead = true
+        context.preReadBody = try await request.readBody(upTo: declared, context: context)
         return try await next(request, context)
     }
 }
@@ -113,8 +112,12 @@ extension Request {
     /// A body read here (not before the handler) may have arrived long after the request was authenticated: its
     /// credentials are checked again once it is in (``BodyBudgetMiddleware``).
     mutating func readBody(upTo limit: Int, context: AppRequestContext) async throws -> ByteBuffer {
+        if let body = context.preReadBody {
+            guard body.readableBytes <= limit else { throw NIOTooManyBytesError(maxBytes: limit) }
+            return body
+        }
         let body = try await readBody(upTo: limit, budget: context.bodies, client: context.clientIP)
-        if !context.bodyPreRead, let recheck = context.credentialRecheck { try await recheck(self, context) }
+        if let recheck = context.credentialRecheck { try await recheck(self, context) }
         return body
     }
 
