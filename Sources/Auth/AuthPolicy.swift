@@ -68,11 +68,6 @@ public struct AuthPolicy: Sendable {
     }
 
     /// Code checks for one address and purpose, for the life of a code (known and unknown addresses alike).
-    /// Long mailed codes checked per client network (``MailedCode``): they cannot be guessed, so this only caps load. A
-    /// minute's window and no lock, so someone sharing the owner's network (a NAT, a carrier) who spends it delays her
-    /// by a minute at most.
-    public var longCodeChecksPerMinute = 120
-    public var longCodeRule: AttemptRule { AttemptRule(limit: longCodeChecksPerMinute, window: .fixed(seconds: 60)) }
     public var codeRule: AttemptRule { AttemptRule(limit: codeWrongAttemptsMax, window: .fixed(seconds: codeLifetimeSeconds)) }
 
     /// Mails of one purpose to one address: a cooldown between sends and an hourly maximum.

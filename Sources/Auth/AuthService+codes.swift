@@ -79,19 +79,12 @@ extension AuthService {
     }
 
     /// Reserves one check of a typed code, before it is checked: a short code's from the address's budget
-    /// (``reserveCodeAttempt(_:email:logger:)``), a long one's from the client network's load cap (``AuthPolicy/longCodeRule``:
-    /// it cannot be guessed; attempt 0, which never burns anything).
-    func reserveCheck(_ typed: TypedCode, _ purpose: CodePurpose, email: String, ip: String, logger: Logger) async throws -> Int {
-        guard typed.isLong else { return try await reserveCodeAttempt(purpose, email: email, logger: logger) }
-        let key = keys.longCode(ip: ip)
-        let rule = policy.longCodeRule
-        let reservation = try await database.transaction(lane: key, logger: logger) { tx in
-            try await AttemptBudget.reserve(tx, key: key, rule: rule, now: clock.now())
-        }
-        if case .refused(let seconds, _) = reservation {
-            throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many long codes checked from this network; try again in a minute.")
-        }
-        return 0
+    /// (``reserveCodeAttempt(_:email:logger:)``). A long one has no budget (attempt 0, which never burns anything): 256
+    /// bits cannot be guessed, a check is one indexed read, as a wrong short code for an unknown address is, and any
+    /// budget would be one that someone sharing the owner's network could spend (both helpers showed it with a
+    /// per-network one).
+    func reserveCheck(_ typed: TypedCode, _ purpose: CodePurpose, email: String, logger: Logger) async throws -> Int {
+        typed.isLong ? 0 : try await reserveCodeAttempt(purpose, email: email, logger: logger)
     }
 
     /// Reserves one code check for the address (its own transaction, before the check): the sixth check of a code's life

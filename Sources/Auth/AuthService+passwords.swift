@@ -30,7 +30,7 @@ extension AuthService {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         let code = try TypedCode(code)
         if let problem = InputRules.passwordProblem(newPassword) { throw AuthError.validation(problem) }
-        let attempt = try await reserveCheck(code, .reset, email: email, ip: client.ip, logger: logger)
+        let attempt = try await reserveCheck(code, .reset, email: email, logger: logger)
         let check = try await database.transaction(logger: logger) { tx in
             try await checkCode(tx, email: email, purpose: .reset, code: code, attempt: attempt, consume: false, now: clock.now())
         }

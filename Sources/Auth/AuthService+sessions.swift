@@ -171,12 +171,14 @@ extension AuthService {
 extension AuthenticatedSession {
     /// In the transaction of a write this session asked for: under the account's row lock (the lock every
     /// sign-out-everywhere takes: a reset, a password change, an operator's revoke, an erasure) and its own row's, the
-    /// session must still be live and unexpired. A security event that lands while the request checked a password, waited
-    /// for a hashing slot, checked a code or trickled in its body wins, and nothing the revoked session asked for is
-    /// written (401). Call it first, before other row locks.
+    /// session must still be live and unexpired (else 401), and still act as the profile it did (else 403
+    /// `profile_selection_required`: a new PIN made it choose again). A security event that lands while the request
+    /// checked a password, waited for a hashing slot or checked a code wins, and nothing the session asked for is
+    /// written. Call it first, before other row locks.
     func requireStillLive(_ tx: any SQLExecutor, now: Date) async throws {
         guard now < expiresAt, try await UserStore().isLive(tx, id: user.id, lock: true),
-            try await SessionStore().isLive(tx, sessionID: sessionID, userID: user.id)
+            let selection = try await SessionStore().liveSelection(tx, sessionID: sessionID, userID: user.id)
         else { throw AuthError.unauthorized }
+        guard selection == selectedProfileID else { throw AuthError.profileSelectionRequired }
     }
 }

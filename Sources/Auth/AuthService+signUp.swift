@@ -104,7 +104,7 @@ extension AuthService {
     public func verifyEmail(email rawEmail: String, code: String, client: ClientInfo, logger: Logger) async throws -> Verification {
         guard let email = InputRules.normalizedEmail(rawEmail) else { throw AuthError.validation("Enter a valid email address.") }
         let code = try TypedCode(code)
-        let attempt = try await reserveCheck(code, .verify, email: email, ip: client.ip, logger: logger)
+        let attempt = try await reserveCheck(code, .verify, email: email, logger: logger)
         let outcome: Result<Verification, AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
             let (check, found) = try await checkSignUpCode(tx, email: email, code: code, attempt: attempt, now: now)

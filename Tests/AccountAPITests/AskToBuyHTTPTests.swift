@@ -102,7 +102,7 @@ struct AskToBuyHTTPTests {
             // The owner's session as an approval that authenticated it sees it; then the owner signs out everywhere.
             let stale = try await auth.authenticate(token: f.ownerToken, logger: TestDatabase.logger)
             let userID = stale.user.id
-            try await auth.revokeSessions(ofUser: userID, sessionID: nil, actor: "test", ip: nil, logger: TestDatabase.logger)
+            _ = try await auth.revokeSessions(ofUser: userID, sessionID: nil, actor: "test", ip: nil, logger: TestDatabase.logger)
             for answer in ["approve", "decline"] {
                 await #expect(throws: AuthError.unauthorized, "\(answer)") {
                     let stickers = app.dependencies.stickers

@@ -141,6 +141,24 @@ struct AuthServiceTests {
     /// Every write a session asks for checks, in its own transaction under the account's lock, that the session is still
     /// live: a request whose password (or code) was checked before its session was revoked writes nothing, and signing out
     /// everywhere ends a pending address change and authenticator enrolment.
+    /// A session made to choose its profile again (a new PIN) while its request was under way writes nothing as the
+    /// profile it had: 403 `profile_selection_required`.
+    @Test(arguments: TestDatabase.engines)
+    func aSessionMadeToChooseAgainWritesNothing(engine: Engine) async throws {
+        try await Self.withAccount(engine, email: "chooser@example.com") { db, auth, user in
+            let stale = try await Self.signedIn(auth, email: "chooser@example.com")
+            let profileID = try #require(stale.selectedProfileID)
+            try await db.transaction(logger: TestDatabase.logger) {
+                try await SessionStore().requireReselection($0, profileID: profileID, userID: user.id, except: nil)
+            }
+            await #expect(throws: AuthError.profileSelectionRequired) {
+                _ = try await auth.updateMe(stale, name: "Not me", promptEnhancementEnabled: nil, logger: TestDatabase.logger)
+            }
+            let name = try await db.withConnection(logger: TestDatabase.logger) { try await UserStore().user($0, id: user.id)?.name }
+            #expect(name == "A")
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func aRevokedSessionsRequestsInFlightWriteNothing(engine: Engine) async throws {
         try await Self.withAccount(engine, email: "owner@example.com") { db, auth, user in

@@ -42,6 +42,7 @@ struct ConsoleGate: Sendable {
         do {
             let startedAt = clock.now()
             let session = try await auth.consoleSession(token: token, logger: context.logger)
+            context.credentials?.record(.console(token: token))
             return ConsoleOperator(session: session, csrf: Self.csrfToken(session: token), startedAt: startedAt)
         } catch AuthError.unauthorized {
             return nil

@@ -244,7 +244,7 @@ paths:
         "429":
           description: >-
             `too_many_attempts`: the fifth wrong six-digit code burned it (for every address alike); the long code from the
-            same mail still works, or request a new one. For long codes, too many wrong ones from this network.
+            same mail still works, or request a new one.
           headers:
             Retry-After: { schema: { type: integer } }
           content:
@@ -1066,8 +1066,8 @@ paths:
               schema: { $ref: "#/components/schemas/Problem" }
         "429":
           description: >-
-            `too_many_attempts` (the fifth wrong six-digit code burned it: the long code from the same mail still works;
-            for long codes, too many wrong ones from this network) or `rate_limited` (Argon2 runs per client IP).
+            `too_many_attempts` (the fifth wrong six-digit code burned it: the long code from the same mail still works) or
+            `rate_limited` (Argon2 runs per client IP).
           headers:
             Retry-After: { schema: { type: integer } }
           content:
@@ -1315,6 +1315,10 @@ paths:
       tags: [profiles]
       operationId: updateProfile
       summary: Update a profile (owner only). A PIN is kept unless `pin` or `removePin` is given.
+      description: >-
+        Setting or changing a PIN makes every other session that had chosen this profile choose again, with the new PIN
+        (their requests answer 403 `profile_selection_required` until they do): an unlock made with the old PIN counts
+        no longer. The session that set it keeps its choice.
       security: [{ session: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
@@ -3703,8 +3707,8 @@ components:
       pattern: "^([0-9]{6}|[A-Za-z0-9_-]{43})$"
       description: >-
         The six digits from a sign-up or reset mail, or the long code mailed under them. The long code cannot be guessed,
-        so its checks count against the client network's budget, not the address's, and it keeps working when someone
-        else's wrong guesses have burned the six digits.
+        so its checks count against no budget, and it keeps working when someone else's wrong guesses have burned the six
+        digits.
     ListedProfile:
       allOf:
         - { $ref: "#/components/schemas/FamilyProfile" }

@@ -16,8 +16,9 @@ struct AppRequestContext: RequestContext {
     var bodies: BodyBudget?
     /// The body, when it arrived before any handler ran (``BodyBudgetMiddleware``): reading it again returns this.
     var preReadBody: ByteBuffer?
-    /// The request's credentials checked again once a body that arrived after them is in (``Authenticator/recheck(_:_:)``).
-    var credentialRecheck: (@Sendable (Request, AppRequestContext) async throws -> Void)?
+    /// For a body its handler reads (chunked, larger, uploads): the credentials the request was authenticated with, checked
+    /// again once the body is in (``BodyBudgetMiddleware``, ``Authenticator/recheck(_:_:)``).
+    var credentials: RequestCredentials?
 
     init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)

@@ -17,7 +17,9 @@ struct Authenticator: Sendable {
     func session(_ request: Request, _ context: AppRequestContext) async throws -> AuthenticatedSession {
         guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
         if token.hasPrefix(APIKeyService.prefix) { throw try await refusal(apiKey: token, context) }
-        return try await auth.authenticate(token: token, logger: context.logger)
+        let session = try await auth.authenticate(token: token, logger: context.logger)
+        context.credentials?.record(.session(token: token, profileID: session.selectedProfileID))
+        return session
     }
 
     /// The bind of `AuthService.sessionQuery` for the request's bearer token, for statements that look the session up
@@ -36,19 +38,21 @@ struct Authenticator: Sendable {
             detail: "This endpoint acts for a signed-in user: send a session token (from sign-in or verify-otp), not an API key.")
     }
 
-    /// The request's credentials once more, after a body that arrived after they were first checked: a bearer session or
-    /// API key, and the console's session cookie, must still be live (401 otherwise; nothing is checked for a request
-    /// that carries none). Runs only for bodies read by their handlers (chunked, over 64 KiB, uploads).
-    func recheck(_ request: Request, _ context: AppRequestContext) async throws {
-        if let token = Self.bearerToken(request) {
-            if token.hasPrefix(APIKeyService.prefix) {
-                guard try await apiKeys.authenticate(secret: token, logger: context.logger) != nil else { throw AuthError.unauthorized }
-            } else {
-                _ = try await auth.authenticate(token: token, logger: context.logger)
+    /// The credentials the request was authenticated with, once more, after a body that arrived after they were first
+    /// checked (chunked, over 64 KiB, uploads): each must still be live, and a session must still act as the same
+    /// profile (a new PIN makes sessions that had unlocked it choose again). 401 or 403 `profile_selection_required`.
+    func recheck(_ credentials: RequestCredentials, _ context: AppRequestContext) async throws {
+        for used in credentials.all {
+            switch used {
+            case .session(let token, let profileID):
+                guard try await auth.authenticate(token: token, logger: context.logger).selectedProfileID == profileID else {
+                    throw AuthError.profileSelectionRequired
+                }
+            case .apiKey(let secret):
+                guard try await apiKeys.authenticate(secret: secret, logger: context.logger) != nil else { throw Self.keyMissing }
+            case .console(let token):
+                _ = try await auth.consoleSession(token: token, logger: context.logger)
             }
-        }
-        if let console = request.cookies[ConsoleGate.sessionCookie]?.value, !console.isEmpty {
-            _ = try await auth.consoleSession(token: console, logger: context.logger)
         }
     }
 
@@ -70,6 +74,7 @@ struct Authenticator: Sendable {
                 .forbidden, code: "mfa_required",
                 detail: "Operators need two-factor codes: enroll with POST /api/auth/mfa/totp/setup and /enable, then sign in again.")
         }
+        context.credentials?.record(.session(token: token, profileID: session.selectedProfileID))
         return .session(session)
     }
 
@@ -93,6 +98,7 @@ struct Authenticator: Sendable {
         }
         guard let key = try await apiKeys.authenticate(secret: token, logger: context.logger) else { throw Self.keyMissing }
         if let missing = scopes.first(where: { !key.allows($0) }) { throw AuthError.forbidden("This API key lacks the scope '\(missing)'.") }
+        context.credentials?.record(.apiKey(secret: token))
         return key
     }
 

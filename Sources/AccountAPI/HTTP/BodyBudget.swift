@@ -89,15 +89,20 @@ struct BodyBudgetMiddleware: RouterMiddleware {
     typealias Context = AppRequestContext
     let budget: BodyBudget
     /// ``Authenticator/recheck(_:_:)``.
-    let recheck: @Sendable (Request, AppRequestContext) async throws -> Void
+    let recheck: @Sendable (RequestCredentials, AppRequestContext) async throws -> Void
     /// Every JSON and form body the API takes fits (a spend's is at most 64 KiB).
     static let readFirstMax = 64 << 10
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         context.bodies = budget
-        guard let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > 0, declared <= Self.readFirstMax else {
-            context.credentialRecheck = recheck
+        let declared = request.headers[.contentLength].flatMap { Int($0) }
+        if declared == nil && request.headers[.transferEncoding] == nil || declared == 0 {
+            context.preReadBody = ByteBuffer()  // no body
+            return try await next(request, context)
+        }
+        guard let declared, declared <= Self.readFirstMax else {
+            context.credentials = RequestCredentials(recheck: recheck)
             return try await next(request, context)
         }
         var request = request
@@ -117,7 +122,7 @@ extension Request {
             return body
         }
         let body = try await readBody(upTo: limit, budget: context.bodies, client: context.clientIP)
-        if let recheck = context.credentialRecheck { try await recheck(self, context) }
+        try await context.credentials?.recheck(context)
         return body
     }
 
@@ -174,5 +179,30 @@ extension Request {
         Problem(
             .requestTimeout, code: "request_timeout",
             detail: "The request body did not arrive within \(timeout.components.seconds) s; send it again at a steady pace.")
+    }
+}
+
+/// The credentials a request was authenticated with, recorded by ``Authenticator`` (and the console's gate) for a body
+/// its handler reads, and checked again once that body is in. Only what was used is checked: a public route that
+/// ignores a stale `Authorization` header is not refused for it.
+final class RequestCredentials: Sendable {
+    enum Used: Sendable {
+        /// A bearer session, and the profile it acted as.
+        case session(token: String, profileID: String?)
+        case apiKey(secret: String)
+        case console(token: String)
+    }
+
+    private let used = Mutex<[Used]>([])
+    private let check: @Sendable (RequestCredentials, AppRequestContext) async throws -> Void
+
+    init(recheck: @escaping @Sendable (RequestCredentials, AppRequestContext) async throws -> Void) { self.check = recheck }
+
+    func record(_ credential: Used) { used.withLock { $0.append(credential) } }
+
+    var all: [Used] { used.withLock { $0 } }
+
+    func recheck(_ context: AppRequestContext) async throws {
+        if !all.isEmpty { try await check(self, context) }
     }
 }

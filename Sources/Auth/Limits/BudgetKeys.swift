@@ -20,8 +20,6 @@ struct BudgetKeys: Sendable {
     func passkey(credentialID: String) -> String { "passkey:" + secrets.addressKey("credential\u{0}" + credentialID) }
     /// Failed sign-ins from one client network (``clientNetwork(_:)``).
     func network(ip: String) -> String { "signin-ip:" + Self.clientNetwork(ip) }
-    /// Long mailed codes checked from one client network (``MailedCode``: unguessable, so not the address's budget).
-    func longCode(ip: String) -> String { "long-code-ip:" + Self.clientNetwork(ip) }
     /// Unauthenticated Argon2 runs from one client network.
     func hashing(ip: String) -> String { "hash-ip:" + Self.clientNetwork(ip) }
 

@@ -104,11 +104,13 @@ struct SessionStore: Sendable {
         try await database.quickQuery("SELECT mfa_at_ms FROM sessions WHERE id = ?", [sessionID], logger: logger).first?.optionalDate("mfa_at_ms")
     }
 
-    /// Whether the account's session is not revoked, its row then held so that a revocation waits for the transaction.
-    func isLive(_ tx: any SQLExecutor, sessionID: String, userID: String) async throws -> Bool {
+    /// The profile the account's session acts as now (`.some(nil)`: none chosen), or nil when it is revoked; its row is
+    /// then held, so that a revocation or a new choice waits for the transaction.
+    func liveSelection(_ tx: any SQLExecutor, sessionID: String, userID: String) async throws -> String?? {
         try await tx.first(
-            "SELECT id FROM sessions WHERE id = ? AND user_id = ? AND revoked_at_ms IS NULL" + tx.dialect.forShare, [sessionID, userID])
-            != nil
+            "SELECT selected_profile_id FROM sessions WHERE id = ? AND user_id = ? AND revoked_at_ms IS NULL" + tx.dialect.forShare,
+            [sessionID, userID]
+        ).map { $0.optionalString("selected_profile_id") }
     }
 
     /// The session's user showed their password now (a recent authentication for sensitive actions); false when the

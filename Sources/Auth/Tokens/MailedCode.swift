@@ -4,7 +4,7 @@ import Foundation
 /// - the short code: six digits, easy to type and so easy to guess. Each address's checks are budgeted (five per code),
 ///   and the fifth wrong one burns it;
 /// - the long code: 43 characters (256 bits), mailed with it for a link or a paste. Nobody can guess it, so checking it
-///   draws on the client network's budget, not the address's, and burning the short code leaves it working. An outside
+///   draws on no budget (``AuthService/reserveCheck(_:_:email:logger:)``), and burning the short code leaves it working. An outside
 ///   tester who knew only an address kept its owner from resetting her password by guessing the short code wrong five
 ///   times, again and again (628 requests, two resets typed 3 s after the mail arrived both refused).
 struct MailedCode: Sendable {
