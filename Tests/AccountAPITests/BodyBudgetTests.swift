@@ -97,6 +97,51 @@ struct BodyBudgetTests {
         #expect(!budget.takeTrimDue() && budget.inUse == (0, 0))
     }
 
+    /// A body holds what it has sent, not what it may send: stalled chunked bodies of a few bytes each hold 64 KiB, not
+    /// the route's limit (an outside tester's 256 from eight addresses filled the budget), while one that keeps arriving
+    /// grows its share, is read whole, and one that outgrows the budget is refused with 503 and gives its share back.
+    @Test func aBodyHoldsWhatItHasSentNotWhatItMaySend() async throws {
+        let budget = BodyBudget(bytesMax: 1 << 20, readsPerClientMax: 16, timeoutSeconds: 30)
+        func chunked(_ stream: AsyncStream<ByteBuffer>) -> Request {
+            Request(
+                head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/x", headerFields: [.transferEncoding: "chunked"]),
+                body: RequestBody(asyncSequence: stream))
+        }
+        var feeds: [AsyncStream<ByteBuffer>.Continuation] = []
+        var stalled: [Task<Int, any Error>] = []
+        for n in 0..<8 {
+            let (stream, feed) = AsyncStream<ByteBuffer>.makeStream()
+            feed.yield(ByteBuffer(repeating: 0x61, count: 10))
+            feeds.append(feed)
+            stalled.append(
+                Task {
+                    var request = chunked(stream)
+                    return try await request.readBody(upTo: 1 << 20, budget: budget, client: "192.0.2.\(n)").readableBytes
+                })
+        }
+        while budget.inUse.clients < 8 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(budget.inUse.bytes == 8 * BodyBudget.firstReservation, "each stalled body holds its first 64 KiB, not 1 MiB")
+        let (stream, feed) = AsyncStream<ByteBuffer>.makeStream()
+        for _ in 0..<30 { feed.yield(ByteBuffer(repeating: 0x62, count: 10_000)) }
+        feed.finish()
+        var growing = chunked(stream)
+        #expect(try await growing.readBody(upTo: 1 << 20, budget: budget, client: "198.51.100.1").readableBytes == 300_000)
+        #expect(budget.inUse.bytes == 8 * BodyBudget.firstReservation, "its share is given back")
+        let (big, bigFeed) = AsyncStream<ByteBuffer>.makeStream()
+        for _ in 0..<60 { bigFeed.yield(ByteBuffer(repeating: 0x63, count: 10_000)) }
+        bigFeed.finish()
+        var tooBig = chunked(big)
+        let refused = await #expect(throws: Problem.self) { _ = try await tooBig.readBody(upTo: 1 << 20, budget: budget, client: "198.51.100.2") }
+        #expect(refused?.status == .serviceUnavailable && refused?.code == "unavailable")
+        #expect(budget.inUse.bytes == 8 * BodyBudget.firstReservation)
+        for feed in feeds {
+            feed.yield(ByteBuffer(repeating: 0x61, count: 5))
+            feed.finish()
+        }
+        for read in stalled { #expect(try await read.value == 15) }
+        #expect(budget.inUse == (0, 0))
+    }
+
     /// One client is an IPv4 address or an IPv6 /64: addresses from one /64 share its count; another /64 has its own.
     @Test func anIPv6ClientsWholeSlash64IsOneClient() async throws {
         let budget = BodyBudget(bytesMax: 1 << 20, readsPerClientMax: 1, timeoutSeconds: 30)

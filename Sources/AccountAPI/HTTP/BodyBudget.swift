@@ -6,8 +6,9 @@ import Synchronization
 /// What request bodies still being read may hold. A body's bytes stay in memory until its last byte arrives, and a client
 /// may send them as slowly as it likes: an outside tester held 1,200 connections, each 1 MB into a 1 MB body, and grew
 /// the process from 418 MB to 1.6 GB without signing in. Every body is read through ``Request/readBody(upTo:context:)``;
-/// one over ``trackedFrom`` bytes first reserves its size here (the declared `Content-Length`, else the route's limit):
-/// - past the process's budget (`HTTP_BODY_BUFFER_MIB`): 503 `unavailable` with `Retry-After`, the body unread;
+/// one over ``trackedFrom`` bytes holds here what it has sent (``firstReservation`` before its first byte, then doubling
+/// as it arrives, never past its declared `Content-Length` or the route's limit):
+/// - past the process's budget (`HTTP_BODY_BUFFER_MIB`): 503 `unavailable` with `Retry-After`, the rest unread;
 /// - past one client's concurrent body reads (`HTTP_BODY_READS_PER_CLIENT`; an IPv4 address or an IPv6 /64): 429
 ///   `rate_limited`;
 /// - one not arrived within `HTTP_BODY_TIMEOUT_SECONDS`: 408, and its reservation is freed (a body of a few KiB trickled
@@ -22,6 +23,9 @@ final class BodyBudget: Sendable {
     /// Bodies up to this size are read as they come: the API's JSON bodies (a spend's is a few hundred bytes), so the hot
     /// paths take no lock, and all the connections the process may open (20,000 descriptors) hold at most 80 MiB of them.
     static let trackedFrom = 4 * 1024
+    /// What a tracked body reserves before its first byte (or its declared size, if smaller); it grows as the body
+    /// arrives.
+    static let firstReservation = 64 * 1024
     private let state = Mutex(State())
 
     private struct State {
@@ -54,6 +58,17 @@ final class BodyBudget: Sendable {
             state.peak = max(state.peak, state.bytes)
             state.reads[client] = reads + 1
             return nil
+        }
+    }
+
+    /// Adds `bytes` to a body's reservation as more of it arrives; false when the process's budget has no room (nothing
+    /// taken).
+    func grow(by bytes: Int) -> Bool {
+        state.withLock { state in
+            guard bytes <= bytesMax - state.bytes else { return false }
+            state.bytes += bytes
+            state.peak = max(state.peak, state.bytes)
+            return true
         }
     }
 
@@ -132,7 +147,8 @@ extension Request {
         let bytes = declared ?? limit
         guard let budget, bytes > BodyBudget.trackedFrom else { return try await collectBody(upTo: limit, within: budget?.timeout ?? .seconds(60)) }
         let client = IPNetwork.client(client)  // an IPv6 client's whole /64 is one client
-        switch budget.reserve(bytes, client: client) {
+        let held = HeldBytes(min(bytes, BodyBudget.firstReservation))
+        switch budget.reserve(held.bytes, client: client) {
         case .full?:
             throw Problem.unavailable("The server is receiving too many request bodies at once; try again shortly.", retryAfterSeconds: 1)
         case .client?:
@@ -143,11 +159,11 @@ extension Request {
             .retryAfter(seconds: 1)
         case nil: break
         }
-        defer { budget.release(bytes, client: client) }
+        defer { budget.release(held.bytes, client: client) }
         let body = self.body
         let timeout = budget.timeout
         let buffer = try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
-            group.addTask { try await body.collect(upTo: limit) }
+            group.addTask { try await Self.collect(body, upTo: limit, holding: held, in: budget) }
             group.addTask {
                 try await Task.sleep(for: timeout)
                 return nil
@@ -158,6 +174,26 @@ extension Request {
         }
         self.body = RequestBody(buffer: buffer)
         return buffer
+    }
+
+    /// The body's parts, its reservation grown as they arrive (doubling, at most to `limit`): what a body holds of the
+    /// budget is what it has sent, so bodies that send a few bytes and stall cannot fill it (an outside tester's
+    /// 256 chunked uploads from eight addresses did, reserving the route's whole limit each). Past the budget: 503.
+    private static func collect(_ body: RequestBody, upTo limit: Int, holding held: HeldBytes, in budget: BodyBudget) async throws -> ByteBuffer {
+        var collected = ByteBuffer()
+        for try await part in body {
+            let size = collected.readableBytes + part.readableBytes
+            guard size <= limit else { throw NIOTooManyBytesError(maxBytes: limit) }
+            if size > held.bytes {
+                let more = min(limit, max(size, held.bytes * 2)) - held.bytes
+                guard budget.grow(by: more) else {
+                    throw Problem.unavailable("The server is receiving too many request bodies at once; try again shortly.", retryAfterSeconds: 1)
+                }
+                held.add(more)
+            }
+            collected.writeImmutableBuffer(part)
+        }
+        return collected
     }
 
     /// Hummingbird's `collectBody(upTo:)`, refused with 408 when a part arrives after `timeout` (a body that stops
@@ -180,6 +216,15 @@ extension Request {
             .requestTimeout, code: "request_timeout",
             detail: "The request body did not arrive within \(timeout.components.seconds) s; send it again at a steady pace.")
     }
+}
+
+/// What one body being read holds of the ``BodyBudget``: grown by its reader as parts arrive, given back by whoever
+/// reserved it once the read is over (the reader is a child task that has ended by then).
+final class HeldBytes: Sendable {
+    private let held: Mutex<Int>
+    init(_ bytes: Int) { held = Mutex(bytes) }
+    var bytes: Int { held.withLock { $0 } }
+    func add(_ bytes: Int) { held.withLock { $0 += bytes } }
 }
 
 /// The credentials a request was authenticated with, recorded by ``Authenticator`` (and the console's gate) for a body
