@@ -174,11 +174,12 @@ extension AuthenticatedSession {
     /// session must still be live and unexpired (else 401), and still act as the profile it did (else 403
     /// `profile_selection_required`: a new PIN made it choose again). A security event that lands while the request
     /// checked a password, waited for a hashing slot or checked a code wins, and nothing the session asked for is
-    /// written. Call it first, before other row locks.
-    func requireStillLive(_ tx: any SQLExecutor, now: Date) async throws {
+    /// written. Call it first, before other row locks. `reselecting`: the write is the session choosing its profile
+    /// anew, so the one it acted as does not matter.
+    func requireStillLive(_ tx: any SQLExecutor, now: Date, reselecting: Bool = false) async throws {
         guard now < expiresAt, try await UserStore().isLive(tx, id: user.id, lock: true),
             let selection = try await SessionStore().liveSelection(tx, sessionID: sessionID, userID: user.id)
         else { throw AuthError.unauthorized }
-        guard selection == selectedProfileID else { throw AuthError.profileSelectionRequired }
+        guard reselecting || selection == selectedProfileID else { throw AuthError.profileSelectionRequired }
     }
 }

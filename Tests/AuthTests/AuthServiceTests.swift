@@ -159,6 +159,42 @@ struct AuthServiceTests {
         }
     }
 
+    /// A profile is chosen with the PIN it has when the choice is written: a PIN set, changed or removed while the
+    /// given one was being checked (Argon2 runs between the two transactions) refuses the choice (`invalid_pin`) and writes
+    /// nothing, whether the profile had a PIN before or none; with the PIN unchanged the choice is written.
+    @Test(arguments: TestDatabase.engines)
+    func aProfileIsChosenWithThePINItHasWhenTheChoiceIsWritten(engine: Engine) async throws {
+        try await Self.withAccount(engine, email: "family@example.com") { db, auth, user in
+            let log = TestDatabase.logger
+            let session = try await Self.signedIn(auth, email: "family@example.com")
+            let profiles = ProfileService(
+                database: db, hasher: auth.hasher, clock: SystemTimeSource(), policy: AuthPolicy(), passwords: auth.passwords, limits: FiveProfiles())
+            let owner = ProfileManager.owner(session, currentPassword: Self.password)
+            func input(pin: String?, removePin: Bool = false) -> ProfileInput {
+                ProfileInput(name: "Kid", avatar: nil, pin: pin, removePin: removePin, canMakePurchases: false, canUseCustomContentTypes: false)
+            }
+            let kid = try await profiles.create(userID: user.id, input: input(pin: nil), by: owner, logger: log)
+            func checked(_ pin: String?) async throws -> ProfileService.PINAttempt {
+                try await profiles.pinGate(userID: user.id, profileID: kid.id, pin: pin, logger: log) { _, _ in kid }.1
+            }
+            func written(_ passed: ProfileService.PINAttempt) async throws {
+                try await db.transaction(logger: log) { try await profiles.pinSucceeded($0, passed) }
+            }
+            let withoutPIN = try await checked(nil)
+            _ = try await profiles.update(userID: user.id, profileID: kid.id, input: input(pin: "1234"), by: owner, logger: log)
+            await #expect(throws: AuthError.self, "a PIN set meanwhile") { try await written(withoutPIN) }
+            let oldPIN = try await checked("1234")
+            _ = try await profiles.update(userID: user.id, profileID: kid.id, input: input(pin: "5678"), by: owner, logger: log)
+            await #expect(throws: AuthError.self, "the PIN changed meanwhile") { try await written(oldPIN) }
+            let beforeRemoval = try await checked("5678")
+            _ = try await profiles.update(userID: user.id, profileID: kid.id, input: input(pin: nil, removePin: true), by: owner, logger: log)
+            await #expect(throws: AuthError.self, "the PIN removed meanwhile") { try await written(beforeRemoval) }
+            try await written(try await checked(nil))
+            let chosen = try await profiles.select(session, profileID: kid.id, pin: nil, logger: log)
+            #expect(chosen.id == kid.id)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func aRevokedSessionsRequestsInFlightWriteNothing(engine: Engine) async throws {
         try await Self.withAccount(engine, email: "owner@example.com") { db, auth, user in

@@ -167,6 +167,7 @@ public struct ProfileService: Sendable {
             return view.profile
         }
         try await database.transaction(logger: logger) { tx in
+            try await session.requireStillLive(tx, now: clock.now(), reselecting: true)
             try await pinSucceeded(tx, attempt)
             try await SessionStore().select(tx, profileID: profileID, sessionID: session.sessionID)
         }
@@ -181,18 +182,27 @@ public struct ProfileService: Sendable {
             throw AuthError.ownerProfileRequired
         }
         let (_, attempt) = try await pinGate(userID: session.user.id, profileID: owner.id, pin: pin, logger: logger) { _, _ in owner }
-        try await database.transaction(logger: logger) { tx in try await pinSucceeded(tx, attempt) }
+        try await database.transaction(logger: logger) { tx in
+            try await session.requireStillLive(tx, now: clock.now())
+            try await pinSucceeded(tx, attempt)
+        }
     }
 
-    /// A PIN attempt that was reserved and matched: ``pinSucceeded(_:_:)`` starts the budget again.
-    struct PINAttempt { let key: String; let attempt: Int }
+    /// What the PIN gate let through: the profile's PIN as it was checked (nil: none), and the attempt that was reserved
+    /// and matched. ``pinSucceeded(_:_:)`` makes sure the PIN is still that one and starts the budget again.
+    struct PINAttempt: Sendable {
+        let profileID: String
+        let pinHash: String?
+        let key: String
+        let attempt: Int
+    }
 
     /// The PIN gate, in one place. In one transaction `load` finds the profile (and refuses what it must); when the
     /// profile has a PIN, an attempt is reserved in its budget before Argon2 runs (5 in a row, then a 15-minute lock), so
     /// parallel guesses cannot exceed the limit, and a wrong PIN writes nothing afterwards. nil attempt: no PIN.
     func pinGate<T: Sendable>(
         userID: String, profileID: String, pin: String?, logger: Logger, _ load: @escaping @Sendable (any SQLExecutor, Date) async throws -> T
-    ) async throws -> (T, PINAttempt?) {
+    ) async throws -> (T, PINAttempt) {
         let key = BudgetKeys.pin(profileID: profileID)
         let rule = policy.pinRule
         let reserved: (value: T, pinHash: String?, attempt: Int) = try await database.transaction(lane: key, logger: logger) { tx in
@@ -213,7 +223,8 @@ public struct ProfileService: Sendable {
             case .refused(let seconds, _): throw AuthError.pinLocked(retryAfterSeconds: seconds)
             }
         }
-        guard let pinHash = reserved.pinHash else { return (reserved.value, nil) }
+        let passed = PINAttempt(profileID: profileID, pinHash: reserved.pinHash, key: key, attempt: reserved.attempt)
+        guard let pinHash = reserved.pinHash else { return (reserved.value, passed) }
         if !(try await verify(pin ?? "", pinHash)) {
             guard reserved.attempt >= rule.limit else { throw AuthError.invalidPIN(attemptsRemaining: rule.limit - reserved.attempt) }
             try await database.transaction(logger: logger) { tx in
@@ -222,11 +233,19 @@ public struct ProfileService: Sendable {
             }
             throw AuthError.pinLocked(retryAfterSeconds: Int(rule.lockSeconds))
         }
-        return (reserved.value, PINAttempt(key: key, attempt: reserved.attempt))
+        return (reserved.value, passed)
     }
 
-    func pinSucceeded(_ tx: any SQLExecutor, _ attempt: PINAttempt?) async throws {
-        if let attempt { try await AttemptBudget.succeeded(tx, key: attempt.key, attempt: attempt.attempt, now: clock.now()) }
+    /// In the transaction that acts on a passed gate: the profile's PIN must still be the one checked, held until the
+    /// transaction ends (a PIN set or removed meanwhile, which makes every session choose again, would otherwise be
+    /// overtaken by a choice made with the old PIN, or with none). Then the budget starts again.
+    func pinSucceeded(_ tx: any SQLExecutor, _ passed: PINAttempt) async throws {
+        guard try await store.pinHash(tx, id: passed.profileID, hold: true) == passed.pinHash else {
+            throw AuthError.invalidPIN(attemptsRemaining: policy.pinRule.limit)  // a change starts the budget again
+        }
+        if passed.pinHash != nil {
+            try await AttemptBudget.succeeded(tx, key: passed.key, attempt: passed.attempt, now: clock.now())
+        }
     }
 
     public func create(userID: String, input: ProfileInput, by manager: ProfileManager, logger: Logger) async throws -> FamilyProfile {
