@@ -72,7 +72,7 @@ extension AuthService {
     ) async throws -> Result<(User, IssuedSession), AuthError>? {
         let stands = try await database.transaction(logger: logger) { tx in
             guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else { return false }
-            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: clock.now())
+            try await attempt.succeeded(tx, now: clock.now())
             return true
         }
         guard stands else { return nil }

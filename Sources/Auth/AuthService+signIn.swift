@@ -5,12 +5,18 @@ import Mail
 import Storage
 
 extension AuthService {
-    /// The attempts one sign-in reserved before its password check.
+    /// The attempts one sign-in reserved before its check: the address's password checks (nil for a passkey, which
+    /// cannot be guessed) and the network's failed sign-ins.
     struct SignInAttempt {
-        let accountKey: String
-        let account: Int
+        var accountKey: String?
+        var account = 0
         let networkKey: String
         let network: Int
+
+        /// A right password: the address's checks start again.
+        func succeeded(_ tx: any SQLExecutor, now: Date) async throws {
+            if let accountKey { try await AttemptBudget.succeeded(tx, key: accountKey, attempt: account, now: now) }
+        }
     }
 
     /// Checks the password and opens a session. Unknown addresses and wrong passwords answer the same, after the same
@@ -73,7 +79,7 @@ extension AuthService {
             if row.emailVerified {
                 guard try await users.passwordHash(tx, id: userID, liveOnly: true, lock: true) == checkedHash else { return nil }
             }
-            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
+            try await attempt.succeeded(tx, now: now)
             guard row.emailVerified else { return .failure(.emailNotVerified) }
             if let rehash { try await users.setPasswordHash(tx, id: userID, rehash, now: now) }
             if let challenge = try await mfaChallenge(tx, userID: userID, now: now) {
@@ -117,7 +123,7 @@ extension AuthService {
     /// A failed password check writes nothing to the budgets (the reservation was the count); the attempt that reached a
     /// limit audits the lock it set, and the owner of a locked address is told (within the notice mail budget).
     func recordFailure(_ attempt: SignInAttempt, userID: String?, client: ClientInfo, logger: Logger) async throws {
-        let accountLocked = attempt.account >= policy.passwordRule.limit
+        let accountLocked = attempt.accountKey != nil && attempt.account >= policy.passwordRule.limit
         let networkLocked = attempt.network >= policy.networkRule.limit
         guard accountLocked || networkLocked else { return }
         let mails: [MailMessage] = try await database.transaction(logger: logger) { tx in

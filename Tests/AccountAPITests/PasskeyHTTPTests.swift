@@ -211,6 +211,35 @@ struct PasskeyHTTPTests {
         }
     }
 
+    /// Whoever saw a credential id (it travels in every assertion) can send wrong signatures naming it; that neither
+    /// locks the passkey nor mails its owner (the credential's own budget used to, after ten), while the network's
+    /// failures still count.
+    @Test(arguments: Engine.allCases)
+    func wrongSignaturesNamingAPasskeyDoNotLockIt(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: Self.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "seen@example.com")
+            var (created, device) = try await Self.register(client, token: token)
+            #expect(created.status == .created)
+            let mailsBefore = try await app.mails(to: "seen@example.com").count
+            for _ in 0..<15 {
+                app.clock.advance(seconds: 20)
+                let challenge = try await client.post("/api/auth/passkeys/sign-in/options", json: "").json(RequestOptions.self).challenge
+                var copy = device
+                var body = try copy.assertion(challenge: challenge)
+                var response = try #require(body["response"] as? [String: String])
+                response["signature"] = "MEUCIQDHu7QmJ9P3bNw4b1rJp1bAr0z3ZpA6hM8rb9xYmvq9MAIgJm0c5mWqC2x0qk1nT3U6qJ7Q9Xm8l8QyVvR8bD6cYx0"
+                body["response"] = response
+                let answer = try await client.post("/api/auth/passkeys/sign-in/verify", json: try Self.json(body))
+                #expect(try answer.status == .unauthorized && answer.problem().code == "invalid_credentials", "\(answer.status)")
+            }
+            let (signedIn, _) = try await Self.signIn(client, &device)
+            #expect(signedIn.status == .ok, "\(String(buffer: signedIn.body))")
+            #expect(try await app.mails(to: "seen@example.com").count == mailsBefore, "no lock mail")
+            let failures = try await app.rows("SELECT budget_key FROM attempt_budgets WHERE budget_key LIKE 'signin-ip:%'")
+            #expect(failures.count == 1, "the network's failures counted")
+        }
+    }
+
     /// A malformed or foreign answer gets the same answer whether its credential id is registered or not.
     @Test(arguments: Engine.allCases)
     func answersDoNotTellWhetherACredentialExists(engine: Engine) async throws {

@@ -14,10 +14,6 @@ struct BudgetKeys: Sendable {
     /// Second-factor tries for an account (TOTP and recovery codes): cleared only by a right second factor, never by a
     /// right password, so password sign-ins cannot refill it.
     func secondFactor(userID: String) -> String { "mfa:" + userID }
-    /// Sign-ins naming a passkey: a budget of the credential id's own, with the password rule, whether or not anyone has
-    /// it (so probing an unknown id runs out exactly as probing a registered one). Not the address's: a passkey cannot be
-    /// guessed, so someone guessing the password (who needs only the address) must not lock the owner's passkey out.
-    func passkey(credentialID: String) -> String { "passkey:" + secrets.addressKey("credential\u{0}" + credentialID) }
     /// Failed sign-ins from one client network (``clientNetwork(_:)``).
     func network(ip: String) -> String { "signin-ip:" + Self.clientNetwork(ip) }
     /// Unauthenticated Argon2 runs from one client network.

@@ -26,9 +26,9 @@ public struct PasskeyAssertion: Sendable {
 extension PasskeyService {
     /// Signs in with a passkey. In order: the client data, the challenge and the authenticator data's own checks (this
     /// relying party, user present and verified) — no database, and the same answer whichever credential is named; then
-    /// one transaction uses the challenge (a replay is refused) and reserves the attempts — a failed sign-in from this
-    /// network, and one of the credential id's own budget (known or not, so both run out alike; not the address's, which
-    /// anyone guessing the password can lock) — before the signature is checked. Every failure of the passkey itself answers one
+    /// one transaction uses the challenge (a replay is refused) and reserves a failed sign-in from this network before the
+    /// signature is checked (no budget of the credential's or the address's: a passkey cannot be guessed, and either
+    /// could be locked by someone else). Every failure of the passkey itself answers one
     /// `invalid_credentials` and is recorded as a failed sign-in; a counter that did not move on (a cloned authenticator)
     /// is refused and audited. A passkey with user verification is both factors: no TOTP step. An unverified address is
     /// refused. A new device is told to the owner, as a password sign-in's.
@@ -37,8 +37,7 @@ extension PasskeyService {
         let expiresAt = try PasskeyChallenge.check(challenge, .signIn, userID: "", now: auth.clock.now(), secrets: auth.secrets)
         let data = try webAuthn { try relyingParty.authenticatorData(answer.authenticatorData) }
         let credential = try await auth.database.withConnection(logger: logger) { tx in try await store.credential(tx, id: answer.credentialID) }
-        let attempt = try await reserve(
-            challenge: challenge, expiresAt: expiresAt, credential: credential, id: answer.credentialID, client: client, logger: logger)
+        let attempt = try await reserve(challenge: challenge, expiresAt: expiresAt, client: client, logger: logger)
         if credential == nil { _ = COSEKey.es256(Self.standIn).isValidSignature(answer.signature, for: answer.authenticatorData + answer.clientData) }
         guard let credential, let counter = try verified(answer, credential, data) else {
             try await auth.recordFailure(attempt, userID: credential?.userId, client: client, logger: logger)
@@ -53,7 +52,6 @@ extension PasskeyService {
                 try await AuditLog.record(tx, at: now, actor: "system", action: "passkey_counter_replayed", subject: credential.userId, ip: client.ip)
                 return .failure(.passkeyNotAccepted)
             }
-            try await AttemptBudget.succeeded(tx, key: attempt.accountKey, attempt: attempt.account, now: now)
             guard let user = try await auth.users.user(tx, id: credential.userId), user.emailVerified else { return .failure(.emailNotVerified) }
             let profileID = try await auth.profiles.defaultProfileID(tx, userID: user.id)
             let session = try await auth.createSession(tx, userID: user.id, profileID: profileID, client: client, now: now)
@@ -78,20 +76,13 @@ extension PasskeyService {
     /// A key no credential has: an unknown credential's signature is checked against it, so the answer takes as long.
     static let standIn = P256.Signing.PrivateKey().publicKey
 
-    /// Uses the challenge and reserves the attempts, in one transaction (all or nothing).
+    /// Uses the challenge and reserves a failed sign-in from the network, in one transaction (all or nothing). No budget
+    /// of the credential's own: a passkey cannot be guessed, and one that locked would let anyone who saw a credential id
+    /// keep its owner out (and mail them), as the address's password budget did before.
     func reserve(
-        challenge: [UInt8], expiresAt: Date, credential: PasskeyStore.Row?, id: String, client: ClientInfo, logger: Logger
+        challenge: [UInt8], expiresAt: Date, client: ClientInfo, logger: Logger
     ) async throws -> AuthService.SignInAttempt {
-        // The network's lane, then the credential's (the order the password sign-in takes too).
-        try await RowLanes.shared.run(auth.keys.network(ip: client.ip)) {
-            try await reserveInLane(challenge: challenge, expiresAt: expiresAt, credential: credential, id: id, client: client, logger: logger)
-        }
-    }
-
-    private func reserveInLane(
-        challenge: [UInt8], expiresAt: Date, credential: PasskeyStore.Row?, id: String, client: ClientInfo, logger: Logger
-    ) async throws -> AuthService.SignInAttempt {
-        try await auth.database.transaction(lane: "passkey:" + id, logger: logger) { tx in
+        try await auth.database.transaction(lane: auth.keys.network(ip: client.ip), logger: logger) { tx in
             let now = auth.clock.now()
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")
@@ -102,9 +93,7 @@ extension PasskeyService {
                 throw AuthError.rateLimited(
                     retryAfterSeconds: network.retryAfterSeconds, detail: "Too many failed sign-ins from this network; try again later.")
             }
-            let accountKey = auth.keys.passkey(credentialID: id)
-            let account = try PasswordCheck.attempt(try await AttemptBudget.reserve(tx, key: accountKey, rule: auth.policy.passwordRule, now: now))
-            return AuthService.SignInAttempt(accountKey: accountKey, account: account, networkKey: networkKey, network: networkAttempt)
+            return AuthService.SignInAttempt(accountKey: nil, networkKey: networkKey, network: networkAttempt)
         }
     }
 
