@@ -15,7 +15,8 @@ import Testing
 struct StickerUploadTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// Stores in memory; fails every image whose first byte is 0; counts what it was asked.
+    /// Stores in memory; fails every image whose first byte is 0; one whose first byte is 0xFF comes out ten times its
+    /// size, any other at half; counts what it was asked.
     final class Images: UploadedImages {
         let calls = Mutex<(stored: Int, removed: [String])>((0, []))
         func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage {
@@ -23,7 +24,8 @@ struct StickerUploadTests {
             guard data.first != 0 else { throw EntitlementError.invalid(["The image could not be read."]) }
             let key = String(data.count) + "-" + String(data.first ?? 0)
             return StoredImage(
-                imageKey: key + ".png", thumbnailKey: key + "-t.png", fileType: "png", width: 10, height: 10, isAnimated: false, bytes: data.count / 2
+                imageKey: key + ".png", thumbnailKey: key + "-t.png", fileType: "png", width: 10, height: 10, isAnimated: false,
+                bytes: data.first == 0xFF ? data.count * 10 : data.count / 2
             )
         }
         func remove(_ key: String) async { calls.withLock { $0.removed.append(key) } }
@@ -76,6 +78,29 @@ struct StickerUploadTests {
             try await content.deleteUpload(stickerID: sticker.id, by: owner, logger: logger)
             #expect(try await quota(db) == (1, 3))
             #expect(images.calls.withLock { $0.removed }.sorted() == ["4-7-t.png", "4-7.png"])
+        }
+    }
+
+    /// The allowance keeps the stored size within its bytes: an image that comes out larger than it was sent, past the
+    /// allowance, is refused and its reservation given back, not stored over the limit.
+    @Test(arguments: TestDatabase.engines)
+    func anImageThatGrowsPastTheAllowanceIsRefused(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let world = try await SubscriptionMachineTests.world(db)
+            var allowance = UploadAllowance()
+            allowance.maxBytes = 100
+            let content = StickerContentService(
+                database: db, packs: StickerPackStore(catalog: world.store.catalog, clock: world.clock), subscriptions: world.store,
+                audit: NoAuditTrail(), clock: world.clock, allowance: allowance, images: Images())
+            let owner = Uploader(userID: "u", viewer: ContentViewer(profileID: nil, maxRating: nil), mayChangeOwnStickers: true)
+            await #expect(throws: EntitlementError.uploadQuotaExceeded(maxStickers: allowance.maxStickers, maxBytes: 100)) {
+                try await content.upload(
+                    Data([0xFF] + Array(repeating: 1, count: 19)), name: nil, fileStem: nil, by: owner, logger: TestDatabase.logger)
+            }
+            #expect(try await quota(db) == (0, 0))
+            _ = try await content.upload(
+                Data([0xFF] + Array(repeating: 1, count: 9)), name: nil, fileStem: nil, by: owner, logger: TestDatabase.logger)
+            #expect(try await quota(db) == (1, 100), "up to the allowance is fine")
         }
     }
 }

@@ -267,12 +267,14 @@ struct StickerStore: Sendable {
             ).isEmpty)
     }
 
-    /// Corrects a reservation by `bytes` (negative: the stored file is smaller than what was sent).
-    func adjustUpload(_ tx: any SQLExecutor, userID: String, by bytes: Int) async throws {
-        guard bytes != 0 else { return }
-        try await tx.query(
-            "UPDATE sticker_quotas SET bytes = CASE WHEN bytes + ? < 0 THEN 0 ELSE bytes + ? END WHERE user_id = ?",
-            [Int64(bytes), Int64(bytes), userID])
+    /// Corrects a reservation by `bytes` (negative: the stored file is smaller than what was sent); false when a stored
+    /// file larger than what was sent would take the allowance past `maxBytes` (nothing changed).
+    func adjustUpload(_ tx: any SQLExecutor, userID: String, by bytes: Int, maxBytes: Int) async throws -> Bool {
+        guard bytes != 0 else { return true }
+        return try await !tx.query(
+            "UPDATE sticker_quotas SET bytes = CASE WHEN bytes + ? < 0 THEN 0 ELSE bytes + ? END WHERE user_id = ? AND bytes + ? <= ? RETURNING user_id",
+            [Int64(bytes), Int64(bytes), userID, Int64(bytes), Int64(maxBytes)]
+        ).isEmpty
     }
 
     /// Gives back an upload's reservation (nothing was stored, or the sticker was deleted).

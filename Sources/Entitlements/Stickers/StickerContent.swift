@@ -139,16 +139,19 @@ public struct StickerContentService: Sendable {
     }
 
     /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`. The allowance keeps the stored
-    /// size: the difference to the `reservedBytes` sent is given back.
+    /// size: the difference to the `reservedBytes` sent is given back, or taken, within the allowance's bytes.
     func addUpload(
         userID: String, profileID: String?, name: String, image: StoredImage, reservedBytes: Int, logger: Logger
     ) async throws -> Sticker {
         let id = "custom:\(FreshID.uuid())"
+        let allowance = allowance
         return try await database.transaction(logger: logger) { tx in
             _ = try await store.insert(
                 tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now(),
                 ownerProfile: profileID)
-            try await store.adjustUpload(tx, userID: userID, by: image.bytes - reservedBytes)
+            guard try await store.adjustUpload(tx, userID: userID, by: image.bytes - reservedBytes, maxBytes: allowance.maxBytes) else {
+                throw EntitlementError.uploadQuotaExceeded(maxStickers: allowance.maxStickers, maxBytes: allowance.maxBytes)
+            }
             guard let sticker = try await store.sticker(tx, id: id) else { throw EntitlementError.stickerNotFound }
             return sticker
         }
