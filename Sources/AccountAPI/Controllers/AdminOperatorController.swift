@@ -51,14 +51,9 @@ struct AdminOperatorController: Sendable {
         let credential = try await authenticator.operatorCredential(request, context)
         var request = request
         let body = try await request.decodeJSON(CreateKeyRequest.self, context: context)
-        let creator: APIKeyService.Creator =
-            switch credential {
-            case .session(let session): .session(session)
-            case .key(let parent): .key(parent)
-            }
         let (key, secret) = try await apiKeys.create(
             name: body.name, scopes: body.scopes, expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), actor: credential.actor,
-            ip: context.clientIP, createdBy: creator, logger: context.logger)
+            ip: context.clientIP, createdBy: credential, logger: context.logger)
         return JSONResponse(CreatedKeyJSON(key: secret, apiKey: APIKeyJSON(key)), status: .created)
     }
 

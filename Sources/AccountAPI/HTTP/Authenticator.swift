@@ -62,7 +62,7 @@ struct Authenticator: Sendable {
     }
 
     /// The operator's credential itself, for a write that must check it again when it commits (a key made by it).
-    func operatorCredential(_ request: Request, _ context: AppRequestContext) async throws -> OperatorCredential {
+    func operatorCredential(_ request: Request, _ context: AppRequestContext) async throws -> APIKeyService.Creator {
         guard let token = Self.bearerToken(request) else { throw AuthError.unauthorized }
         if token.hasPrefix(APIKeyService.prefix) {
             return .key(try await requireScope("admin", request, context))
@@ -150,19 +150,5 @@ struct Authenticator: Sendable {
         let token = bytes.dropFirst(scheme.utf8CodeUnitCount).drop(while: blank)
         let end = token.lastIndex(where: { !blank($0) }).map { token.index(after: $0) } ?? token.startIndex
         return String(Substring(token[token.startIndex..<end]))
-    }
-}
-
-/// Who acts as an operator: an admin's session or an API key with scope admin.
-enum OperatorCredential: Sendable {
-    case session(AuthenticatedSession)
-    case key(APIKey)
-
-    /// The audit actor.
-    var actor: String {
-        switch self {
-        case .session(let session): "user:" + session.user.id
-        case .key(let key): "key:" + key.id
-        }
     }
 }

@@ -48,10 +48,20 @@ public struct APIKeyService: Sendable {
     }
 
     /// Who makes a key: the command line, an operator's session, or an operator's key (its parent).
+    /// Who makes a key, and who acts as an operator over HTTP (an admin's session or a key with scope admin).
     public enum Creator: Sendable {
         case commandLine
         case session(AuthenticatedSession)
         case key(APIKey)
+
+        /// The audit actor.
+        public var actor: String {
+            switch self {
+            case .commandLine: "cli"
+            case .session(let session): "user:" + session.user.id
+            case .key(let key): "key:" + key.id
+            }
+        }
     }
 
     /// Returns the key and its secret (the only time the secret exists outside the caller). The credential that asked
