@@ -49,14 +49,7 @@ extension AuthService {
                 userID: row.id, checkedHash: storedHash, attempt: attempt, code: input.code, requireSecondFactor: requireSecondFactor,
                 client: client, logger: logger)
         }
-        // Only a session opened gives the network its attempt back (a refused role or second factor keeps it spent), in a
-        // transaction of its own, as the app's sign-in does: the reservation locks the network's row before the address's,
-        // so one transaction taking them the other way round could deadlock with it.
-        if case .success = opened {
-            try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in
-                try await AttemptBudget.refund(tx, key: attempt.networkKey)
-            }
-        }
+        if case .success = opened { await refundNetwork(attempt, logger: logger) }
         return try opened.get()
     }
 

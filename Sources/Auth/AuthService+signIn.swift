@@ -35,12 +35,7 @@ extension AuthService {
             let rehash = hasher.needsRehash(storedHash) ? try await hashPassword(password) : nil
             return try await openSession(row, checkedHash: storedHash, rehash: rehash, attempt: attempt, client: client, logger: logger)
         }
-        // The right password gives the per-network failure budget its attempt back, in a transaction of its own: every
-        // sign-in from one address (a carrier NAT, an office) passes through that row, so it is held for one statement,
-        // not for the session's writes (and never in the opposite lock order to the reservation's). Lost, it only counts
-        // one failure too many.
-        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in try await AttemptBudget.refund(tx, key: attempt.networkKey)
-        }
+        await refundNetwork(attempt, logger: logger)  // the right password (of a pending account too)
         let (result, mails) = try outcome.get()
         await send(mails, logger: logger)
         return result
@@ -122,6 +117,17 @@ extension AuthService {
 
     /// A failed password check writes nothing to the budgets (the reservation was the count); the attempt that reached a
     /// limit audits the lock it set, and the owner of a locked address is told (within the notice mail budget).
+    /// A right password gives the per-network failure budget its attempt back (on the console and with a passkey only a
+    /// session opened: a refused role or second factor keeps it spent), in a transaction of its own: every sign-in from one address (a carrier NAT, an office) passes through
+    /// that row, so it is held for one statement, not for the session's writes, and never in the opposite lock order to
+    /// the reservation's, which takes the network's row before the address's. Lost (the lane full), it only counts one
+    /// failure too many. The app's, the console's and the passkey sign-in all come here.
+    func refundNetwork(_ attempt: SignInAttempt, logger: Logger) async {
+        try? await database.transaction(lane: attempt.networkKey, logger: logger) { tx in
+            try await AttemptBudget.refund(tx, key: attempt.networkKey)
+        }
+    }
+
     func recordFailure(_ attempt: SignInAttempt, userID: String?, client: ClientInfo, logger: Logger) async throws {
         let accountLocked = attempt.accountKey != nil && attempt.account >= policy.passwordRule.limit
         let networkLocked = attempt.network >= policy.networkRule.limit

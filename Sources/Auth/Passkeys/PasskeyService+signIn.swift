@@ -62,9 +62,7 @@ extension PasskeyService {
         }
         switch outcome {
         case .success(let (result, mails)):
-            try? await auth.database.transaction(lane: attempt.networkKey, logger: logger) { tx in
-                try await AttemptBudget.refund(tx, key: attempt.networkKey)
-            }
+            await auth.refundNetwork(attempt, logger: logger)
             await auth.send(mails, logger: logger)
             return result
         case .failure(let error):
