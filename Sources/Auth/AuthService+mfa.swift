@@ -147,9 +147,7 @@ extension AuthService {
     /// alone must not buy a credential that skips the code at every later sign-in. Uses the factor up (no replay) and
     /// counts against the account's second-factor budget. Without codes on: nothing to check.
     func requireSecondFactorIfEnabled(_ session: AuthenticatedSession, factor: SecondFactor?, logger: Logger) async throws {
-        let enabled = try await database.withConnection(logger: logger) { tx in
-            try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [session.user.id])?.optionalInt("enabled_at_ms") != nil
-        }
+        let enabled = try await database.withConnection(logger: logger) { tx in try await secondFactorEnabledAt(tx, userID: session.user.id) != nil }
         guard enabled else { return }
         guard let factor else { throw AuthError.secondFactorRequired }
         let attempt = try await reserveSecondFactor(userID: session.user.id, logger: logger)
@@ -159,6 +157,11 @@ extension AuthService {
             return ok
         }
         guard used else { throw wrongFactor(attempt) }
+    }
+
+    /// When the account's two-factor codes were turned on (nil: they are off).
+    func secondFactorEnabledAt(_ tx: any SQLExecutor, userID: String) async throws -> Date? {
+        try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [userID])?.optionalDate("enabled_at_ms")
     }
 
     /// Whether the session showed a second factor (sign-in with TOTP, or enabling it in this session).

@@ -191,6 +191,30 @@ struct PasskeyHTTPTests {
         }
     }
 
+    /// Options asked for before two-factor codes were turned on (so without a code) buy no passkey once they are on:
+    /// whoever held the session and password then must show a code too, as the options would now ask.
+    @Test(arguments: Engine.allCases)
+    func optionsFromBeforeCodesWereOnBuyNoPasskey(engine: Engine) async throws {
+        try await TestApp.run(engine, configure: Self.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "early@example.com")
+            let options = try await client.send(
+                .post, "/api/auth/passkeys/register/options", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+            let parsed = try options.json(CreationOptions.self)
+            app.clock.advance(seconds: 5)
+            let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token, json: #"{"currentPassword":"correct horse battery"}"#)
+                .json(EmailChangeAndMFAHTTPTests.Setup.self)
+            let first = try EmailChangeAndMFAHTTPTests.code(setup.secret, at: app.clock.now())
+            #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: #"{"code":"\#(first)"}"#).status == .ok)
+            app.clock.advance(seconds: 5)
+            let device = try SoftAuthenticator(
+                rpID: parsed.rp.id, origin: "https://example.com", userHandle: try #require(Base64URL.decode(parsed.user.id, bytesMax: 64)))
+            let answer = try await client.send(
+                .post, "/api/auth/passkeys/register/verify", token: token, json: try Self.json(try device.registration(challenge: parsed.challenge)))
+            #expect(try answer.status == .forbidden && answer.problem().code == "mfa_required", "\(String(buffer: answer.body))")
+            #expect(try await app.rows("SELECT credential_id FROM passkeys").isEmpty)
+        }
+    }
+
     /// Anyone who knows the address can lock its password checks (an outside tester did, honouring the delays); the
     /// owner's passkey, which cannot be guessed, still signs in.
     @Test(arguments: Engine.allCases)

@@ -97,6 +97,11 @@ public struct PasskeyService: Sendable {
             guard try await store.useChallenge(tx, hash: PasskeyChallenge.hash(challenge), expiresAt: expiresAt) else {
                 throw AuthError.validation("This challenge was already used; ask for new options.")
             }
+            // Options asked for before two-factor codes were turned on were given without a code: ask again, with one.
+            let issuedAt = expiresAt.addingTimeInterval(-PasskeyChallenge.lifetimeSeconds)
+            if let enabledAt = try await auth.secondFactorEnabledAt(tx, userID: session.user.id), enabledAt > issuedAt {
+                throw AuthError.secondFactorRequired
+            }
             guard try await store.count(tx, userID: session.user.id) < Self.perAccountMax else {
                 throw AuthError.conflict("This account has \(Self.perAccountMax) passkeys, the most it may hold; remove one first.")
             }
