@@ -15,7 +15,11 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
         responder: HeadResponder(wrapped: router.buildResponder()),
         server: .http1(
             configuration: .init(
-                additionalChannelHandlers: [QuiesceGrace()], idleTimeout: .seconds(Int64(dependencies.config.httpIdleTimeoutSeconds)))),
+                additionalChannelHandlers: [QuiesceGrace(), dependencies.connections.guardHandler()],
+                idleTimeout: .seconds(Int64(dependencies.config.httpIdleTimeoutSeconds)),
+                httpDecoderConfiguration: .init(
+                    maxHeaderFieldSize: ClientConnections.headerBytesMax, maxHeaderListSize: ClientConnections.headerBytesMax,
+                    maxHeaderFieldCount: 100))),
         configuration: .init(address: .hostname(dependencies.config.host, port: dependencies.config.port), serverName: "account-service"),
         onServerRunning: { [drain = dependencies.drain] in drain.serving(on: $0) },
         logger: logger
@@ -24,7 +28,7 @@ public func buildApplication(_ dependencies: Dependencies, logger: Logger) -> so
     app.addServices(dependencies.hasher, DatabaseLifecycle(database: dependencies.database))
     app.addServices(BackgroundSweeper(dependencies: dependencies, intervalSeconds: dependencies.config.sweepIntervalSeconds, logger: logger))
     app.addServices(WebhookDeliveryService(dependencies: dependencies, logger: logger))
-    app.addServices(MemoryReturn(budget: dependencies.bodies, logger: logger))
+    app.addServices(MemoryReturn(budget: dependencies.bodies, connections: dependencies.connections, logger: logger))
     if let client = dependencies.appStore, let settings = dependencies.config.appleAPI {
         app.addServices(AppleServerJobs(dependencies: dependencies, client: client, settings: settings, logger: logger))
     }

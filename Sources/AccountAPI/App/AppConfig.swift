@@ -43,6 +43,9 @@ public struct AppConfig: Sendable, CustomStringConvertible {
     var httpBodyBufferMiB = 256
     var httpBodyReadsPerClient = 32
     var httpBodyTimeoutSeconds = 60
+    /// Connections one client (an IPv4 address or an IPv6 /64, not a trusted proxy) may hold open at once
+    /// (`HTTP_CONNECTIONS_PER_CLIENT`, default 256; ``ClientConnections``).
+    var httpConnectionsPerClient = 256
     /// Seconds between background ledger sweeps (`SWEEP_INTERVAL_SECONDS`; 0 turns the sweeper off).
     var sweepIntervalSeconds: Double = 5
     /// How long a request waits for a PostgreSQL connection before a 503 (`DATABASE_LEASE_TIMEOUT_SECONDS`).
@@ -173,6 +176,7 @@ public struct AppConfig: Sendable, CustomStringConvertible {
         if let n = reader.number("HTTP_BODY_BUFFER_MIB", 16...65_536) { httpBodyBufferMiB = n }
         if let n = reader.number("HTTP_BODY_READS_PER_CLIENT", 1...100_000) { httpBodyReadsPerClient = n }
         if let n = reader.number("HTTP_BODY_TIMEOUT_SECONDS", 1...3600) { httpBodyTimeoutSeconds = n }
+        if let n = reader.number("HTTP_CONNECTIONS_PER_CLIENT", 1...100_000) { httpConnectionsPerClient = n }
         if let n = reader.number("DATABASE_LEASE_TIMEOUT_SECONDS", 1...600) { databaseLeaseTimeoutSeconds = Double(n) }
         if let n = reader.number("DATABASE_POOL_MAX_CONNECTIONS", 1...PostgresPoolSettings.connectionsLimit) { databasePool.maximumConnections = n }
         if let n = reader.number("DATABASE_POOL_MIN_CONNECTIONS", 0...PostgresPoolSettings.connectionsLimit) {

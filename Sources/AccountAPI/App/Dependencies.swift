@@ -53,6 +53,8 @@ public struct Dependencies: Sendable {
     let drain = DrainState()
     /// What request bodies still arriving may hold (``BodyBudget``).
     let bodies: BodyBudget
+    /// Connections open per client (``ClientConnections``).
+    let connections: ClientConnections
 
     /// Opens the configured engine and loads the plan catalog. Nothing is migrated yet.
     public static func make(
@@ -121,9 +123,7 @@ public struct Dependencies: Sendable {
                     now: { clock.now() }),
             passkeys: config.relyingParty.map { PasskeyService(auth: auth, relyingParty: $0) },
             appStore: appStore.client, offers: appStore.offers,
-            bodies: BodyBudget(
-                bytesMax: config.httpBodyBufferMiB << 20, readsPerClientMax: config.httpBodyReadsPerClient,
-                timeoutSeconds: config.httpBodyTimeoutSeconds))
+            bodies: BodyBudget(config), connections: ClientConnections(perClientMax: config.httpConnectionsPerClient, proxies: config.trustedProxies))
     }
 
     /// libvips, the file blob store under `DATA_DIR/media` and the URL signer (its key derived from the server secret).
@@ -209,4 +209,12 @@ public struct Dependencies: Sendable {
 public struct StartupError: Error, CustomStringConvertible {
     public let message: String
     public var description: String { message }
+}
+
+extension BodyBudget {
+    /// `HTTP_BODY_BUFFER_MIB`, `HTTP_BODY_READS_PER_CLIENT`, `HTTP_BODY_TIMEOUT_SECONDS`.
+    convenience init(_ config: AppConfig) {
+        self.init(
+            bytesMax: config.httpBodyBufferMiB << 20, readsPerClientMax: config.httpBodyReadsPerClient, timeoutSeconds: config.httpBodyTimeoutSeconds)
+    }
 }

@@ -5,9 +5,9 @@ import ServiceLifecycle
 import Glibc
 #endif
 
-/// Gives memory back to the system after a spike of request bodies (``BodyBudget/takeTrimDue()``): glibc keeps freed
-/// pages in its arenas, so an outside tester's 1,200 slow bodies left the process at its peak size long after they were
-/// gone. Checked every two seconds; `malloc_trim` runs only after a spike, at most every 30 s, outside any request.
+/// Gives memory back to the system after a spike of request bodies (``BodyBudget/takeTrimDue()``) or of connections
+/// (``ClientConnections/takeTrimDue()``): glibc keeps freed pages in its arenas, so an outside tester's 1,200 slow
+/// bodies (and later 12,000 unfinished headers) left the process at its peak size long after they were gone. Checked every two seconds; `malloc_trim` runs only after a spike, at most every 30 s, outside any request.
 struct MemoryReturn: Service {
     /// glibc's `malloc_trim` (not in Swift's Glibc module: it is declared in `malloc.h`), looked up by name; nil
     /// elsewhere (another C library, macOS), where nothing is done.
@@ -21,6 +21,7 @@ struct MemoryReturn: Service {
     }()
 
     let budget: BodyBudget
+    let connections: ClientConnections
     let logger: Logger
     /// The least time between two trims (each walks the allocator's arenas under their locks).
     static let spacing = Duration.seconds(30)
@@ -34,10 +35,12 @@ struct MemoryReturn: Service {
             while !Task.isCancelled {
                 try await Task.sleep(for: .seconds(2))
                 // Bodies declared and never sent count as a spike too: at most one trim per `spacing`, whatever a client does.
-                guard ContinuousClock.now - last >= Self.spacing, budget.takeTrimDue() else { continue }
+                guard ContinuousClock.now - last >= Self.spacing else { continue }
+                let bodies = budget.takeTrimDue()
+                guard connections.takeTrimDue() || bodies else { continue }
                 last = ContinuousClock.now
                 let returned = trim(0) == 1
-                logger.info("memory given back after a spike of request bodies", metadata: ["returned": "\(returned)"])
+                logger.info("memory given back after a spike of request bodies or connections", metadata: ["returned": "\(returned)"])
             }
         }
     }

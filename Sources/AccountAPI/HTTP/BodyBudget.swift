@@ -26,14 +26,8 @@ final class BodyBudget: Sendable {
     /// What a tracked body reserves before its first byte (or its declared size, if smaller); it grows as the body
     /// arrives.
     static let firstReservation = 64 * 1024
-    private let state = Mutex(State())
-
-    private struct State {
-        var bytes = 0
-        var reads: [String: Int] = [:]
-        /// The most reserved at once since memory was last given back (``takeTrimDue()``).
-        var peak = 0
-    }
+    /// Bytes reserved, and bodies being read per client.
+    private let state = Mutex(ClientTally())
 
     /// Past this many bytes in flight at once, the memory they held is given back to the system once they are read
     /// (``MemoryReturn``): the allocator keeps freed pages for reuse, so a spike would otherwise stay in the process's size.
@@ -51,12 +45,9 @@ final class BodyBudget: Sendable {
     /// Takes `bytes` for one body of `client`'s; nil when taken, else why not (nothing taken).
     func reserve(_ bytes: Int, client: String) -> Refusal? {
         state.withLock { state in
-            let reads = state.reads[client, default: 0]
-            guard reads < readsPerClientMax else { return .client }
-            guard bytes <= bytesMax - state.bytes else { return .full }
-            state.bytes += bytes
-            state.peak = max(state.peak, state.bytes)
-            state.reads[client] = reads + 1
+            guard state.hasRoom(client, max: readsPerClientMax) else { return .client }
+            guard bytes <= bytesMax - state.total else { return .full }
+            state.take(bytes, client: client)
             return nil
         }
     }
@@ -65,33 +56,22 @@ final class BodyBudget: Sendable {
     /// taken).
     func grow(by bytes: Int) -> Bool {
         state.withLock { state in
-            guard bytes <= bytesMax - state.bytes else { return false }
-            state.bytes += bytes
-            state.peak = max(state.peak, state.bytes)
+            guard bytes <= bytesMax - state.total else { return false }
+            state.add(bytes)
             return true
         }
     }
 
     func release(_ bytes: Int, client: String) {
-        state.withLock { state in
-            state.bytes -= bytes
-            let reads = state.reads[client, default: 1] - 1
-            state.reads[client] = reads > 0 ? reads : nil
-        }
+        state.withLock { $0.give(bytes, client: client) }
     }
 
     /// True once after a spike of at least ``trimFrom`` bytes has mostly been read (a quarter or less still in flight):
     /// the moment to give the memory back.
-    func takeTrimDue() -> Bool {
-        state.withLock { state in
-            guard state.peak >= Self.trimFrom, state.bytes <= state.peak / 4 else { return false }
-            state.peak = state.bytes
-            return true
-        }
-    }
+    func takeTrimDue() -> Bool { state.withLock { $0.takeTrimDue(from: Self.trimFrom) } }
 
     /// Bytes reserved and clients reading now (tests, metrics).
-    var inUse: (bytes: Int, clients: Int) { state.withLock { ($0.bytes, $0.reads.count) } }
+    var inUse: (bytes: Int, clients: Int) { state.withLock { ($0.total, $0.clients) } }
 }
 
 /// Hands every request the process's ``BodyBudget``, and makes sure no request acts on credentials checked before its
