@@ -31,7 +31,12 @@ public enum UntrustedJSON {
         var run = 0
         var digits = SignificantDigits()
         var objects = ObjectKeys()
-        for byte in bytes {
+        var index = bytes.startIndex
+        var numberStart = index
+        var plainNumber = true
+        while index != bytes.endIndex {
+            let byte = bytes[index]
+            defer { bytes.formIndex(after: &index) }
             if byte == 0 { throw Refusal(description: "JSON must be UTF-8 text (a zero byte was found).") }
             if inString {
                 if escaped {
@@ -54,8 +59,11 @@ public enum UntrustedJSON {
                 if digits.add(byte) > significantDigitsMax {
                     throw Refusal(description: "A number may have at most \(significantDigitsMax) significant digits (it would be rounded).")
                 }
+                if run == 1 { (numberStart, plainNumber) = (index, true) }
+                if byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") { plainNumber = false }
                 continue
             }
+            if run > 0 && !plainNumber { try NumberLiteral.check(bytes[numberStart..<index]) }
             run = 0
             digits = SignificantDigits()
             switch byte {
@@ -68,6 +76,48 @@ public enum UntrustedJSON {
             case UInt8(ascii: ","): objects.nextMember()
             default: break
             }
+        }
+        if run > 0 && !plainNumber { try NumberLiteral.check(bytes[numberStart..<index]) }
+    }
+
+    /// A number literal with a fraction or an exponent whose value is not whole must not come out of a binary parse as
+    /// a whole number: Foundation decodes an integer field through `Double`, so `4.9999999999999999999`, `1.0000000000000000001`
+    /// or `1e-400` became 5, 1 and 0 in integer fields (an outside tester granted one token with `0.999…e0`), while `0.5`
+    /// is refused. Such literals are refused whatever the field: no binary64 encoder writes them (the shortest round trip
+    /// of a `Double` never rounds to a whole number it is not). Only literals with `.`, `e` or `E` pay for the check.
+    enum NumberLiteral {
+        static func check(_ literal: some Collection<UInt8>) throws(Refusal) {
+            guard !isWhole(literal), let value = Double(String(decoding: literal, as: UTF8.self)), value.isFinite,
+                value == value.rounded(.towardZero)
+            else { return }
+            throw Refusal(description: "A number with a fraction has more digits than a number holds and would be rounded to a whole number.")
+        }
+
+        /// Whether the literal's digits denote a whole number (`1.50e1`, `100e-2`, `0.0`), decided on the digits alone.
+        static func isWhole(_ literal: some Collection<UInt8>) -> Bool {
+            var mantissa: [UInt8] = []
+            var fractionDigits = 0
+            var exponent = 0
+            var exponentSign = 1
+            var part = 0  // 0 whole digits, 1 fraction, 2 exponent
+            for byte in literal {
+                switch byte {
+                case UInt8(ascii: "."): part = 1
+                case UInt8(ascii: "e"), UInt8(ascii: "E"): part = 2
+                case UInt8(ascii: "-") where part == 2: exponentSign = -1
+                case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                    if part == 2 {
+                        exponent = min(exponent * 10 + Int(byte - UInt8(ascii: "0")), 1_000_000)
+                    } else {
+                        mantissa.append(byte)
+                        if part == 1 { fractionDigits += 1 }
+                    }
+                default: break
+                }
+            }
+            guard let lastNonZero = mantissa.lastIndex(where: { $0 != UInt8(ascii: "0") }) else { return true }
+            let trailingZeros = mantissa.count - 1 - lastNonZero
+            return exponentSign * exponent - fractionDigits + trailingZeros >= 0
         }
     }
 

@@ -165,6 +165,16 @@ struct ParserFuzzTests {
         return String(digits.reversed()).drop(while: { $0 == "0" }).count
     }
 
+    /// A literal with a fraction or exponent that is not whole (by `Decimal`, exact here) but parses to a whole `Double`.
+    static func roundsToWhole(_ literal: String) -> Bool {
+        guard literal.contains(where: { ".eE".contains($0) }), let double = Double(literal), double.isFinite, double == double.rounded(.towardZero)
+        else { return false }
+        guard var exact = Decimal(string: literal), exact.isFinite, !exact.isNaN else { return true }
+        var whole = Decimal()
+        NSDecimalRound(&whole, &exact, 0, .plain)
+        return whole != exact
+    }
+
     @Test func numberLiteralsNeverTrapTheDecoder() throws {
         struct Fields: Decodable {
             let i: Int64?
@@ -191,7 +201,8 @@ struct ParserFuzzTests {
                     decoded += 1
                 } catch is UntrustedJSON.Refusal {
                     #expect(
-                        literal.utf8.count > UntrustedJSON.numberBytesMax || Self.significantDigits(literal) > UntrustedJSON.significantDigitsMax,
+                        literal.utf8.count > UntrustedJSON.numberBytesMax || Self.significantDigits(literal) > UntrustedJSON.significantDigitsMax
+                            || Self.roundsToWhole(literal),
                         "\(literal) refused")
                     refused += 1
                 } catch {}
@@ -226,12 +237,35 @@ struct ParserFuzzTests {
             #expect(throws: UntrustedJSON.Refusal.self, "\(refused)") { try UntrustedJSON.check(Data(refused.utf8)) }
         }
         for accepted in [
-            "{\"a\":\(digits38)}", "{\"a\":-\(digits38)e-20}", #"{"a":1000000000000000000000000000000000000000000000}"#,
+            "{\"a\":\(digits38)}", "{\"a\":-\(digits38)e-40}", #"{"a":1000000000000000000000000000000000000000000000}"#,
             #"{"a":0.000000000000000000000000000000000000000000123}"#, #"{"s":"123456789012345678901234567890123456789012345"}"#,
             "{\"a\":\(digits38)00000}",
         ] {
             #expect(throws: Never.self, "\(accepted)") { try UntrustedJSON.check(Data(accepted.utf8)) }
         }
+    }
+
+    /// A number with a fraction that a binary parse would round to a whole number is refused: Foundation reads integer
+    /// fields through `Double`, so these became 1, 1, 5, 0 and 100000000 in integer fields (an outside tester's grants and
+    /// allowances), while `0.5` is refused. Whole numbers written with a fraction or exponent, and fractions a `Double`
+    /// keeps as fractions, pass; so do `true`, `false` and `null`, whose letters include `e`.
+    @Test func fractionsThatWouldRoundToWholeNumbersAreRefused() throws {
+        for refused in [
+            #"{"amount":99999999999999999999999999999999999999e-38}"#, #"{"amount":1.0000000000000000001}"#,
+            #"{"m":4.9999999999999999999}"#, #"{"m":1e-400}"#, #"[99999999999999999999999999999999999999e-30]"#,
+            #"{"a":-0.99999999999999999999}"#, #"{"a":4.9999999999999999}"#, "12345678901234567.5",
+        ] {
+            #expect(throws: UntrustedJSON.Refusal.self, "\(refused)") { try UntrustedJSON.check(Data(refused.utf8)) }
+        }
+        for accepted in [
+            #"{"a":1.0,"b":1e3,"c":1.50e1,"d":100e-2,"e":0.0,"f":-2E+2}"#, #"{"a":0.30000000000000004,"b":0.5,"c":2.5e-3}"#,
+            #"[true,false,null,1.25]"#, "4.999999999999", #"{"a":1e308}"#, "0.1",
+        ] {
+            #expect(throws: Never.self, "\(accepted)") { try UntrustedJSON.check(Data(accepted.utf8)) }
+        }
+        struct Grant: Decodable { let amount: Int64 }
+        #expect(throws: (any Error).self) { _ = try UntrustedJSON.decode(Grant.self, from: Data(#"{"amount":0.99999999999999999999e0}"#.utf8)) }
+        #expect(try UntrustedJSON.decode(Grant.self, from: Data(#"{"amount":1.0e1}"#.utf8)).amount == 10)
     }
 
     @Test func duplicateKeysAreRefusedAtAnyDepth() throws {
