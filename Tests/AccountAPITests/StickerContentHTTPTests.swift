@@ -1,3 +1,4 @@
+import Entitlements
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -121,6 +122,39 @@ struct StickerContentHTTPTests {
             #expect(try await client.uploadStickers(admin, pack: "nope", files: [("one.png", png)]).status == .notFound)
             let user = try await client.signUpAndVerify(app, email: "st3@example.com")
             #expect(try await client.uploadStickers(user, pack: "p", files: [("two.png", png)]).status == .forbidden)
+        }
+    }
+
+    /// Erasing an account erases its own stickers: their rows, the uses it recorded, its allowance and, on the next
+    /// sweep, their files; a file another account's sticker shares stays, and so does that sticker.
+    @Test(arguments: TestDatabase.engines)
+    func erasureTakesTheAccountsOwnStickersAndTheirFiles(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "erased-art@example.com")
+            let other = try await client.signUpAndVerify(app, email: "keeps-art@example.com")
+            let own = try ImageProcessor.testPNG(width: 301, height: 300)
+            let shared = try ImageProcessor.testPNG(width: 302, height: 300)
+            for (who, data) in [(token, own), (token, shared), (other, shared)] {
+                #expect(try await client.uploadOwn(who, data).status == .created)
+            }
+            let user = try await app.userID(token: token)
+            let ownRows = try await app.rows("SELECT id, image_key, thumbnail_key FROM stickers WHERE owner_user_id = '\(user)'")
+            #expect(ownRows.count == 2)
+            let firstID = try ownRows[0].string("id")
+            #expect(try await client.send(.post, "/api/stickers/\(firstID)/use", token: token).status.code < 300)
+            let media = try FileBlobStore(directory: Backups.mediaDirectory(app.dependencies.config))
+            let keys = try ownRows.flatMap { [try $0.string("image_key"), try $0.string("thumbnail_key")] }
+            for key in keys { #expect(try await media.get(key) != nil) }
+            #expect(
+                try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+            for table in ["stickers WHERE owner_user_id", "sticker_uses WHERE user_id", "sticker_quotas WHERE user_id"] {
+                #expect(try await app.rows("SELECT 1 AS x FROM \(table) = '\(user)'").isEmpty, "\(table)")
+            }
+            try await app.dependencies.stickerContent.removeUnusedFiles(logger: TestDatabase.logger)
+            let kept = try await app.rows("SELECT image_key, thumbnail_key FROM stickers")
+            let stillUsed = Set(try kept.flatMap { [try $0.string("image_key"), try $0.string("thumbnail_key")] })
+            for key in keys { #expect((try await media.get(key) != nil) == stillUsed.contains(key), "\(key)") }
+            #expect(stillUsed.count == 2 && keys.filter(stillUsed.contains).count == 2, "the shared image's files stay")
         }
     }
 

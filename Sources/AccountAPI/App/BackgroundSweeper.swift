@@ -53,6 +53,8 @@ struct BackgroundSweeper: Service {
     func sweepOnce() async throws -> (holds: Int, drips: Int, purged: Int)? {
         let database = dependencies.database
         let ledger = dependencies.ledger
+        // Every node, lease or not: the files are queued in the process that erased or failed to add them.
+        try await dependencies.stickerContent.removeUnusedFiles(logger: logger)
         guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
         // A backlog (many holds expired at once) drains in one pass (the ledger's `HoldExpiry.swift`).
         let holds = try await ledger.ledger.expireHoldBacklog(database, batch: Self.batch, batches: Self.batchesPerPass, logger: logger)

@@ -79,14 +79,18 @@ public struct Dependencies: Sendable {
         let outbox = Outbox()
         let box = SecretBox(serverSecret: secret)
         let ledger = Ledger(clock: clock, events: outbox)
+        let store = SubscriptionStore(catalog: catalog)
+        let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
+        let stickerContent = StickerContentService(
+            database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads,
+            images: media)
         let auth = AuthService(
             database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, policy: config.authPolicy,
-            welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens, erasure: LedgerErasureHook(ledger: ledger),
+            welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens,
+            erasure: ErasureOfLedgerAndStickers(ledger: ledger, stickerContent: stickerContent),
             events: outbox)
-        let store = SubscriptionStore(catalog: catalog)
         let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared, events: outbox)
         let idempotency = IdempotencyStore(clock: clock)
-        let packs = StickerPackStore(catalog: catalog, clock: clock, events: outbox)
         let apiKeys = APIKeyService(database: database, clock: clock)
         let billing = billingService(config, database: database, machine: machine, apple: apple, clock: clock)
         return Dependencies(
@@ -108,9 +112,7 @@ public struct Dependencies: Sendable {
                 database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared,
                 clock: clock,
                 accounts: AuthDirectory(), notifier: OwnerPurchaseMail(auth: auth)),
-            stickerContent: StickerContentService(
-                database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads,
-                images: media),
+            stickerContent: stickerContent,
             media: media,
             billing: billing,
             webhooks: WebhookService(database: database, box: box, audit: AuditLog.shared, clock: clock, settings: config.webhooks),

@@ -19,12 +19,15 @@ struct LedgerWelcomeTokenGrant: WelcomeTokenGrant {
     }
 }
 
-/// Erasure's hook, filled by the ledger: the erased account's tokens are forfeited in the erasure transaction.
-struct LedgerErasureHook: AccountErasureHook {
+/// Erasure's hook, filled by the ledger and the stickers: in the erasure transaction the erased account's tokens are
+/// forfeited, its purchase requests cancelled, and its own stickers, their uses and files erased.
+struct ErasureOfLedgerAndStickers: AccountErasureHook {
     let ledger: Ledger
+    let stickerContent: StickerContentService
     func accountErased(userID: String, at: Date, executor: any SQLExecutor) async throws {
         try await ledger.forfeitAll(executor, userID: userID)
         try await StickerService.cancelRequests(executor, ledger: ledger, userID: userID, now: at)
+        try await stickerContent.accountErased(executor, userID: userID)
     }
 }
 

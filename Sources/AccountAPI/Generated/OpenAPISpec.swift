@@ -1148,11 +1148,13 @@ paths:
     delete:
       tags: [account]
       operationId: deleteMe
-      summary: Erase the account (email, name, password hash, profiles, devices) and revoke every session.
+      summary: Erase the account (email, name, password hash, profiles, devices, own stickers) and revoke every session.
       description: |
         Owner profile only, after the password check (the sign-in budget). The user id stays, anonymous, so that
         token-ledger history keeps balancing; pending holds are voided and the remaining tokens forfeited (reason
-        `account_erased`), so the user can never be charged again (ledger writes for it answer 404). An account without a
+        `account_erased`), so the user can never be charged again (ledger writes for it answer 404). The account's own
+        stickers, the stickers it used and its upload allowance are deleted, and their files removed once no other
+        sticker uses them. An account without a
         password (made by Sign in with Apple) proves presence by a sign-in within the last 10 minutes instead (send any
         `password`; otherwise 403).
       security: [{ session: [] }]

@@ -54,6 +54,8 @@ public struct StickerContentService: Sendable {
     /// Where uploads' images are checked and stored (``upload(_:name:fileStem:by:logger:)``).
     let images: any UploadedImages
     let store = StickerStore()
+    /// Files to remove once nothing references them (``removeUnusedFiles(logger:)``).
+    let removals = StickerFileRemovals()
 
     public init(
         database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, audit: any AuditTrail, clock: any TimeSource,
@@ -169,11 +171,7 @@ public struct StickerContentService: Sendable {
             guard let row = deleted.first, let bytes = row.optionalInt("bytes") else { throw EntitlementError.stickerNotFound }
             try await tx.query("DELETE FROM sticker_uses WHERE sticker_id = ?", [stickerID])
             try await store.releaseUpload(tx, userID: userID, bytes: Int(bytes))
-            var unused: [String] = []
-            for key in [try row.string("image_key"), try row.string("thumbnail_key")] where !(try await store.isReferenced(tx, blobKey: key)) {
-                if try await tx.first("SELECT id FROM sticker_packs WHERE icon_url LIKE ? LIMIT 1", ["%/\(key)"]) == nil { unused.append(key) }
-            }
-            return unused
+            return Array(try await unusedFiles(tx, [try row.string("image_key"), try row.string("thumbnail_key")]))
         }
     }
 

@@ -21,19 +21,23 @@ public struct Uploader: Sendable {
 }
 
 /// The upload workflow, in one place: permission, a reservation in the allowance before any image work, the image
-/// work and its files, the row; a failure anywhere after the reservation gives it back. Deleting gives the allowance
+/// work and its files, the row; a failure anywhere after the reservation gives it back, and its files go once unused. Deleting gives the allowance
 /// back and removes the files nothing else uses.
 extension StickerContentService {
     public func upload(_ data: Data, name: String?, fileStem: String?, by uploader: Uploader, logger: Logger) async throws -> Sticker {
         guard uploader.mayChangeOwnStickers else { throw EntitlementError.ownStickersNotAllowed(change: false) }
         try await reserveUpload(userID: uploader.userID, bytes: data.count, logger: logger)
+        var stored: StoredImage?
         do {
-            let stored = try await images.store(data, owner: uploader.userID, logger: logger)
+            let image = try await images.store(data, owner: uploader.userID, logger: logger)
+            stored = image
             let name = name.flatMap(Sticker.cleanName) ?? fileStem.flatMap(Sticker.cleanName) ?? "sticker"
             return try await addUpload(
-                userID: uploader.userID, profileID: uploader.viewer.profileID, name: name, image: stored, reservedBytes: data.count, logger: logger)
+                userID: uploader.userID, profileID: uploader.viewer.profileID, name: name, image: image, reservedBytes: data.count, logger: logger)
         } catch {
             try? await releaseUpload(userID: uploader.userID, bytes: data.count, logger: logger)
+            // Files stored for a sticker that was not added go once nothing else uses them (the same image may be).
+            if let stored { removals.queue([stored.imageKey, stored.thumbnailKey]) }
             throw error
         }
     }
