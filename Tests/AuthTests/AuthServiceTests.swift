@@ -190,6 +190,20 @@ struct AuthServiceTests {
             _ = try await profiles.update(userID: user.id, profileID: kid.id, input: input(pin: nil, removePin: true), by: owner, logger: log)
             await #expect(throws: AuthError.self, "the PIN removed meanwhile") { try await written(beforeRemoval) }
             try await written(try await checked(nil))
+            // The owner's consent (a purchase approval) the same way: its PIN must still be the one given when the
+            // approval is written.
+            let ownerID = try #require(session.selectedProfileID)
+            func ownerPIN(_ pin: String) -> ProfileInput {
+                ProfileInput(name: "Owner", avatar: nil, pin: pin, removePin: false, canMakePurchases: true, canUseCustomContentTypes: true)
+            }
+            _ = try await profiles.update(userID: user.id, profileID: ownerID, input: ownerPIN("1111"), by: owner, logger: log)
+            let consent = try await profiles.ownerConsent(session, pin: "1111", logger: log)
+            _ = try await profiles.update(userID: user.id, profileID: ownerID, input: ownerPIN("2222"), by: owner, logger: log)
+            await #expect(throws: AuthError.self, "the owner's PIN changed after the consent") {
+                try await db.transaction(logger: log) { try await consent($0) }
+            }
+            let fresh = try await profiles.ownerConsent(session, pin: "2222", logger: log)
+            try await db.transaction(logger: log) { try await fresh($0) }
             let chosen = try await profiles.select(session, profileID: kid.id, pin: nil, logger: log)
             #expect(chosen.id == kid.id)
         }

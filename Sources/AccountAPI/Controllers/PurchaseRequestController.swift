@@ -32,10 +32,9 @@ struct PurchaseRequestController: Sendable {
         let session = try await authenticator.session(request, context)
         var request = request
         let body = try await request.decodeJSON(ApproveRequest.self, context: context, emptyMeans: "{}")
-        try await profiles.requireOwnerConsent(session, pin: body.pin, logger: context.logger)
+        let consent = try await profiles.ownerConsent(session, pin: body.pin, logger: context.logger)
         let approved = try await stickers.approvePurchase(
-            userID: session.user.id, requestID: try context.pathParameter("id"), authorise: authenticator.auth.stillLive(session),
-            logger: context.logger)
+            userID: session.user.id, requestID: try context.pathParameter("id"), authorise: consent, logger: context.logger)
         return JSONResponse(PurchaseRequestJSON(approved))
     }
 

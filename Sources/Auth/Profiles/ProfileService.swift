@@ -175,14 +175,19 @@ public struct ProfileService: Sendable {
     }
 
     /// The owner's consent: the session must act as the account's default (owner's) profile, and give that profile's
-    /// PIN when it has one, on the same PIN budget as selecting it.
-    public func requireOwnerConsent(_ session: AuthenticatedSession, pin: String?, logger: Logger) async throws {
+    /// PIN when it has one, on the same PIN budget as selecting it. The PIN is checked now (Argon2, outside any
+    /// transaction); what comes back is run first by the consented write, in its own transaction: the session still
+    /// live and acting as the owner, the PIN still the one checked (a PIN changed meanwhile refuses the write), then
+    /// the PIN's budget starts again.
+    public func ownerConsent(
+        _ session: AuthenticatedSession, pin: String?, logger: Logger
+    ) async throws -> @Sendable (any SQLExecutor) async throws -> Void {
         let current = try await sessionProfile(session, logger: logger)
         guard let owner = current.profile, owner.isDefault else {
             throw AuthError.ownerProfileRequired
         }
         let (_, attempt) = try await pinGate(userID: session.user.id, profileID: owner.id, pin: pin, logger: logger) { _, _ in owner }
-        try await database.transaction(logger: logger) { tx in
+        return { tx in
             try await session.requireStillLive(tx, now: clock.now())
             try await pinSucceeded(tx, attempt)
         }
@@ -240,7 +245,8 @@ public struct ProfileService: Sendable {
     /// transaction ends (a PIN set or removed meanwhile, which makes every session choose again, would otherwise be
     /// overtaken by a choice made with the old PIN, or with none). Then the budget starts again.
     func pinSucceeded(_ tx: any SQLExecutor, _ passed: PINAttempt) async throws {
-        guard try await store.pinHash(tx, id: passed.profileID, hold: true) == passed.pinHash else {
+        guard let current = try await store.heldPIN(tx, id: passed.profileID) else { throw AuthError.notFound }  // deleted meanwhile
+        guard current == passed.pinHash else {
             throw AuthError.invalidPIN(attemptsRemaining: policy.pinRule.limit)  // a change starts the budget again
         }
         if passed.pinHash != nil {

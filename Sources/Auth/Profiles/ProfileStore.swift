@@ -37,9 +37,15 @@ struct ProfileStore: Sendable {
     }
 
     /// The profile's PIN hash (nil: no PIN, or no such profile).
-    /// The profile's PIN hash; `hold`: the row stays share-locked until the transaction ends, so a PIN change waits.
-    func pinHash(_ tx: any SQLExecutor, id: String, hold: Bool = false) async throws -> String? {
-        try await tx.first("SELECT pin_hash FROM family_profiles WHERE id = ?" + (hold ? tx.dialect.forShare : ""), [id])?.optionalString("pin_hash")
+    /// The profile's PIN hash (nil: none, or no such profile).
+    func pinHash(_ tx: any SQLExecutor, id: String) async throws -> String? { try await heldPIN(tx, id: id, hold: false) ?? nil }
+
+    /// The profile's PIN hash (`.some(nil)`: none), or nil when there is no such profile; `hold`: the row stays
+    /// share-locked until the transaction ends, so a PIN change or a deletion waits.
+    func heldPIN(_ tx: any SQLExecutor, id: String, hold: Bool = true) async throws -> String?? {
+        try await tx.first("SELECT pin_hash FROM family_profiles WHERE id = ?" + (hold ? tx.dialect.forShare : ""), [id]).map {
+            $0.optionalString("pin_hash")
+        }
     }
 
     /// The account's default (owner's) profile, with every permission.
