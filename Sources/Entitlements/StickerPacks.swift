@@ -126,6 +126,8 @@ public enum EntitlementError: Error, Equatable, Sendable {
     case refused(Refusal, detail: String)
     /// The account has no profile with this id.
     case profileNotFound
+    /// The profile the session acts as was deleted while the request was under way: choose one again.
+    case profileSelectionRequired
     /// The account has no purchase request with this id.
     case purchaseRequestNotFound
     /// The purchase request is already resolved this other way (`approved`, `declined` or `expired`).

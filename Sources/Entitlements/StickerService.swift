@@ -97,9 +97,12 @@ public struct StickerService: Sendable {
         let now = clock.now()
         let (plan, period) = try await subscriptions.planAndPeriod(userID: userID, now: now, tx)
         // The profile as it is now, in this transaction (an owner's change of its rating or purchases since the session
-        // read it applies); a profile deleted meanwhile acts with what the session read.
+        // read it applies); one deleted meanwhile acts no more: its session must choose again.
         var access: ProfileAccess?
-        if let session { access = try await accounts.profile(userID: userID, profileID: session.id, tx) }
+        if let session {
+            access = try await accounts.profile(userID: userID, profileID: session.id, tx)
+            if access == nil { throw EntitlementError.profileSelectionRequired }
+        }
         let profile = access?.permissions ?? session
         if let profile, profile.maxContentRating != nil, let pack = try await packs.pack(tx, id: packID), pack.isActive {
             try StickerPackStore.requireRating(pack, under: profile.maxContentRating)

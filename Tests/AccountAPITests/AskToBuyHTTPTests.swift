@@ -202,6 +202,13 @@ struct AskToBuyHTTPTests {
             #expect(try await f.list(f.ownerToken).first { $0.id == first.id }?.status == "cancelled")
             #expect(try await client.balance(f.ownerToken).heldTokens == 0)
             #expect(try await f.resolve(first.id, "approve").status == .conflict)
+            // A request that read the profile before it was deleted acts no more (its session must choose again), even
+            // with permissions that would have bought the pack.
+            let stale = ProfilePermissions(id: f.kid, name: "Kid", canMakePurchases: true, canUseCustomContentTypes: true)
+            await #expect(throws: EntitlementError.profileSelectionRequired) {
+                _ = try await app.dependencies.stickers.unlock(
+                    userID: try await app.userID(token: f.ownerToken), packID: "p2", profile: stale, logger: TestDatabase.logger)
+            }
             let kid = try await client.createProfile(f.ownerToken, #"{"name":"Kid2","canMakePurchases":false}"#).json(ProfileBody.self).id
             #expect(try await client.selectProfile(f.kidToken, kid).status == .ok)
             let second = try #require(try await f.ask("p2").json(AskBody.self).purchaseRequest)

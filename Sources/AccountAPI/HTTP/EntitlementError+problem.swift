@@ -1,3 +1,4 @@
+import Auth
 import Entitlements
 import Foundation
 import HTTPTypes
@@ -25,6 +26,7 @@ extension EntitlementError {
             )
         case .refused(let refusal, let detail): Problem(.forbidden, code: refusal.rawValue, detail: detail)
         case .profileNotFound: Problem.notFound("The account has no profile with this id.")
+        case .profileSelectionRequired: AuthError.profileSelectionRequired.problem
         case .purchaseRequestNotFound: Problem.notFound("The account has no purchase request with this id.")
         case .purchaseRequestResolved(let status):
             Problem(.conflict, code: "purchase_request_resolved", detail: "This purchase request is already \(status); it resolves once.")
