@@ -103,4 +103,33 @@ struct StickerUploadTests {
             #expect(try await quota(db) == (1, 100), "up to the allowance is fine")
         }
     }
+
+    /// An upload or delete whose session was revoked while it was under way (`authorise` refuses in the writing
+    /// transaction) changes nothing: no sticker, the allowance given back, the stored files removed on the next pass
+    /// once nothing uses them; the sticker a revoked delete named stays.
+    @Test(arguments: TestDatabase.engines)
+    func aRevokedUploaderAddsAndDeletesNothing(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let world = try await SubscriptionMachineTests.world(db)
+            let images = Images()
+            let content = StickerContentService(
+                database: db, packs: StickerPackStore(catalog: world.store.catalog, clock: world.clock), subscriptions: world.store,
+                audit: NoAuditTrail(), clock: world.clock, images: images)
+            struct Revoked: Error {}
+            let viewer = ContentViewer(profileID: nil, maxRating: nil)
+            let owner = Uploader(userID: "u", viewer: viewer, mayChangeOwnStickers: true)
+            let revoked = Uploader(userID: "u", viewer: viewer, mayChangeOwnStickers: true, authorise: { _ in throw Revoked() })
+            let logger = TestDatabase.logger
+            await #expect(throws: Revoked.self) {
+                try await content.upload(Data([5, 1, 2, 3]), name: nil, fileStem: nil, by: revoked, logger: logger)
+            }
+            #expect(try await quota(db) == (0, 0))
+            #expect(try await content.removeUnusedFiles(logger: logger) == 2)
+            #expect(images.calls.withLock { $0.removed }.sorted() == ["4-5-t.png", "4-5.png"])
+            let kept = try await content.upload(Data([6, 1, 2, 3]), name: nil, fileStem: nil, by: owner, logger: logger)
+            await #expect(throws: Revoked.self) { try await content.deleteUpload(stickerID: kept.id, by: revoked, logger: logger) }
+            #expect(try await quota(db) == (1, 2))
+            #expect(try await content.removeUnusedFiles(logger: logger) == 0, "nothing queued by a refused delete")
+        }
+    }
 }

@@ -164,7 +164,7 @@ struct StickerContentController: Sendable {
         let permissions = try await authenticator.permissions(session, context)
         return Uploader(
             userID: session.user.id, viewer: ContentViewer(profileID: permissions?.id, maxRating: permissions?.maxContentRating),
-            mayChangeOwnStickers: permissions?.canUseCustomContentTypes ?? true)
+            mayChangeOwnStickers: permissions?.canUseCustomContentTypes ?? true, authorise: authenticator.auth.stillLive(session))
     }
 
     /// A stored file: immutable (content-addressed), with an ETag and byte ranges; private files need a valid signature.

@@ -142,12 +142,12 @@ public struct StickerContentService: Sendable {
 
     /// Adds an upload to the user's own pack (`custom`); its id is `custom:<random>`. The allowance keeps the stored
     /// size: the difference to the `reservedBytes` sent is given back, or taken, within the allowance's bytes.
-    func addUpload(
-        userID: String, profileID: String?, name: String, image: StoredImage, reservedBytes: Int, logger: Logger
-    ) async throws -> Sticker {
+    func addUpload(by uploader: Uploader, name: String, image: StoredImage, reservedBytes: Int, logger: Logger) async throws -> Sticker {
         let id = "custom:\(FreshID.uuid())"
         let allowance = allowance
+        let (userID, profileID) = (uploader.userID, uploader.viewer.profileID)
         return try await database.transaction(logger: logger) { tx in
+            try await uploader.authorise(tx)
             _ = try await store.insert(
                 tx, id: id, packID: StickerStore.customPack(userID), owner: userID, name: name, stored: image, tags: [], now: clock.now(),
                 ownerProfile: profileID)
@@ -163,8 +163,10 @@ public struct StickerContentService: Sendable {
     /// more (the caller removes them from the blob store, so deleted uploads do not fill the disk).
     /// A viewer that does not see the upload (another profile's, for a profile with a maximum) gets `stickerNotFound`, as
     /// for an id that does not exist.
-    func deleteUpload(userID: String, viewer: ContentViewer, stickerID: String, logger: Logger) async throws -> [String] {
-        try await database.transaction(logger: logger) { tx in
+    func deleteUpload(by uploader: Uploader, stickerID: String, logger: Logger) async throws -> [String] {
+        let (userID, viewer) = (uploader.userID, uploader.viewer)
+        return try await database.transaction(logger: logger) { tx in
+            try await uploader.authorise(tx)
             guard let sticker = try await store.sticker(tx, id: stickerID), viewer.sees(sticker) else { throw EntitlementError.stickerNotFound }
             let deleted = try await tx.query(
                 "DELETE FROM stickers WHERE id = ? AND owner_user_id = ? RETURNING bytes, image_key, thumbnail_key", [sticker.id, userID])

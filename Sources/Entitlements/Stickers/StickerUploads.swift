@@ -14,9 +14,12 @@ public struct Uploader: Sendable {
     public let userID: String
     public let viewer: ContentViewer
     public let mayChangeOwnStickers: Bool
+    /// Run first in the transaction that adds or deletes the sticker: the session that asked still holds (Auth's
+    /// `AuthService.stillLive`), so an upload whose image was being processed when the session was revoked adds nothing.
+    public let authorise: StickerService.Authorisation
 
-    public init(userID: String, viewer: ContentViewer, mayChangeOwnStickers: Bool) {
-        (self.userID, self.viewer, self.mayChangeOwnStickers) = (userID, viewer, mayChangeOwnStickers)
+    public init(userID: String, viewer: ContentViewer, mayChangeOwnStickers: Bool, authorise: @escaping StickerService.Authorisation = { _ in }) {
+        (self.userID, self.viewer, self.mayChangeOwnStickers, self.authorise) = (userID, viewer, mayChangeOwnStickers, authorise)
     }
 }
 
@@ -32,8 +35,7 @@ extension StickerContentService {
             let image = try await images.store(data, owner: uploader.userID, logger: logger)
             stored = image
             let name = name.flatMap(Sticker.cleanName) ?? fileStem.flatMap(Sticker.cleanName) ?? "sticker"
-            return try await addUpload(
-                userID: uploader.userID, profileID: uploader.viewer.profileID, name: name, image: image, reservedBytes: data.count, logger: logger)
+            return try await addUpload(by: uploader, name: name, image: image, reservedBytes: data.count, logger: logger)
         } catch {
             try? await releaseUpload(userID: uploader.userID, bytes: data.count, logger: logger)
             // Files stored for a sticker that was not added go once nothing else uses them (the same image may be).
@@ -44,7 +46,7 @@ extension StickerContentService {
 
     public func deleteUpload(stickerID: String, by uploader: Uploader, logger: Logger) async throws {
         guard uploader.mayChangeOwnStickers else { throw EntitlementError.ownStickersNotAllowed(change: true) }
-        let unused = try await deleteUpload(userID: uploader.userID, viewer: uploader.viewer, stickerID: stickerID, logger: logger)
+        let unused = try await deleteUpload(by: uploader, stickerID: stickerID, logger: logger)
         for key in unused { await images.remove(key) }
     }
 }
