@@ -15,8 +15,9 @@ import Synchronization
 /// - after a spike of connections the memory they held is given back (``takeTrimDue()``, `MemoryReturn`).
 final class ClientConnections: Sendable {
     /// Every header the API reads (a bearer token, a console cookie, `X-Forwarded-For` through a few proxies) fits in a
-    /// few hundred bytes; 16 KiB is what common proxies allow.
-    static let headerBytesMax = 16 * 1024
+    /// few hundred bytes; the longest request line the API documents is a passkey's id (1,364 characters, up to 16 KiB
+    /// percent-encoded), so a head may hold 32 KiB.
+    static let headerBytesMax = 32 * 1024
     /// Past this many connections at once, once three quarters of them have closed, memory is given back.
     static let trimFrom = 2_000
 
