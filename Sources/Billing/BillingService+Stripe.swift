@@ -142,8 +142,8 @@ extension BillingService {
         case "invoice.paid":
             guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
             guard let invoiceID = object.id else { return BillingVerdict(outcome: .ignored, detail: "invoice without id", userID: userID) }
-            if object.billing_reason == "subscription_create" || object.billing_reason == "subscription_update" {
-                return .acknowledged("\(object.billing_reason!) invoice: the checkout or plan change already started the period", user: userID)
+            if let reason = object.billing_reason, reason == "subscription_create" || reason == "subscription_update" {
+                return .acknowledged("\(reason) invoice: the checkout or plan change already started the period", user: userID)
             }
             guard let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
                 return BillingVerdict(outcome: .ignored, detail: "no plan for the invoice's price", userID: userID)

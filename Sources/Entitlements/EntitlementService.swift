@@ -277,7 +277,7 @@ public struct EntitlementService: Sendable {
                 && !packs.isLocked(id: $0.id, isPremium: true, includedInPlans: $0.includedInPlans, plan: plan, bought: bought)
         }.map(\.id)
         return EntitlementSnapshot(
-            userId: userID, planId: plan.id, status: entitled ? subscription!.status.rawValue : "free",
+            userId: userID, planId: plan.id, status: entitled ? subscription?.status.rawValue ?? "free" : "free",
             periodEnd: entitled ? subscription.map { ISOTime.string($0.currentPeriodEnd) } : nil,
             features: Self.features(of: plan),
             limits: .init(maxFamilyProfiles: plan.maxFamilyProfiles, monthlyTokens: plan.monthlyTokens, maxRollover: plan.maxRollover),

@@ -74,8 +74,17 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
 
     /// The rate card's actions (none when the file has no `actions`).
     public var pricedActions: [PricedAction] { actions ?? [] }
-    /// The free tier (validation guarantees exactly one).
-    public var freePlan: SubscriptionPlan { plans.first(where: \.isFreeTier)! }
+    /// The free tier (validation guarantees exactly one; the fallback, no tokens and no features, is never reached).
+    public var freePlan: SubscriptionPlan { plans.first(where: \.isFreeTier) ?? Self.noFeatures }
+
+    static let noFeatures = SubscriptionPlan(
+        id: "free", name: "Free", description: "", monthlyTokens: 0, price: 0, currency: "USD", interval: .month,
+        features: SubscriptionFeatures(
+            allStyles: false, familyProfiles: false, qualitySelector: false, modelSelector: false, commercialLicense: false,
+            prioritySupport: false, tokenRollover: nil, savings: nil),
+        platform: "all", appleProductId: nil, stripePriceId: nil, trialDays: 0, isActive: false, sortOrder: 0,
+        hasQualitySelector: false, hasCommercialLicense: false, hasModelSelector: false, hasImageUpload: false,
+        maxFamilyProfiles: 1, isFreeTier: true, maxRollover: 0, includedStickerPacks: nil, familySharedTokens: nil)
     public func plan(id: String) -> SubscriptionPlan? { plans.first { $0.id == id } }
     /// Active plans in `sortOrder`, as `GET /api/subscription-plans` lists them.
     public var activePlans: [SubscriptionPlan] { plans.filter(\.isActive).sorted { $0.sortOrder < $1.sortOrder } }

@@ -30,7 +30,7 @@ public indirect enum EventValue: Sendable, Equatable {
         case .null: return "null"
         case .rawJSON(let text): return text
         case .object(let fields):
-            return "{" + fields.keys.sorted().map { "\(Self.quoted($0)):\(fields[$0]!.json)" }.joined(separator: ",") + "}"
+            return "{" + fields.sorted { $0.key < $1.key }.map { "\(Self.quoted($0.key)):\($0.value.json)" }.joined(separator: ",") + "}"
         }
     }
 

@@ -55,7 +55,7 @@ extension Ledger {
                 "INSERT INTO ledger_hold_parts (hold_id, part, bucket, lot_id, amount) VALUES (?, ?, ?, ?, ?)",
                 [holdID, index, part.bucket.rawValue, part.lotID, part.amount])
         }
-        let hold = try await holdState(tx, id: holdID)!
+        let hold = try await writtenHold(tx, id: holdID)
         try await emitHold(tx, .holdCreated, hold, state, change: -amountTokens, key: idempotencyKey, now: now)
         return (hold, state.balances)
     }
@@ -87,7 +87,7 @@ extension Ledger {
             "UPDATE ledger_holds SET status = 'captured', captured_amount = ?, resolved_at_ms = ? WHERE id = ? RETURNING \(Self.usageColumns)",
             [captured, now, holdID])
         try await settleUsage(tx, hold: resolved, captured: captured)
-        let final = try await holdState(tx, id: holdID)!
+        let final = try await writtenHold(tx, id: holdID)
         try await emitHold(tx, .holdCaptured, final, userState, change: hold.amount - captured, key: idempotencyKey, now: now)
         return final
     }
@@ -100,7 +100,7 @@ extension Ledger {
         let (hold, now, state) = try await pendingHold(tx, holdID: holdID, byApprover: byApprover)
         var userState = state
         try await releaseAll(tx, &userState, holdID: holdID, status: "voided", reason: "void", now: now)
-        let resolved = try await holdState(tx, id: holdID)!
+        let resolved = try await writtenHold(tx, id: holdID)
         try await emitHold(tx, .holdVoided, resolved, userState, change: hold.amount, key: idempotencyKey, now: now)
         return resolved
     }
@@ -137,6 +137,12 @@ extension Ledger {
 
     func holdState(_ tx: any SQLExecutor, id: String) async throws -> HoldState? {
         try await tx.first("SELECT * FROM ledger_holds WHERE id = ?", [id]).map(HoldState.init)
+    }
+
+    /// A hold this transaction has just written (missing only if the database lost it: the transaction fails, nothing traps).
+    func writtenHold(_ tx: any SQLExecutor, id: String) async throws -> HoldState {
+        guard let hold = try await holdState(tx, id: id) else { throw LedgerError.holdNotFound }
+        return hold
     }
 
     func holdParts(_ tx: any SQLExecutor, holdID: String) async throws -> [Part] {

@@ -16,7 +16,9 @@ public struct SecretBox: Sendable {
     }
 
     public func seal(_ text: String) throws -> String {
-        try AES.GCM.seal(Data(text.utf8), using: key).combined!.base64EncodedString()
+        // `combined` is nil only for a nonce other than the default 12 bytes.
+        guard let combined = try AES.GCM.seal(Data(text.utf8), using: key).combined else { throw CryptoKitError.incorrectParameterSize }
+        return combined.base64EncodedString()
     }
 
     public func open(_ sealed: String) throws -> String {

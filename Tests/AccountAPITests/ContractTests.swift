@@ -265,3 +265,30 @@ extension ContractTests {
         #expect(found.isEmpty, "\(Set(found).sorted())")
     }
 }
+
+extension ContractTests {
+    /// Nothing reachable with input traps (docs/security.md): no `try!`, `as!` or force unwrap in `Sources`. The one
+    /// exception is a header name constant (`static let name = Self("Literal")!`), a literal that every test using it
+    /// checks. Comments and the test-only `TestSupport` target are not scanned.
+    @Test func nothingForceUnwraps() throws {
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        let force = /try!|as!|[\]\w)]!(?!=)/
+        let headerName = /^\s*static let \w+ = Self\("[A-Za-z0-9-]+"\)!$/
+        var found: [String] = []
+        var scanned = 0
+        for file in FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)?.compactMap({ $0 as? URL }) ?? []
+        where file.pathExtension == "swift" && !file.path.contains("/Generated/") && !file.path.contains("/TestSupport/") {
+            let relative = String(file.path.dropFirst(sources.path.count + 1))
+            scanned += 1
+            for (number, line) in try String(contentsOf: file, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+            {
+                let code =
+                    line.trimmingCharacters(in: .whitespaces).hasPrefix("//") ? "" : String(line.split(separator: "//", maxSplits: 1).first ?? "")
+                guard code.contains(force), !code.contains(headerName) else { continue }
+                found.append("\(relative):\(number + 1): \(code.trimmingCharacters(in: .whitespaces))")
+            }
+        }
+        #expect(scanned > 100, "the scan found the sources")
+        #expect(found.isEmpty, "\(found.joined(separator: "\n"))")
+    }
+}

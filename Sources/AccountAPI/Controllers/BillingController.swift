@@ -59,7 +59,7 @@ struct BillingController: Sendable {
         var request = request
         let bytes = Array(try await request.rawBody(context: context).readableBytesView)
         let verdict = try await billing.receiveStripeEvent(
-            rawBody: bytes, signature: request.headers[HTTPField.Name("Stripe-Signature")!], logger: context.logger)
+            rawBody: bytes, signature: request.headers[.stripeSignature], logger: context.logger)
         return JSONResponse(ReceivedResponse(received: true, outcome: verdict.outcome.rawValue))
     }
 }

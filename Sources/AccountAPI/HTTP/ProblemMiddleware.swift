@@ -129,5 +129,6 @@ enum ResponseHeaders {
 
 extension HTTPField.Name {
     static let requestID = Self("X-Request-Id")!
+    static let stripeSignature = Self("Stripe-Signature")!
     static let idempotencyKey = Self("Idempotency-Key")!
 }
