@@ -1,16 +1,21 @@
 import Crypto
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Where media files live. Keys are content addresses (`sha256hex.ext`), so a file never changes once written and
-/// can be cached forever. An S3-compatible store implements the same calls (PUT with `If-None-Match: *`, GET,
-/// DELETE) with async-http-client and signs with SigV4; `MEDIA_BASE_URL` then points at its CDN.
+/// can be cached forever. An S3-compatible store implements the same calls (PUT, GET, HEAD for the age, DELETE) with async-http-client and signs with SigV4; `MEDIA_BASE_URL` then points at its CDN.
 public protocol BlobStore: Sendable {
-    /// Stores `data` under its content address and returns the key; storing the same bytes again is a no-op.
+    /// Stores `data` under its content address and returns the key; storing the same bytes again only renews the file's
+    /// modification time (which ``delete(_:unlessWrittenWithin:)`` respects).
     func put(_ data: Data, fileExtension: String) async throws -> String
     /// The file's bytes, or nil when there is none.
     func get(_ key: String) async throws -> Data?
-    /// Removes a file nothing uses any more (no error when it is gone already).
-    func delete(_ key: String) async throws
+    /// Removes a file nothing uses any more, unless it was written or stored again within `grace`: true when it is
+    /// gone (already gone included), false when it was kept for that reason.
+    func delete(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool
 }
 
 extension BlobStore {
@@ -42,15 +47,33 @@ public struct FileBlobStore: BlobStore {
     public func put(_ data: Data, fileExtension: String) async throws -> String {
         let key = Self.key(for: data, fileExtension: fileExtension)
         let target = url(key)
-        if FileManager.default.fileExists(atPath: target.path) { return key }
+        // Stored already: its modification time becomes now, so a removal under way puts it back (``delete(_:unlessWrittenWithin:)``).
+        if utimes(target.path, nil) == 0 { return key }
         try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
         try data.write(to: target, options: .atomic)
         return key
     }
 
-    public func delete(_ key: String) async throws {
-        guard Self.isValidKey(key) else { return }
-        try? FileManager.default.removeItem(at: url(key))
+    /// The file is first renamed aside, so a `put` of the same bytes from then on writes a fresh copy; then its age is
+    /// read, and one written within `grace` (a `put` that came first) is put back. A file left aside by a process that
+    /// stopped half-way is taken up by the next removal of its key.
+    public func delete(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool {
+        guard Self.isValidKey(key) else { return true }
+        let target = url(key).path
+        let aside = target + ".removing"
+        if rename(target, aside) != 0 {
+            let error = errno
+            guard error == ENOENT else { throw POSIXError(POSIXErrorCode(rawValue: error) ?? .EIO) }
+            guard FileManager.default.fileExists(atPath: aside) else { return true }
+        }
+        let written = (try? FileManager.default.attributesOfItem(atPath: aside)[.modificationDate]) as? Date ?? .distantPast
+        if Date().timeIntervalSince(written) < grace {
+            // A copy written meanwhile holds the same bytes: the rename replaces it.
+            guard rename(aside, target) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            return false
+        }
+        guard unlink(aside) == 0 || errno == ENOENT else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        return true
     }
 
     public func get(_ key: String) async throws -> Data? {

@@ -83,7 +83,7 @@ extension ContractTests {
         ],
         "Entitlements": [
             "subscriptions", "subscription_events", "sticker_packs", "pack_unlocks", "stickers", "sticker_uses", "sticker_quotas",
-            "purchase_requests",
+            "purchase_requests", "sticker_file_removals",
         ],
         "Billing": [
             "billing_events", "billing_accounts", "billing_grants", "billing_consents", "apple_consumption_requests", "apple_reconciliations",
@@ -212,6 +212,7 @@ extension ContractTests {
         "Clock/TimeSource.swift": "the system clock itself",
         "Storage/Migration.swift": "when a migration was applied (operations, before any clock is wired)",
         "Mail/Mailer.swift": "a mail's Date header and file name (transport time)",
+        "Media/BlobStore.swift": "a file's age, against the file system's modification times",
         "AccountAPI/Logging/JSONLogHandler.swift": "log line timestamps",
     ]
 

@@ -28,7 +28,13 @@ struct StickerUploadTests {
                 bytes: data.first == 0xFF ? data.count * 10 : data.count / 2
             )
         }
-        func remove(_ key: String) async { calls.withLock { $0.removed.append(key) } }
+        /// Keys whose files count as written within the grace (kept).
+        let recent = Mutex<Set<String>>([])
+        func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool {
+            guard !recent.withLock({ $0.contains(key) }) else { return false }
+            calls.withLock { $0.removed.append(key) }
+            return true
+        }
     }
 
     func quota(_ db: any Database) async throws -> (stickers: Int64, bytes: Int64) {
@@ -74,9 +80,11 @@ struct StickerUploadTests {
                 try await content.upload(Data([9]), name: nil, fileStem: nil, by: owner, logger: logger)
             }
             #expect(images.calls.withLock { $0.stored } == 3)
-            // Deleting gives the allowance back and removes both files.
+            // Deleting gives the allowance back and queues both files, removed by the next pass.
             try await content.deleteUpload(stickerID: sticker.id, by: owner, logger: logger)
             #expect(try await quota(db) == (1, 3))
+            #expect(images.calls.withLock { $0.removed }.isEmpty)
+            #expect(try await content.removeUnusedFiles(logger: logger) == 2)
             #expect(images.calls.withLock { $0.removed }.sorted() == ["4-7-t.png", "4-7.png"])
         }
     }
@@ -130,6 +138,43 @@ struct StickerUploadTests {
             await #expect(throws: Revoked.self) { try await content.deleteUpload(stickerID: kept.id, by: revoked, logger: logger) }
             #expect(try await quota(db) == (1, 2))
             #expect(try await content.removeUnusedFiles(logger: logger) == 0, "nothing queued by a refused delete")
+        }
+    }
+
+    /// The removal queue is in the database: a process started afresh (a new service over the same database) removes
+    /// what an earlier one queued; a file referenced again when its turn comes leaves the queue and stays; one written
+    /// within the grace is looked at again a grace later.
+    @Test(arguments: TestDatabase.engines)
+    func queuedRemovalsOutliveTheProcessAndSpareFilesInUse(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let world = try await SubscriptionMachineTests.world(db)
+            func service(_ images: Images) -> StickerContentService {
+                StickerContentService(
+                    database: db, packs: StickerPackStore(catalog: world.store.catalog, clock: world.clock), subscriptions: world.store,
+                    audit: NoAuditTrail(), clock: world.clock, images: images)
+            }
+            let owner = Uploader(userID: "u", viewer: ContentViewer(profileID: nil, maxRating: nil), mayChangeOwnStickers: true)
+            let logger = TestDatabase.logger
+            let before = service(Images())
+            let gone = try await before.upload(Data([7, 1, 2]), name: nil, fileStem: nil, by: owner, logger: logger)
+            let shared = try await before.upload(Data([8, 1, 2]), name: nil, fileStem: nil, by: owner, logger: logger)
+            _ = try await before.upload(Data([8, 1, 2]), name: nil, fileStem: nil, by: owner, logger: logger)
+            let young = try await before.upload(Data([9, 1, 2]), name: nil, fileStem: nil, by: owner, logger: logger)
+            for sticker in [gone, shared, young] { try await before.deleteUpload(stickerID: sticker.id, by: owner, logger: logger) }
+            let images = Images()
+            images.recent.withLock { $0 = ["3-9.png", "3-9-t.png"] }
+            let after = service(images)
+            #expect(try await after.removeUnusedFiles(logger: logger) == 2)
+            #expect(images.calls.withLock { $0.removed }.sorted() == ["3-7-t.png", "3-7.png"], "the shared files stay")
+            let queued = try await db.withConnection(logger: logger) { tx in
+                try await tx.query("SELECT blob_key FROM sticker_file_removals ORDER BY blob_key", []).map { try $0.string("blob_key") }
+            }
+            #expect(queued == ["3-9-t.png", "3-9.png"], "only the recently written files stay queued")
+            images.recent.withLock { $0 = [] }
+            #expect(try await after.removeUnusedFiles(logger: logger) == 0, "not before a grace has passed")
+            world.clock.advance(seconds: StickerContentService.fileRemovalGrace)
+            #expect(try await after.removeUnusedFiles(logger: logger) == 2)
+            #expect(try await after.removeUnusedFiles(logger: logger) == 0)
         }
     }
 }

@@ -105,6 +105,40 @@ struct MediaTests {
         #expect(try await store.get(String(repeating: "0", count: 64) + ".png") == nil)
     }
 
+    /// A removal leaves a file alone that was written or stored again within its grace (an upload of the same bytes
+    /// may be about to reference it), and a put after the removal began writes a fresh copy; a file set aside by a
+    /// removal that stopped half-way goes with the next removal of its key.
+    @Test func removalSparesFilesWrittenWithinTheGrace() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blobs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try FileBlobStore(directory: directory)
+        let key = try await store.put(Data("hello".utf8), fileExtension: "png")
+        let path = store.url(key).path
+        let old = Date(timeIntervalSinceNow: -3600)
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path)
+        // Stored again: the time is renewed, so a removal within the grace keeps it.
+        #expect(try await store.put(Data("hello".utf8), fileExtension: "png") == key)
+        #expect(try await store.delete(key, unlessWrittenWithin: 600) == false)
+        #expect(try await store.get(key) == Data("hello".utf8))
+        // Old enough: removed; removing again is no failure.
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path)
+        #expect(try await store.delete(key, unlessWrittenWithin: 600))
+        #expect(try await store.get(key) == nil && !FileManager.default.fileExists(atPath: path + ".removing"))
+        #expect(try await store.delete(key, unlessWrittenWithin: 600))
+        // A put while the file is set aside writes a fresh copy, which the removal leaves.
+        _ = try await store.put(Data("hello".utf8), fileExtension: "png")
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path)
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".removing")
+        _ = try await store.put(Data("hello".utf8), fileExtension: "png")
+        #expect(try await store.delete(key, unlessWrittenWithin: 600) == false, "the fresh copy is set aside and put back")
+        #expect(try await store.get(key) == Data("hello".utf8))
+        // Left aside by a stopped removal, the key itself gone: the next removal takes it.
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path)
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".removing")
+        #expect(try await store.delete(key, unlessWrittenWithin: 600))
+        #expect(!FileManager.default.fileExists(atPath: path + ".removing") && !FileManager.default.fileExists(atPath: path))
+    }
+
     @Test func signedURLsExpireAndCannotBeAltered() throws {
         let signer = URLSigner(secret: Data("a secret of at least thirty-two bytes".utf8), lifetimeSeconds: 3600, windowSeconds: 600)
         let now = Date(timeIntervalSince1970: 1_800_000_100)

@@ -53,9 +53,9 @@ struct BackgroundSweeper: Service {
     func sweepOnce() async throws -> (holds: Int, drips: Int, purged: Int)? {
         let database = dependencies.database
         let ledger = dependencies.ledger
-        // Every node, lease or not: the files are queued in the process that erased or failed to add them.
-        try await dependencies.stickerContent.removeUnusedFiles(logger: logger)
         guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
+        // Files of deleted stickers nothing uses any more (queued in the database; every node shares the media directory).
+        try await dependencies.stickerContent.removeUnusedFiles(logger: logger, limit: Self.batch)
         // A backlog (many holds expired at once) drains in one pass (the ledger's `HoldExpiry.swift`).
         let holds = try await ledger.ledger.expireHoldBacklog(database, batch: Self.batch, batches: Self.batchesPerPass, logger: logger)
         // Subscriptions due for the yearly drip drain the same way (after a migration or a restore, all are due at once).

@@ -54,8 +54,6 @@ public struct StickerContentService: Sendable {
     /// Where uploads' images are checked and stored (``upload(_:name:fileStem:by:logger:)``).
     let images: any UploadedImages
     let store = StickerStore()
-    /// Files to remove once nothing references them (``removeUnusedFiles(logger:)``).
-    let removals = StickerFileRemovals()
 
     public init(
         database: any Database, packs: StickerPackStore, subscriptions: SubscriptionStore, audit: any AuditTrail, clock: any TimeSource,
@@ -112,13 +110,15 @@ public struct StickerContentService: Sendable {
         }
     }
 
-    /// Removes a catalog sticker (and its uses), audited. Messages that name it keep a dangling id.
+    /// Removes a catalog sticker (and its uses), audited; its files go once nothing uses them. Messages that name it
+    /// keep a dangling id.
     public func delete(id: String, actor: String, ip: String?, logger: Logger) async throws {
         try await database.transaction(logger: logger) { tx in
             guard let sticker = try await store.sticker(tx, id: id), sticker.packID != Sticker.customPackID else {
                 throw EntitlementError.stickerNotFound
             }
             _ = try await store.delete(tx, id: id)
+            try await store.queueFileRemovals(tx, [sticker.file.imageKey, sticker.file.thumbnailKey], now: clock.now())
             try await packs.touch(tx, sticker.packID)
             try await audit.record(tx, at: clock.now(), actor: actor, action: "sticker_deleted", subject: id, ip: ip, detail: nil)
         }
@@ -159,11 +159,11 @@ public struct StickerContentService: Sendable {
         }
     }
 
-    /// Deletes one of the user's own uploads and gives its allowance back; returns its files that nothing uses any
-    /// more (the caller removes them from the blob store, so deleted uploads do not fill the disk).
+    /// Deletes one of the user's own uploads and gives its allowance back; its files are queued for removal once
+    /// nothing uses them (``removeUnusedFiles(logger:grace:limit:)``), so deleted uploads do not fill the disk.
     /// A viewer that does not see the upload (another profile's, for a profile with a maximum) gets `stickerNotFound`, as
     /// for an id that does not exist.
-    func deleteUpload(by uploader: Uploader, stickerID: String, logger: Logger) async throws -> [String] {
+    func deleteUpload(by uploader: Uploader, stickerID: String, logger: Logger) async throws {
         let (userID, viewer) = (uploader.userID, uploader.viewer)
         return try await database.transaction(logger: logger) { tx in
             try await uploader.authorise(tx)
@@ -173,7 +173,7 @@ public struct StickerContentService: Sendable {
             guard let row = deleted.first, let bytes = row.optionalInt("bytes") else { throw EntitlementError.stickerNotFound }
             try await tx.query("DELETE FROM sticker_uses WHERE sticker_id = ?", [stickerID])
             try await store.releaseUpload(tx, userID: userID, bytes: Int(bytes))
-            return Array(try await unusedFiles(tx, [try row.string("image_key"), try row.string("thumbnail_key")]))
+            try await store.queueFileRemovals(tx, [try row.string("image_key"), try row.string("thumbnail_key")], now: clock.now())
         }
     }
 

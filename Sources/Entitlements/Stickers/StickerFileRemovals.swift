@@ -1,48 +1,74 @@
+import Clock
 import Foundation
 import Logging
 import Storage
-import Synchronization
 
-/// Files of the account's own stickers that may be unused: queued when an erasure deletes the account's stickers, or
-/// when an upload fails after its files were stored, and removed by the sweeper's next pass once no row references
-/// them. Checked then, after the transaction that queued them has ended: one rolled back leaves them referenced, and a
-/// file still referenced is looked at on two more passes, then kept. Files are stored by content, so one can be shared.
-/// In memory: a process stopped meanwhile leaves the files (unreferenced, never served).
-final class StickerFileRemovals: Sendable {
-    private let pending = Mutex<[(key: String, passes: Int)]>([])
-
-    func queue(_ keys: [String]) { pending.withLock { $0.append(contentsOf: keys.map { ($0, 0) }) } }
-
-    func take() -> [(key: String, passes: Int)] {
-        pending.withLock { taken in
-            defer { taken = [] }; return taken
+/// Files of stickers that may be unused: queued in `sticker_file_removals` by the transaction that deletes their rows
+/// (an owner's delete, an operator's, an erasure) or, for an upload refused after its files were stored, right after
+/// the refusal; removed by the sweeper (the node holding its lease) once no row references them. The queue outlives
+/// the process, so a restart loses no removal. Files are stored by content, so one can be shared: a file still
+/// referenced when its turn comes leaves the queue and stays. One written again within ``fileRemovalGrace`` (an upload
+/// of the same bytes under way, whose row is not committed yet) stays queued for a later pass
+/// (``UploadedImages/remove(_:unlessWrittenWithin:)``).
+extension StickerStore {
+    func queueFileRemovals(_ tx: any SQLExecutor, _ keys: [String], now: Date) async throws {
+        for key in Set(keys) {
+            try await tx.query(
+                "INSERT INTO sticker_file_removals (blob_key, queued_at_ms) VALUES (?, ?) ON CONFLICT (blob_key) DO NOTHING", [key, now])
         }
     }
 
-    func retry(_ keys: [(key: String, passes: Int)]) {
-        pending.withLock { $0.append(contentsOf: keys.filter { $0.passes < 3 }) }
+    /// The oldest queued keys whose turn has come (queued at or before `dueBy`).
+    func dueFileRemovals(_ tx: any SQLExecutor, dueBy: Date, limit: Int) async throws -> [String] {
+        try await tx.query(
+            "SELECT blob_key FROM sticker_file_removals WHERE queued_at_ms <= ? ORDER BY queued_at_ms, blob_key LIMIT ?", [dueBy, Int64(limit)]
+        ).map { try $0.string("blob_key") }
+    }
+
+    /// Settles one queued key: gone from the queue, or (kept) queued again as of `now`.
+    func settleFileRemoval(_ tx: any SQLExecutor, _ key: String, requeueAt now: Date?) async throws {
+        if let now {
+            try await tx.query("UPDATE sticker_file_removals SET queued_at_ms = ? WHERE blob_key = ?", [now, key])
+        } else {
+            try await tx.query("DELETE FROM sticker_file_removals WHERE blob_key = ?", [key])
+        }
     }
 }
 
 extension StickerContentService {
+    /// How long a file written or stored again is left alone: far longer than an upload takes from storing its files
+    /// to committing its row.
+    public static let fileRemovalGrace: TimeInterval = 600
+
     /// In the account's erasure transaction: its own stickers, every use it recorded and its upload allowance are
-    /// deleted; their files are removed by the sweeper's next pass (``removeUnusedFiles(logger:)``).
+    /// deleted; their files are queued for removal (``removeUnusedFiles(logger:grace:limit:)``).
     public func accountErased(_ tx: any SQLExecutor, userID: String) async throws {
         let deleted = try await tx.query("DELETE FROM stickers WHERE owner_user_id = ? RETURNING image_key, thumbnail_key", [userID])
         try await tx.query("DELETE FROM sticker_uses WHERE user_id = ?", [userID])
         try await tx.query("DELETE FROM sticker_quotas WHERE user_id = ?", [userID])
-        removals.queue(try deleted.flatMap { [try $0.string("image_key"), try $0.string("thumbnail_key")] })
+        try await store.queueFileRemovals(tx, try deleted.flatMap { [try $0.string("image_key"), try $0.string("thumbnail_key")] }, now: clock.now())
     }
 
-    /// Removes the queued files nothing references any more (the sweeper, every pass, on every node); returns how many.
+    /// Removes queued files nothing references any more (the sweeper, each pass, on the node holding its lease); returns
+    /// how many. A file written within `grace` stays queued and is looked at again a grace later.
     @discardableResult
-    public func removeUnusedFiles(logger: Logger) async throws -> Int {
-        let queued = removals.take()
-        guard !queued.isEmpty else { return 0 }
-        let unused = try await database.withConnection(logger: logger) { tx in try await unusedFiles(tx, queued.map(\.key)) }
-        removals.retry(queued.filter { !unused.contains($0.key) }.map { ($0.key, $0.passes + 1) })
-        for key in unused { await images.remove(key) }
-        return unused.count
+    public func removeUnusedFiles(logger: Logger, grace: TimeInterval = fileRemovalGrace, limit: Int = 500) async throws -> Int {
+        let now = clock.now()
+        let due = try await database.withConnection(logger: logger) { tx in try await store.dueFileRemovals(tx, dueBy: now, limit: limit) }
+        var removed = 0
+        for key in due {
+            // One transaction per file: a file referenced again (a row committed since) leaves the queue and stays.
+            removed += try await database.transaction(logger: logger) { tx in
+                guard try await !unusedFiles(tx, [key]).isEmpty else {
+                    try await store.settleFileRemoval(tx, key, requeueAt: nil)
+                    return 0
+                }
+                let gone = await images.remove(key, unlessWrittenWithin: grace)
+                try await store.settleFileRemoval(tx, key, requeueAt: gone ? nil : now.addingTimeInterval(grace))
+                return gone ? 1 : 0
+            }
+        }
+        return removed
     }
 
     /// Those of `keys` no sticker and no pack icon uses.

@@ -1,11 +1,15 @@
+import Clock
 import Foundation
 import Logging
+import Storage
 
 /// Where an upload's image goes before its row is written: checked and thumbnailed off the event loops, its files kept
 /// by content (Media's image worker and blob store, handed over at wiring); and where files nothing uses any more go.
 public protocol UploadedImages: Sendable {
     func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage
-    func remove(_ key: String) async
+    /// Removes a file nothing references any more, unless it was written or stored again within `grace` (an upload of
+    /// the same bytes may be about to reference it): false when it was kept for that reason, true when it is gone.
+    func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool
 }
 
 /// Who changes the account's own stickers: the account, the acting profile (what it sees) and whether that profile may
@@ -39,15 +43,23 @@ extension StickerContentService {
         } catch {
             try? await releaseUpload(userID: uploader.userID, bytes: data.count, logger: logger)
             // Files stored for a sticker that was not added go once nothing else uses them (the same image may be).
-            if let stored { removals.queue([stored.imageKey, stored.thumbnailKey]) }
+            if let stored { await queueFileRemovals([stored.imageKey, stored.thumbnailKey], logger: logger) }
             throw error
         }
     }
 
     public func deleteUpload(stickerID: String, by uploader: Uploader, logger: Logger) async throws {
         guard uploader.mayChangeOwnStickers else { throw EntitlementError.ownStickersNotAllowed(change: true) }
-        let unused = try await deleteUpload(by: uploader, stickerID: stickerID, logger: logger)
-        for key in unused { await images.remove(key) }
+        try await deleteUpload(by: uploader, stickerID: stickerID, logger: logger)
+    }
+
+    /// Queues an unadded upload's files; failing that (the database down), they stay, unreferenced and never served.
+    func queueFileRemovals(_ keys: [String], logger: Logger) async {
+        do {
+            try await database.transaction(logger: logger) { tx in try await store.queueFileRemovals(tx, keys, now: clock.now()) }
+        } catch {
+            logger.warning("an unadded upload's files were not queued for removal", metadata: ["error": .error(error)])
+        }
     }
 }
 
@@ -57,5 +69,5 @@ public struct NoUploadedImages: UploadedImages {
     public func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage {
         throw EntitlementError.invalid(["Images cannot be stored here."])
     }
-    public func remove(_ key: String) async {}
+    public func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool { true }
 }
