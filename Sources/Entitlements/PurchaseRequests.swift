@@ -169,7 +169,8 @@ extension StickerService {
     public typealias Authorisation = @Sendable (any SQLExecutor) async throws -> Void
 
     /// Resolves a pending request as `status` once, in one transaction with `work` (given the request, its hold and the
-    /// time), after `authorise`: the row is locked first, so parallel taps run one after another; one already resolved as
+    /// time), after `authorise`: the user's ledger accounts and then the row are locked first, so parallel taps run one
+    /// after another; one already resolved as
     /// `status` answers as it is, one resolved otherwise (or expired) is `purchaseRequestResolved`.
     func resolve(
         userID: String, requestID: String, as status: String, authorise: @escaping Authorisation, logger: Logger,
@@ -178,6 +179,8 @@ extension StickerService {
         try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
             try await authorise(tx)
             let now = clock.now()
+            // The ledger's order: the user's accounts, then the request (an unlock cancels requests under the same locks).
+            try await ledger.lockAccountsFirst(tx, userID: userID)
             let request = try await locked(tx, id: requestID, userID: userID, now: now)
             if request.status == status { return request }
             guard request.status == "pending" else { throw EntitlementError.purchaseRequestResolved(request.status) }

@@ -67,6 +67,13 @@ extension Ledger {
         return state
     }
 
+    /// Locks the user's accounts before a transaction locks any other row of theirs that it then changes with their
+    /// tokens (a purchase request it resolves): every spend, hold and unlock takes the accounts first and such rows
+    /// after, so taking them in the same order keeps the two from deadlocking.
+    public func lockAccountsFirst(_ tx: any SQLExecutor, userID: String) async throws {
+        _ = try await lockAccounts(tx, userID: userID)
+    }
+
     func lockAccounts(_ tx: any SQLExecutor, userID: String) async throws -> [SQLRow] {
         try await tx.query("SELECT id, bucket, balance FROM ledger_accounts WHERE user_id = ? ORDER BY id" + tx.dialect.forUpdate, [userID])
     }

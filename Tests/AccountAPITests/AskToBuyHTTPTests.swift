@@ -93,6 +93,33 @@ struct AskToBuyHTTPTests {
         }
     }
 
+    /// An approval takes the ledger's lock order (the user's accounts, then the request), as an unlock does (its spend
+    /// locks the accounts, then it cancels the pack's other requests): while another transaction holds the accounts, an
+    /// approval waits without holding the request, so that transaction can still lock it (before, PostgreSQL found a
+    /// deadlock and one of the two was retried); once it commits, the approval goes through.
+    @Test("an approval locks the user's accounts before the request, as an unlock does", arguments: TestDatabase.engines)
+    func anApprovalTakesTheLedgersLockOrder(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let f = try await AskFixture.make(client, app, email: "b10@example.com", packs: ["hail"])
+            let request = try #require(try await f.ask("hail").json(AskBody.self).purchaseRequest)
+            let userID = try await app.userID(token: f.ownerToken)
+            let ledger = app.dependencies.ledger.ledger
+            let approval = try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
+                try await ledger.lockAccountsFirst(tx, userID: userID)
+                let approval = Task { try await f.resolve(request.id, "approve").status }
+                try await Task.sleep(for: .milliseconds(500))  // the approval is under way, waiting for the accounts
+                if engine == .postgres {
+                    // Fails with "lock not available" if the approval locked the request first.
+                    _ = try await tx.query("SELECT id FROM purchase_requests WHERE id = ? FOR UPDATE NOWAIT", [request.id])
+                }
+                return approval
+            }
+            #expect(try await approval.value == .ok)
+            #expect(try await f.list(f.ownerToken).map(\.status) == ["approved"])
+            #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
+        }
+    }
+
     @Test("an answer from an owner's session revoked before it commits changes nothing", arguments: TestDatabase.engines)
     func anAnswerFromARevokedSessionChangesNothing(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
