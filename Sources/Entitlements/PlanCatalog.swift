@@ -82,7 +82,7 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
         features: SubscriptionFeatures(
             allStyles: false, familyProfiles: false, qualitySelector: false, modelSelector: false, commercialLicense: false,
             prioritySupport: false, tokenRollover: nil, savings: nil),
-        platform: "all", appleProductId: nil, stripePriceId: nil, trialDays: 0, isActive: false, sortOrder: 0,
+        platform: "both", appleProductId: nil, stripePriceId: nil, trialDays: 0, isActive: false, sortOrder: 0,
         hasQualitySelector: false, hasCommercialLicense: false, hasModelSelector: false, hasImageUpload: false,
         maxFamilyProfiles: 1, isFreeTier: true, maxRollover: 0, includedStickerPacks: nil, familySharedTokens: nil)
     public func plan(id: String) -> SubscriptionPlan? { plans.first { $0.id == id } }

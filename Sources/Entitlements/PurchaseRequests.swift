@@ -208,21 +208,28 @@ extension StickerService {
     /// ledger already released is left as it is). Runs after the unlock's own ledger work, so under the user's account
     /// locks: an ask committed meanwhile is seen here, and a later ask sees the unlock (``requestPurchase``).
     func cancelPendingRequests(_ tx: any SQLExecutor, userID: String, packID: String, except: String?, now: Date) async throws {
-        try await Self.cancel(tx, ledger: ledger, "user_id = ? AND pack_id = ?", [userID, packID], except: except, now: now)
+        try await Self.cancel(tx, ledger: ledger, userID: userID, " AND pack_id = ?", [packID], except: except, now: now)
     }
 
     /// A deleted profile's pending requests are `cancelled` and their tokens released (in the deletion's transaction).
     public static func cancelRequests(_ tx: any SQLExecutor, ledger: Ledger, userID: String, profileID: String, now: Date) async throws {
-        try await cancel(tx, ledger: ledger, "user_id = ? AND profile_id = ?", [userID, profileID], except: nil, now: now)
+        try await cancel(tx, ledger: ledger, userID: userID, " AND profile_id = ?", [profileID], except: nil, now: now)
     }
 
     /// An erased account's pending requests are `cancelled` (the ledger forfeits their holds in the same transaction).
     public static func cancelRequests(_ tx: any SQLExecutor, ledger: Ledger, userID: String, now: Date) async throws {
-        try await cancel(tx, ledger: ledger, "user_id = ?", [userID], except: nil, now: now)
+        try await cancel(tx, ledger: ledger, userID: userID, "", [], except: nil, now: now)
     }
 
-    static func cancel(_ tx: any SQLExecutor, ledger: Ledger, _ condition: String, _ binds: [String], except: String?, now: Date) async throws {
-        let pending = try await tx.query("SELECT id, hold_id FROM purchase_requests WHERE \(condition) AND status = 'pending'", binds)
+    /// The user's accounts are locked first, then the requests (the order every approval takes), so a request approved
+    /// while this waited is seen as approved and left alone, its hold with it.
+    static func cancel(
+        _ tx: any SQLExecutor, ledger: Ledger, userID: String, _ condition: String, _ binds: [String], except: String?, now: Date
+    ) async throws {
+        try await ledger.lockAccountsFirst(tx, userID: userID)
+        let pending = try await tx.query(
+            "SELECT id, hold_id FROM purchase_requests WHERE user_id = ?\(condition) AND status = 'pending' ORDER BY id" + tx.dialect.forUpdate,
+            [userID] + binds)
         for row in pending where try row.string("id") != except {
             if let holdID = row.optionalString("hold_id") {
                 do { _ = try await ledger.void(tx, holdID: holdID, byApprover: true) } catch LedgerError.holdResolved {}

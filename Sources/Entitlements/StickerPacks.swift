@@ -196,7 +196,11 @@ public struct StickerPackStore: Sendable {
     }
 
     /// Points a pack's icon at a stored file (its URL is the service's own, so it skips the https rule of operator input).
-    public func setIcon(_ tx: any SQLExecutor, id: String, url: String) async throws -> StickerPack? {
+    /// The icon it replaces, and `unusedKeys` (files stored for it that it does not show), are queued for removal.
+    public func setIcon(_ tx: any SQLExecutor, id: String, url: String, unusedKeys: [String] = []) async throws -> StickerPack? {
+        let replaced = try await tx.first("SELECT icon_url FROM sticker_packs WHERE id = ?", [id])?.optionalString("icon_url")
+        let replacedKey = replaced.flatMap { $0.split(separator: "?").first?.split(separator: "/").last.map(String.init) }
+        try await StickerStore().queueFileRemovals(tx, unusedKeys + (replacedKey.map { [$0] } ?? []), now: clock.now())
         guard
             !(try await tx.query("UPDATE sticker_packs SET icon_url = ?, updated_at_ms = ? WHERE id = ? RETURNING id", [url, clock.now(), id]).isEmpty)
         else { return nil }

@@ -94,6 +94,10 @@ public struct StickerService: Sendable {
     }
 
     func unlock(_ tx: any SQLExecutor, userID: String, packID: String, profile session: ProfilePermissions?) async throws -> UnlockResult {
+        // The ledger's lock order before any row of the pack's or its requests: the user's accounts first, as an approval
+        // takes them (``resolve(userID:requestID:as:authorise:logger:_:)``), so an unlock, an ask and an approval of the
+        // same pack wait for each other instead of deadlocking.
+        try await ledger.lockAccountsFirst(tx, userID: userID)
         let now = clock.now()
         let (plan, period) = try await subscriptions.planAndPeriod(userID: userID, now: now, tx)
         // The profile as it is now, in this transaction (an owner's change of its rating or purchases since the session
@@ -151,10 +155,11 @@ public struct StickerService: Sendable {
         }
     }
 
-    /// Sets a pack's icon to an uploaded file's URL, audited.
-    public func setIcon(packID: String, url: String, actor: String, ip: String?, logger: Logger) async throws -> StickerPack {
+    /// Sets a pack's icon to an uploaded file's URL, audited; the icon it replaces and `unusedKeys` (files stored for it
+    /// that it does not show) are queued for removal.
+    public func setIcon(packID: String, url: String, unusedKeys: [String], actor: String, ip: String?, logger: Logger) async throws -> StickerPack {
         try await database.transaction(logger: logger) { tx in
-            guard let pack = try await packs.setIcon(tx, id: packID, url: url) else { throw EntitlementError.packNotFound }
+            guard let pack = try await packs.setIcon(tx, id: packID, url: url, unusedKeys: unusedKeys) else { throw EntitlementError.packNotFound }
             try await audit.record(tx, at: clock.now(), actor: actor, action: "admin_pack_icon", subject: nil, ip: ip, detail: packID)
             return pack
         }

@@ -16,6 +16,8 @@ public protocol BlobStore: Sendable {
     /// Removes a file nothing uses any more, unless it was written or stored again within `grace`: true when it is
     /// gone (already gone included), false when it was kept for that reason.
     func delete(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool
+    /// Puts back a file a removal set aside and did not finish with (the file is referenced again).
+    func restore(_ key: String) async throws
 }
 
 extension BlobStore {
@@ -48,7 +50,8 @@ public struct FileBlobStore: BlobStore {
         let key = Self.key(for: data, fileExtension: fileExtension)
         let target = url(key)
         // Stored already: its modification time becomes now, so a removal under way puts it back (``delete(_:unlessWrittenWithin:)``).
-        if utimes(target.path, nil) == 0 { return key }
+        // A file whose time cannot be set (not ours to change) is kept as it is, as before.
+        if utimes(target.path, nil) == 0 || (errno != ENOENT && FileManager.default.fileExists(atPath: target.path)) { return key }
         try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
         try data.write(to: target, options: .atomic)
         return key
@@ -74,6 +77,13 @@ public struct FileBlobStore: BlobStore {
         }
         guard unlink(aside) == 0 || errno == ENOENT else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         return true
+    }
+
+    public func restore(_ key: String) async throws {
+        guard Self.isValidKey(key) else { return }
+        let target = url(key).path
+        // A copy written meanwhile holds the same bytes: the rename replaces it.
+        guard rename(target + ".removing", target) == 0 || errno == ENOENT else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
     }
 
     public func get(_ key: String) async throws -> Data? {

@@ -714,6 +714,7 @@ CREATE TABLE sticker_file_removals (
     blob_key TEXT PRIMARY KEY,
     queued_at_ms BIGINT NOT NULL
 );
+CREATE INDEX sticker_file_removals_due ON sticker_file_removals (queued_at_ms);
 
 """#),
     ]

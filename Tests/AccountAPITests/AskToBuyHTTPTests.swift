@@ -100,7 +100,7 @@ struct AskToBuyHTTPTests {
     @Test("an approval locks the user's accounts before the request, as an unlock does", arguments: TestDatabase.engines)
     func anApprovalTakesTheLedgersLockOrder(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
-            let f = try await AskFixture.make(client, app, email: "b10@example.com", packs: ["hail"])
+            let f = try await AskFixture.make(client, app, email: "b10@example.com", packs: ["hail", "snow"])
             let request = try #require(try await f.ask("hail").json(AskBody.self).purchaseRequest)
             let userID = try await app.userID(token: f.ownerToken)
             let ledger = app.dependencies.ledger.ledger
@@ -116,6 +116,23 @@ struct AskToBuyHTTPTests {
             }
             #expect(try await approval.value == .ok)
             #expect(try await f.list(f.ownerToken).map(\.status) == ["approved"])
+            // An owner's unlock waits for the accounts before it claims the pack: the other transaction can still claim it
+            // (and here gives the claim up by rolling back), where before it waited on the unlock's uncommitted claim.
+            struct RolledBack: Error {}
+            let (locked, lockedNow) = AsyncStream<Void>.makeStream()
+            let holder = Task {
+                try await app.dependencies.database.transaction(logger: TestDatabase.logger) { tx in
+                    try await ledger.lockAccountsFirst(tx, userID: userID)
+                    lockedNow.yield()
+                    try await Task.sleep(for: .milliseconds(500))  // the unlock is under way, waiting for the accounts
+                    try await tx.query(
+                        "INSERT INTO pack_unlocks (user_id, pack_id, tokens_spent, created_at_ms) VALUES (?, 'snow', 0, 0)", [userID])
+                    throw RolledBack()
+                }
+            }
+            for await _ in locked { break }
+            #expect(try await client.send(.post, "/api/stickers/packs/snow/unlock", token: f.ownerToken).status == .ok)
+            await #expect(throws: RolledBack.self) { try await holder.value }
             #expect(try await app.dependencies.ledger.verify(logger: TestDatabase.logger).ok)
         }
     }

@@ -30,7 +30,8 @@ struct StickerUploadTests {
         }
         /// Keys whose files count as written within the grace (kept).
         let recent = Mutex<Set<String>>([])
-        func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool {
+        func keep(_ key: String) async throws {}
+        func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool {
             guard !recent.withLock({ $0.contains(key) }) else { return false }
             calls.withLock { $0.removed.append(key) }
             return true

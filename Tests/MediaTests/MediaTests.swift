@@ -132,6 +132,11 @@ struct MediaTests {
         _ = try await store.put(Data("hello".utf8), fileExtension: "png")
         #expect(try await store.delete(key, unlessWrittenWithin: 600) == false, "the fresh copy is set aside and put back")
         #expect(try await store.get(key) == Data("hello".utf8))
+        // Left aside by a stopped removal and referenced again: restored.
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".removing")
+        try await store.restore(key)
+        #expect(try await store.get(key) == Data("hello".utf8))
+        try await store.restore(key)
         // Left aside by a stopped removal, the key itself gone: the next removal takes it.
         try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path)
         try FileManager.default.moveItem(atPath: path, toPath: path + ".removing")

@@ -54,14 +54,14 @@ struct BackgroundSweeper: Service {
         let database = dependencies.database
         let ledger = dependencies.ledger
         guard try await database.transaction(logger: logger, { try await lease.acquire($0, now: dependencies.clock.now()) }) else { return nil }
-        // Files of deleted stickers nothing uses any more (queued in the database; every node shares the media directory).
-        try await dependencies.stickerContent.removeUnusedFiles(logger: logger, limit: Self.batch)
         // A backlog (many holds expired at once) drains in one pass (the ledger's `HoldExpiry.swift`).
         let holds = try await ledger.ledger.expireHoldBacklog(database, batch: Self.batch, batches: Self.batchesPerPass, logger: logger)
         // Subscriptions due for the yearly drip drain the same way (after a migration or a restore, all are due at once).
         let drips = try await dependencies.subscriptions.dripYearlyPlans(limit: Self.batch, batches: Self.batchesPerPass, logger: logger)
         let purged = try await database.transaction(logger: logger) { try await ledger.idempotency.purge($0, limit: 1000) }
         _ = try await dependencies.auth.purgeExpired(limit: 1000, logger: logger)
+        // Files of deleted stickers nothing uses any more (queued in the database; every node shares the media directory).
+        try await dependencies.stickerContent.removeUnusedFiles(logger: logger, limit: Self.batch)
         return (holds, drips, purged)
     }
 }

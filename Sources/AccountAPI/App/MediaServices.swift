@@ -61,8 +61,10 @@ struct MediaServices: UploadedImages {
             isAnimated: info.isAnimated, bytes: optimised.count)
     }
 
-    /// A file nothing uses any more; one that is already gone is no failure, one that cannot be removed stays queued.
-    func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool {
-        (try? await blobs.delete(key, unlessWrittenWithin: grace)) ?? false
+    /// A file nothing uses any more; one that is already gone is no failure.
+    func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool {
+        try await blobs.delete(key, unlessWrittenWithin: grace)
     }
+
+    func keep(_ key: String) async throws { try await blobs.restore(key) }
 }

@@ -68,8 +68,14 @@ struct AdminStickerController: Sendable {
         let parts = try await Multipart.parts(&request, context: context, limit: 1024 * 1024)
         guard let file = parts.first(where: { $0.name == "file" }) else { throw Problem.validation("Send the icon as a part named 'file'.") }
         let stored = try await media.store(Data(file.body), owner: actor, logger: context.logger)
-        let pack = try await stickers.setIcon(
-            packID: packID, url: media.signer.publicURL(stored.thumbnailKey), actor: actor, ip: context.clientIP, logger: context.logger)
-        return JSONResponse(pack)
+        do {
+            let pack = try await stickers.setIcon(
+                packID: packID, url: media.signer.publicURL(stored.thumbnailKey), unusedKeys: [stored.imageKey], actor: actor, ip: context.clientIP,
+                logger: context.logger)
+            return JSONResponse(pack)
+        } catch {
+            await content.queueFileRemovals([stored.imageKey, stored.thumbnailKey], logger: context.logger)
+            throw error
+        }
     }
 }

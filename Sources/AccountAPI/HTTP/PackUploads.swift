@@ -16,12 +16,18 @@ struct PackUploads: Sendable {
         guard (1...20).contains(files.count) else { throw Problem.validation("Send 1 to 20 images as multipart/form-data parts named 'file'.") }
         let tags = Self.tags(Multipart.text(parts, "tags"))
         var items: [StickerContentService.NewSticker] = []
-        for file in files {
-            let given = files.count == 1 ? Multipart.text(parts, "name") : nil
-            let name = given.flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
-            items.append(.init(name: name, tags: tags, image: try await media.store(Data(file.body), owner: actor, logger: logger)))
+        do {
+            for file in files {
+                let given = files.count == 1 ? Multipart.text(parts, "name") : nil
+                let name = given.flatMap(Sticker.cleanName) ?? Multipart.fileStem(file).flatMap(Sticker.cleanName) ?? "sticker"
+                items.append(.init(name: name, tags: tags, image: try await media.store(Data(file.body), owner: actor, logger: logger)))
+            }
+            return try await content.add(packID: packID, items: items, actor: actor, ip: ip, logger: logger)
+        } catch {
+            // All or none: the files stored for a batch that was not added go once nothing else uses them.
+            await content.queueFileRemovals(items.flatMap { [$0.image.imageKey, $0.image.thumbnailKey] }, logger: logger)
+            throw error
         }
-        return try await content.add(packID: packID, items: items, actor: actor, ip: ip, logger: logger)
     }
 
     static func tags(_ text: String?) -> [String] {

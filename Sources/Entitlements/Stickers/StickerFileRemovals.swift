@@ -11,11 +11,24 @@ import Storage
 /// of the same bytes under way, whose row is not committed yet) stays queued for a later pass
 /// (``UploadedImages/remove(_:unlessWrittenWithin:)``).
 extension StickerStore {
+    /// Queues `keys` as of `now`, in sorted order (two transactions queueing the same keys cannot deadlock). A key queued
+    /// already is queued again as of now: the upsert waits for a removal under way to settle it, so no key leaves the
+    /// queue while a row that referenced it is being deleted.
     func queueFileRemovals(_ tx: any SQLExecutor, _ keys: [String], now: Date) async throws {
-        for key in Set(keys) {
+        for key in Set(keys).sorted() {
             try await tx.query(
-                "INSERT INTO sticker_file_removals (blob_key, queued_at_ms) VALUES (?, ?) ON CONFLICT (blob_key) DO NOTHING", [key, now])
+                """
+                INSERT INTO sticker_file_removals (blob_key, queued_at_ms) VALUES (?, ?)
+                ON CONFLICT (blob_key) DO UPDATE SET queued_at_ms = excluded.queued_at_ms
+                """, [key, now])
         }
+    }
+
+    /// Locks one queued key if its turn has come (nil: settled meanwhile, by another sweeper, or queued again since).
+    func lockDueFileRemoval(_ tx: any SQLExecutor, _ key: String, dueBy: Date) async throws -> String? {
+        try await tx.first(
+            "SELECT blob_key FROM sticker_file_removals WHERE blob_key = ? AND queued_at_ms <= ?" + tx.dialect.forUpdate, [key, dueBy]
+        )?.string("blob_key")
     }
 
     /// The oldest queued keys whose turn has come (queued at or before `dueBy`).
@@ -57,13 +70,22 @@ extension StickerContentService {
         let due = try await database.withConnection(logger: logger) { tx in try await store.dueFileRemovals(tx, dueBy: now, limit: limit) }
         var removed = 0
         for key in due {
-            // One transaction per file: a file referenced again (a row committed since) leaves the queue and stays.
+            // One transaction per file, its queue row locked throughout: a file referenced again (a row committed since)
+            // leaves the queue and stays, put back if a removal that stopped half-way had set it aside.
             removed += try await database.transaction(logger: logger) { tx in
+                guard try await store.lockDueFileRemoval(tx, key, dueBy: now) != nil else { return 0 }
                 guard try await !unusedFiles(tx, [key]).isEmpty else {
+                    try await images.keep(key)
                     try await store.settleFileRemoval(tx, key, requeueAt: nil)
                     return 0
                 }
-                let gone = await images.remove(key, unlessWrittenWithin: grace)
+                let gone: Bool
+                do {
+                    gone = try await images.remove(key, unlessWrittenWithin: grace)
+                } catch {
+                    logger.warning("an unused sticker file was not removed; it stays queued", metadata: ["key": "\(key)", "error": .error(error)])
+                    gone = false
+                }
                 try await store.settleFileRemoval(tx, key, requeueAt: gone ? nil : now.addingTimeInterval(grace))
                 return gone ? 1 : 0
             }

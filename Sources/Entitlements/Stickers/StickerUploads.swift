@@ -9,7 +9,9 @@ public protocol UploadedImages: Sendable {
     func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage
     /// Removes a file nothing references any more, unless it was written or stored again within `grace` (an upload of
     /// the same bytes may be about to reference it): false when it was kept for that reason, true when it is gone.
-    func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool
+    func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool
+    /// A file that is referenced again: one a removal set aside and did not finish with is put back.
+    func keep(_ key: String) async throws
 }
 
 /// Who changes the account's own stickers: the account, the acting profile (what it sees) and whether that profile may
@@ -28,8 +30,8 @@ public struct Uploader: Sendable {
 }
 
 /// The upload workflow, in one place: permission, a reservation in the allowance before any image work, the image
-/// work and its files, the row; a failure anywhere after the reservation gives it back, and its files go once unused. Deleting gives the allowance
-/// back and removes the files nothing else uses.
+/// work and its files, the row; a failure anywhere after the reservation gives it back, and its files are queued for removal. Deleting gives the allowance
+/// back and queues the files for removal (``removeUnusedFiles(logger:grace:limit:)``).
 extension StickerContentService {
     public func upload(_ data: Data, name: String?, fileStem: String?, by uploader: Uploader, logger: Logger) async throws -> Sticker {
         guard uploader.mayChangeOwnStickers else { throw EntitlementError.ownStickersNotAllowed(change: false) }
@@ -54,7 +56,7 @@ extension StickerContentService {
     }
 
     /// Queues an unadded upload's files; failing that (the database down), they stay, unreferenced and never served.
-    func queueFileRemovals(_ keys: [String], logger: Logger) async {
+    public func queueFileRemovals(_ keys: [String], logger: Logger) async {
         do {
             try await database.transaction(logger: logger) { tx in try await store.queueFileRemovals(tx, keys, now: clock.now()) }
         } catch {
@@ -69,5 +71,6 @@ public struct NoUploadedImages: UploadedImages {
     public func store(_ data: Data, owner: String, logger: Logger) async throws -> StoredImage {
         throw EntitlementError.invalid(["Images cannot be stored here."])
     }
-    public func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async -> Bool { true }
+    public func remove(_ key: String, unlessWrittenWithin grace: TimeInterval) async throws -> Bool { true }
+    public func keep(_ key: String) async throws {}
 }
