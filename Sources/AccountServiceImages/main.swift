@@ -22,9 +22,7 @@ case "process":
     let input = FileHandle.standardInput.readDataToEndOfFile()
     let processor = try ImageProcessor(rules: rules)
     do {
-        let info = try processor.inspect(input)
-        let optimised = info.format == .png ? try processor.strippedPNG(input) : input
-        let thumbnail = try processor.thumbnail(input)
+        let (info, optimised, thumbnail) = try processor.process(input)
         output.write(ImageWorker.encode(.processed(info, image: optimised, thumbnail: thumbnail)))
     } catch let problem as ImageProblem {
         output.write(ImageWorker.encode(.refused(problem)))

@@ -42,6 +42,16 @@ public struct ImageProcessor: Sendable {
         return ImageInfo(format: format, width: w, height: h, pages: Int(pages), hasAlpha: bands == 2 || bands == 4)
     }
 
+    /// The image worker's whole job: checks the upload, then (a PNG) its pixels only, and the thumbnail. A PNG reaches
+    /// the decoder with only the chunks that make its pixels (``PNGChunks/decodingOnly(_:)``).
+    public func process(_ upload: Data) throws -> (info: ImageInfo, image: Data, thumbnail: Data) {
+        guard upload.count <= rules.maxBytes else { throw ImageProblem.tooLarge(bytes: upload.count, limit: rules.maxBytes) }
+        let isPNG = ImageFormat.sniff(upload) == .png
+        let input = isPNG ? try PNGChunks.decodingOnly(upload) : upload
+        let info = try inspect(input)
+        return (info, isPNG ? try strippedPNG(input) : input, try thumbnail(input))
+    }
+
     /// A PNG thumbnail that fits `rules.thumbnailSide` on both sides (aspect kept, first frame, alpha kept).
     public func thumbnail(_ data: Data) throws -> Data {
         try Self.start()

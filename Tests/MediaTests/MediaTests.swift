@@ -63,6 +63,53 @@ struct MediaTests {
         #expect(try images.inspect(stored).width == 256)
     }
 
+    /// An outside tester's upload: a small PNG carrying compressed text chunks that every decode inflated (2.8 GiB in the
+    /// image worker for 40 chunks of 10 MB). The decoder now sees only the chunks that make the pixels; the answer is the
+    /// same as for the PNG without them.
+    @Test func pngChunksThatMakeNoPixelsNeverReachTheDecoder() throws {
+        let original = [UInt8](try ImageProcessor.testPNG(width: 256, height: 256))
+        let afterHeader = 8 + 25  // signature, IHDR
+        var extra: [UInt8] = []
+        for type in ["zTXt", "iTXt", "tEXt", "eXIf", "acTL", "prIv"] { extra += ImageProcessor.pngChunk(type, Array(repeating: 0x78, count: 5_000)) }
+        let bigProfile = ImageProcessor.pngChunk("iCCP", Array(repeating: 0x78, count: PNGChunks.iccBytesMax + 1))
+        let smallProfile = ImageProcessor.pngChunk("iCCP", Array("p\u{0}\u{0}x".utf8))
+        let hostile = Data(original[..<afterHeader] + extra + bigProfile + original[afterHeader...] + Array("trailing".utf8))
+        let kept = try PNGChunks.decodingOnly(hostile)
+        #expect(kept == Data(original), "only the chunks of the original remain")
+        let withProfile = Data(original[..<afterHeader] + smallProfile + original[afterHeader...])
+        #expect(try PNGChunks.decodingOnly(withProfile) == withProfile, "a small ICC profile stays")
+        let (info, _, thumbnail) = try images.process(hostile)
+        let plain = try images.process(Data(original))
+        #expect(info == plain.info && thumbnail == plain.thumbnail)
+        #expect(throws: ImageProblem.self) { try PNGChunks.decodingOnly(Data(original.dropLast(1))) }
+    }
+
+    /// The chunk filter reads untrusted bytes: every truncation, and random bytes and chunk lengths after a PNG
+    /// signature, give a PNG that ends with `IEND` or `undecodable`, never a trap.
+    @Test func theChunkFilterTakesAnyBytes() throws {
+        let original = [UInt8](try ImageProcessor.testPNG(width: 64, height: 64))
+        var generator = SystemRandomNumberGenerator()
+        var inputs: [[UInt8]] = (0...original.count).map { Array(original.prefix($0)) }
+        for _ in 0..<3_000 {
+            var bytes = original
+            for _ in 0..<Int.random(in: 1...6, using: &generator) {
+                bytes[Int.random(in: 8..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            }
+            inputs.append(bytes)
+            inputs.append(
+                PNGChunks.signature + (0..<Int.random(in: 0...64, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        }
+        for input in inputs {
+            do {
+                let kept = [UInt8](try PNGChunks.decodingOnly(Data(input)))
+                #expect(kept.starts(with: PNGChunks.signature) && kept.count <= input.count)
+                #expect(Data(kept).range(of: Data("IEND".utf8)) != nil)
+            } catch {
+                guard case .undecodable = error else { Issue.record("\(error)"); continue }
+            }
+        }
+    }
+
     @Test func animatedGIFsAndWebPsAreReadAndThumbnailedFromTheirFirstFrame() throws {
         let gif = try ImageProcessor.testImage(width: 240, height: 220, pages: 3, format: .gif)
         let info = try images.inspect(gif)
