@@ -63,7 +63,23 @@ extension AuthService {
         case .reserved(let number): attempt = number
         case .refused(let seconds, _): throw AuthError.tooManyAttempts(retryAfterSeconds: seconds)
         }
-        let outcome: Result<(User, String), AuthError> = try await sessionTransaction(session, logger: logger) { tx in
+        let outcome: Result<(User, String), AuthError>
+        do {
+            outcome = try await changeEmail(session, code: code, key: key, attempt: attempt, client: client, logger: logger)
+        } catch StorageError.uniqueViolation {
+            // Another account took the address between the check and the write (two changes to one address at once).
+            throw AuthError.conflict("Another account uses this address; the address was not changed.")
+        }
+        let (user, _) = try outcome.get()
+        await send([Mails.emailChanged(to: session.user.email, newEmail: user.email)], logger: logger)
+        return user
+    }
+
+    /// The change itself, in one transaction (``confirmEmailChange(_:code:client:logger:)``).
+    func changeEmail(
+        _ session: AuthenticatedSession, code: String, key: String, attempt: Int, client: ClientInfo, logger: Logger
+    ) async throws -> Result<(User, String), AuthError> {
+        try await sessionTransaction(session, logger: logger) { tx in
             let now = clock.now()
             // Only the session that asked can finish the change (it chose the address the code went to).
             guard
@@ -89,9 +105,6 @@ extension AuthService {
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "email_changed", subject: session.user.id, ip: client.ip)
             return .success((try await loadUser(tx, id: session.user.id), newEmail))
         }
-        let (user, _) = try outcome.get()
-        await send([Mails.emailChanged(to: session.user.email, newEmail: user.email)], logger: logger)
-        return user
     }
 
     /// A password check behind a session, or for an account without a password a sign-in within the last 10 minutes.

@@ -192,6 +192,12 @@ public struct BillingService: Sendable {
 
     // MARK: - Accounts and grants shared by both providers
 
+    /// In an account's erasure transaction: its provider purchases are bound to no account any more, so a renewal or a
+    /// refund for them changes nothing, and whoever holds the purchase may bind it to another account.
+    public static func accountErased(_ tx: any SQLExecutor, userID: String) async throws {
+        try await tx.query("DELETE FROM billing_accounts WHERE user_id = ?", [userID])
+    }
+
     /// Binds a provider purchase to an account. Already bound to another account → `boundToAnotherAccount`.
     /// Returns true when the binding is new.
     func bind(_ tx: any SQLExecutor, provider: String, externalID: String, userID: String, environment: String?) async throws -> Bool {

@@ -35,6 +35,14 @@ extension SubscriptionMachine {
         return true
     }
 
+    /// In an account's erasure transaction: its subscription ends now (no drip, no renewal credits it again; the event
+    /// says so with cause `account.erased`).
+    public func accountErased(_ tx: any SQLExecutor, userID: String, now: Date) async throws {
+        let before = try await store.subscription(userID: userID, tx)
+        guard try await store.end(userID: userID, now: now, tx) else { return }
+        try await emitChange(tx, userID: userID, before: before, cause: "account.erased", now: now)
+    }
+
     /// Yearly plans receive `monthlyTokens` each month of their period: month k of a period starts a ledger period keyed
     /// by (period start, k), which the ledger applies exactly once. Reads only subscriptions due (`next_drip_at_ms`, oldest
     /// first, `limit` at a time, up to `batches` batches while they come back full) and schedules each for its next month

@@ -1,5 +1,6 @@
 import Clock
 import Foundation
+import Ledger
 import Logging
 import Storage
 
@@ -7,15 +8,17 @@ import Storage
 public struct SubscriptionService: Sendable {
     let database: any Database
     let machine: SubscriptionMachine
+    let accounts: any AccountDirectory
 
-    public init(database: any Database, machine: SubscriptionMachine) {
-        self.database = database
-        self.machine = machine
+    public init(database: any Database, machine: SubscriptionMachine, accounts: any AccountDirectory) {
+        (self.database, self.machine, self.accounts) = (database, machine, accounts)
     }
 
-    /// A comp (``SubscriptionMachine/comp``); answers the subscription as it is afterwards.
+    /// A comp (``SubscriptionMachine/comp``); answers the subscription as it is afterwards. The account must be live in
+    /// the comp's own transaction (an erasure that commits first leaves nothing to comp).
     public func comp(userID: String, planID: String, periodEnd: Date?, actor: String, ip: String?, logger: Logger) async throws -> SubscriptionView {
         try await database.transaction(logger: logger) { tx in
+            guard try await accounts.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
             _ = try await machine.comp(tx, userID: userID, planID: planID, periodEnd: periodEnd, actor: actor, ip: ip)
             return try await machine.store.view(userID: userID, now: machine.clock.now(), tx)
         }

@@ -8,9 +8,10 @@ import Glibc
 /// Where media files live. Keys are content addresses (`sha256hex.ext`), so a file never changes once written and
 /// can be cached forever. An S3-compatible store implements the same calls (PUT, GET, HEAD for the age, DELETE) with async-http-client and signs with SigV4; `MEDIA_BASE_URL` then points at its CDN.
 public protocol BlobStore: Sendable {
-    /// Stores `data` under its content address and returns the key; storing the same bytes again only renews the file's
-    /// modification time (which ``delete(_:unlessWrittenWithin:)`` respects).
-    func put(_ data: Data, fileExtension: String) async throws -> String
+    /// Stores `data` under its content address within `namespace` (``key(for:fileExtension:namespace:)``) and returns the
+    /// key; storing the same bytes again only renews the file's modification time (which
+    /// ``delete(_:unlessWrittenWithin:)`` respects).
+    func put(_ data: Data, fileExtension: String, namespace: String?) async throws -> String
     /// The file's bytes, or nil when there is none.
     func get(_ key: String) async throws -> Data?
     /// Removes a file nothing uses any more, unless it was written or stored again within `grace`: true when it is
@@ -21,8 +22,18 @@ public protocol BlobStore: Sendable {
 }
 
 extension BlobStore {
-    public static func key(for data: Data, fileExtension: String) -> String {
-        SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() + "." + fileExtension
+    /// The SHA-256 of the bytes, or with a namespace (the uploader) of the namespace, a zero byte and the bytes: the same
+    /// image uploaded by two accounts is two files. Shared across accounts, a file's existence answered whether anybody
+    /// else had uploaded those bytes (an outside tester: upload, delete, then ask for the file).
+    public static func key(for data: Data, fileExtension: String, namespace: String? = nil) -> String {
+        var hasher = SHA256()
+        if let namespace { hasher.update(data: Data(namespace.utf8) + [0]) }
+        hasher.update(data: data)
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined() + "." + fileExtension
+    }
+
+    public func put(_ data: Data, fileExtension: String) async throws -> String {
+        try await put(data, fileExtension: fileExtension, namespace: nil)
     }
 
     /// A key as this store writes it: 64 lower-case hex digits, a dot, a short extension.
@@ -46,8 +57,8 @@ public struct FileBlobStore: BlobStore {
         directory.appendingPathComponent(String(key.prefix(2)), isDirectory: true).appendingPathComponent(key)
     }
 
-    public func put(_ data: Data, fileExtension: String) async throws -> String {
-        let key = Self.key(for: data, fileExtension: fileExtension)
+    public func put(_ data: Data, fileExtension: String, namespace: String?) async throws -> String {
+        let key = Self.key(for: data, fileExtension: fileExtension, namespace: namespace)
         let target = url(key)
         // Stored already: its modification time becomes now, so a removal under way puts it back (``delete(_:unlessWrittenWithin:)``).
         // A file whose time cannot be set (not ours to change) is kept as it is, as before.

@@ -82,7 +82,12 @@ extension WebhookService {
             let body = WebhookBody.render(
                 type: WebhookEventType.webhookTest.rawValue, at: now, data: ["endpointId": .string(endpoint.id), "message": .string("It works.")])
             try await WebhookWorker.insertDeliveries(
-                tx, [.init(endpointID: endpoint.id, eventID: eventID, type: WebhookEventType.webhookTest.rawValue, body: body, outboxID: eventID)],
+                tx,
+                [
+                    .init(
+                        endpointID: endpoint.id, eventID: eventID, type: WebhookEventType.webhookTest.rawValue, body: body, outboxID: eventID,
+                        userID: nil)
+                ],
                 now: now,
                 retryUntil: now.addingTimeInterval(settings.retryWindowSeconds))
             let row = try await tx.first("SELECT * FROM webhook_deliveries WHERE endpoint_id = ? AND event_id = ?", [endpoint.id, eventID])

@@ -25,6 +25,8 @@ extension WebhookWorker {
         let body: String
         /// The outbox event it comes from (`eventID` is that event's id, or it with `_low` for `balance.low`).
         let outboxID: String
+        /// The event's user (an erasure redacts its deliveries, ``WebhookService/accountErased(_:userID:)``).
+        let userID: String?
     }
 
     /// Outbox events claimed together with the deliveries they make.
@@ -122,14 +124,16 @@ extension WebhookWorker {
         }
         var binds = ids + [now, until, now]
         for delivery in claim.deliveries {
-            binds += [Self.newDeliveryID(), delivery.endpointID, delivery.eventID, delivery.outboxID, delivery.type, delivery.body]
+            binds += [Self.newDeliveryID(), delivery.endpointID, delivery.eventID, delivery.outboxID, delivery.type, delivery.body, delivery.userID]
         }
-        let row = "(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT))"
+        let row = "(CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT))"
         let sql = """
             WITH claimed AS (\(claimed))
-            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms)
-            SELECT d.id, d.endpoint_id, d.event_id, d.event_type, d.body, 'pending', 0, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT)
-            FROM (VALUES \(Array(repeating: row, count: claim.deliveries.count).joined(separator: ", "))) AS d(id, endpoint_id, event_id, outbox_id, event_type, body)
+            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms,
+                                            user_id)
+            SELECT d.id, d.endpoint_id, d.event_id, d.event_type, d.body, 'pending', 0, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), d.user_id
+            FROM (VALUES \(Array(repeating: row, count: claim.deliveries.count).joined(separator: ", "))) AS d(id, endpoint_id, event_id, outbox_id, event_type, body,
+                                                                                                            user_id)
             JOIN claimed ON claimed.id = d.outbox_id
             WHERE d.endpoint_id IN (\(Self.liveEndpoints))
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
@@ -145,9 +149,12 @@ extension WebhookWorker {
         let type = try event.string("type")
         let at = try event.date("created_at_ms")
         let body = WebhookBody.render(type: type, at: at, dataJSON: try event.string("data"))  // once per event, whatever the endpoints
+        let user = event.optionalString("user_id")
         var out: [NewDelivery] = []
         for target in targets where target.createdAt <= at {
-            if target.events.contains(type) { out.append(NewDelivery(endpointID: target.id, eventID: id, type: type, body: body, outboxID: id)) }
+            if target.events.contains(type) {
+                out.append(NewDelivery(endpointID: target.id, eventID: id, type: type, body: body, outboxID: id, userID: user))
+            }
             if target.events.contains(WebhookEventType.balanceLow.rawValue), let threshold = target.threshold,
                 let before = event.optionalInt("balance_before"), let after = event.optionalInt("balance_after"), before >= threshold,
                 after < threshold
@@ -159,7 +166,8 @@ extension WebhookWorker {
                 let low = WebhookEventType.balanceLow.rawValue
                 out.append(
                     NewDelivery(
-                        endpointID: target.id, eventID: id + "_low", type: low, body: WebhookBody.render(type: low, at: at, data: data), outboxID: id)
+                        endpointID: target.id, eventID: id + "_low", type: low, body: WebhookBody.render(type: low, at: at, data: data), outboxID: id,
+                        userID: user)
                 )
             }
         }
@@ -173,12 +181,13 @@ extension WebhookWorker {
         guard !deliveries.isEmpty else { return }
         var binds: [any SQLBindable] = []
         for delivery in deliveries {
-            binds += [newDeliveryID(), delivery.endpointID, delivery.eventID, delivery.type, delivery.body, now, retryUntil, now]
+            binds += [newDeliveryID(), delivery.endpointID, delivery.eventID, delivery.type, delivery.body, now, retryUntil, now, delivery.userID]
         }
         try await tx.query(
             """
-            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms)
-            VALUES \(Array(repeating: "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)", count: deliveries.count).joined(separator: ", "))
+            INSERT INTO webhook_deliveries (id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at_ms, retry_until_ms, created_at_ms,
+                                            user_id)
+            VALUES \(Array(repeating: "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?)", count: deliveries.count).joined(separator: ", "))
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
             """, binds)
     }

@@ -64,7 +64,7 @@ struct WebhookHTTPTests {
                 }
                 let lows = received.filter { $0.type == "balance.low" }
                 #expect(lows.count == 1, "one crossing below 10, one balance.low")
-                let subscription = try #require(received.first { $0.type == "subscription.updated" })
+                let subscription = try #require(received.first { $0.type == "subscription.updated" && $0.data["cause"] == .string("operator.comp") })
                 if case .object(let old)? = subscription.data["old"], case .object(let new)? = subscription.data["new"] {
                     #expect(old["planId"] != new["planId"])
                 } else {

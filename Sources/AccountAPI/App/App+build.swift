@@ -82,6 +82,7 @@ func buildRouter(_ d: Dependencies) -> Router<AppRequestContext> {
     router.add(middleware: RequestMetricsMiddleware())
     let allowedMethods = AllowedMethods()
     router.add(middleware: ProblemMiddleware(allowedMethods: allowedMethods))
+    router.add(middleware: SingleHeadersMiddleware())
     router.add(middleware: ClientAddressMiddleware(proxies: d.config.trustedProxies))
     let authenticator = Authenticator(auth: d.auth, apiKeys: d.apiKeys, profiles: d.profiles, requireAdminMFA: d.config.requireAdminMFA)
     router.add(middleware: BodyBudgetMiddleware(budget: d.bodies, recheck: { try await authenticator.recheck($0, $1) }))

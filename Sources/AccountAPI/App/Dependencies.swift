@@ -84,12 +84,12 @@ public struct Dependencies: Sendable {
         let stickerContent = StickerContentService(
             database: database, packs: packs, subscriptions: store, audit: AuditLog.shared, clock: clock, allowance: config.stickerUploads,
             images: media)
+        let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared, events: outbox)
         let auth = AuthService(
             database: database, hasher: hasher, secrets: secrets, mailer: mailer, clock: clock, policy: config.authPolicy,
             welcome: LedgerWelcomeTokenGrant(ledger: ledger), welcomeTokens: catalog.welcomeTokens,
-            erasure: ErasureOfLedgerAndStickers(ledger: ledger, stickerContent: stickerContent),
+            erasure: ErasureOfLedgerAndStickers(ledger: ledger, subscriptions: machine, stickerContent: stickerContent),
             events: outbox)
-        let machine = SubscriptionMachine(store: store, ledger: ledger, clock: clock, audit: AuditLog.shared, events: outbox)
         let idempotency = IdempotencyStore(clock: clock)
         let apiKeys = APIKeyService(database: database, clock: clock)
         let billing = billingService(config, database: database, machine: machine, apple: apple, clock: clock)
@@ -107,7 +107,7 @@ public struct Dependencies: Sendable {
             entitlements: EntitlementService(
                 database: database, subscriptions: store, packs: packs, ledger: ledger, accounts: AuthDirectory(), clock: clock,
                 notifier: OwnerPurchaseMail(auth: auth)),
-            subscriptions: SubscriptionService(database: database, machine: machine),
+            subscriptions: SubscriptionService(database: database, machine: machine, accounts: AuthDirectory()),
             stickers: StickerService(
                 database: database, packs: packs, subscriptions: store, ledger: ledger, idempotency: idempotency, audit: AuditLog.shared,
                 clock: clock,

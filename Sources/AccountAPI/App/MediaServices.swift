@@ -54,8 +54,9 @@ struct MediaServices: UploadedImages {
             if case .refused(let problem) = answer { throw Problem.validation(problem.description) }
             throw Problem.validation("The image could not be read.")
         }
-        let imageKey = try await blobs.put(optimised, fileExtension: info.format.rawValue)
-        let thumbnailKey = try await blobs.put(thumbnail, fileExtension: "png")
+        // Each uploader's files are their own (``BlobStore/key(for:fileExtension:namespace:)``).
+        let imageKey = try await blobs.put(optimised, fileExtension: info.format.rawValue, namespace: owner)
+        let thumbnailKey = try await blobs.put(thumbnail, fileExtension: "png", namespace: owner)
         return StoredImage(
             imageKey: imageKey, thumbnailKey: thumbnailKey, fileType: info.format.rawValue, width: info.width, height: info.height,
             isAnimated: info.isAnimated, bytes: optimised.count)

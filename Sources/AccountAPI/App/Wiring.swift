@@ -1,9 +1,11 @@
 import Auth
+import Billing
 import Entitlements
 import Foundation
 import Ledger
 import Logging
 import Storage
+import Webhooks
 
 /// The protocols through which modules ask each other, filled at wiring: each answer comes from the module that owns the
 /// table (users and profiles: Auth; tokens: Ledger; plans and subscriptions: Entitlements).
@@ -19,12 +21,18 @@ struct LedgerWelcomeTokenGrant: WelcomeTokenGrant {
     }
 }
 
-/// Erasure's hook, filled by the ledger and the stickers: in the erasure transaction the erased account's tokens are
-/// forfeited, its purchase requests cancelled, and its own stickers, their uses and files erased.
+/// Erasure's hook, filled by the ledger, subscriptions, billing, webhooks and the stickers: in the erasure transaction
+/// the erased account's tokens are forfeited, its subscription ended, its provider purchases unbound, its address
+/// redacted from webhook bodies, its purchase requests cancelled, and its own stickers, their uses and files erased.
 struct ErasureOfLedgerAndStickers: AccountErasureHook {
     let ledger: Ledger
+    let subscriptions: SubscriptionMachine
     let stickerContent: StickerContentService
     func accountErased(userID: String, at: Date, executor: any SQLExecutor) async throws {
+        // The subscription before the ledger, in the order a provider's renewal takes them (subscription, then tokens).
+        try await subscriptions.accountErased(executor, userID: userID, now: at)
+        try await BillingService.accountErased(executor, userID: userID)
+        try await WebhookService.accountErased(executor, userID: userID)
         try await ledger.forfeitAll(executor, userID: userID)
         try await StickerService.cancelRequests(executor, ledger: ledger, userID: userID, now: at)
         try await stickerContent.accountErased(executor, userID: userID)

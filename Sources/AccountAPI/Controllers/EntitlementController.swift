@@ -82,7 +82,8 @@ struct EntitlementController: Sendable {
     @Sendable func userSnapshot(_ request: Request, context: AppRequestContext) async throws -> Response {
         _ = try await authenticator.requireScope("entitlements:read", request, context)
         let userID = try context.pathParameter("id")
-        _ = try await auth.findUser(id: userID, logger: context.logger)
+        // An erased account has no entitlements to read: 404, as for an id that never existed.
+        guard try await !auth.findUser(id: userID, logger: context.logger).deleted else { throw Problem.notFound() }
         guard let found = try await entitlements.rendered(subject: .user(userID), logger: context.logger) else {
             throw Problem.notFound("No such user.")
         }

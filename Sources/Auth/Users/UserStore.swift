@@ -35,9 +35,11 @@ struct UserStore: Sendable {
     }
 
     /// Whether a live account has this id (`lock`: its row locked for the transaction, as every locker of it does:
-    /// `FOR NO KEY UPDATE`, which rows referencing it do not wait for).
-    func isLive(_ tx: any SQLExecutor, id: String, lock: Bool = false) async throws -> Bool {
-        try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL" + (lock ? tx.dialect.forNoKeyUpdate : ""), [id]) != nil
+    /// `FOR NO KEY UPDATE`, which rows referencing it do not wait for; `share`: share-locked, so an erasure, which
+    /// updates the row, waits for this transaction, and this one, if the erasure came first, sees the account erased).
+    func isLive(_ tx: any SQLExecutor, id: String, lock: Bool = false, share: Bool = false) async throws -> Bool {
+        let mode = lock ? tx.dialect.forNoKeyUpdate : share ? tx.dialect.forShare : ""
+        return try await tx.first("SELECT id FROM users WHERE id = ? AND deleted_at_ms IS NULL" + mode, [id]) != nil
     }
 
     func user(_ tx: any SQLExecutor, id: String) async throws -> User? {
