@@ -211,9 +211,14 @@ public struct BillingService: Sendable {
         return false
     }
 
+    /// The live account a provider purchase is bound to (share-locked, as every write that credits asks: an event racing
+    /// the account's erasure either commits first or finds no account, and changes nothing).
     func boundUser(_ tx: any SQLExecutor, provider: String, externalID: String) async throws -> String? {
-        try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?.optionalString(
-            "user_id")
+        guard
+            let user = try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?
+                .optionalString("user_id")
+        else { return nil }
+        return try await accounts.isActiveUser(user, tx) ? user : nil
     }
 
     func existingUser(_ tx: any SQLExecutor, _ id: String?) async throws -> String? {

@@ -3,8 +3,10 @@ import Storage
 
 /// What Entitlements needs of accounts and profiles, which Auth owns; injected at wiring.
 public protocol AccountDirectory: Sendable {
-    /// True when `userID` is a live (not erased) user.
-    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool
+    /// True when `userID` is a live (not erased) user. `lock`: the account's row is share-locked, so an erasure waits for
+    /// a write that asked first (ask before taking the ledger's locks); without it, only a refusal's answer is decided by
+    /// it (asked after the ledger's locks, nothing posted).
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor, lock: Bool) async throws -> Bool
     /// How many family profiles the account has (the default one included).
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int
     /// The account's profile `profileID`: its permissions, its place in the account's order (0 = the default profile)
@@ -27,4 +29,8 @@ public struct ProfileAccess: Sendable, Equatable {
     public init(permissions: ProfilePermissions, rank: Int, isDefault: Bool, monthlyTokenAllowance: Int64?) {
         (self.permissions, self.rank, self.isDefault, self.monthlyTokenAllowance) = (permissions, rank, isDefault, monthlyTokenAllowance)
     }
+}
+
+extension AccountDirectory {
+    public func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await isActiveUser(userID, tx, lock: true) }
 }

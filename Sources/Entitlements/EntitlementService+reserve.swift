@@ -115,7 +115,7 @@ extension EntitlementService {
 
     /// `userNotFound` unless `userID` is a live user. Asked only on a refusal: a reservation that holds tokens had a user.
     func requireUser(_ tx: any SQLExecutor, _ userID: String) async throws {
-        guard try await accounts.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
+        guard try await accounts.isActiveUser(userID, tx, lock: false) else { throw LedgerError.userNotFound(userID) }
     }
 
     /// The named profile (nil when none is named): one of the account's profiles, within the plan's limit.

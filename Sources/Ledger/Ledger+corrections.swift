@@ -52,6 +52,11 @@ extension Ledger {
         return LedgerResult(operationId: operation, userId: userID, amount: amountTokens, balances: state.balances)
     }
 
+    /// The user a transfer (a history entry id) belongs to; nil when there is no such transfer.
+    public func transferOwner(_ tx: any SQLExecutor, transferID: String) async throws -> String? {
+        try await tx.first("SELECT user_id FROM ledger_transfers WHERE id = ?", [transferID])?.optionalString("user_id")
+    }
+
     /// Reverses the operation that the transfer (a history entry id) belongs to, once: a spend's tokens go back to the
     /// buckets they came from (bonus tokens as a lot without expiry), a grant's are taken back (never below zero:
     /// `insufficientTokens` when they were spent). Holds, expiries, erasures and corrections are refused

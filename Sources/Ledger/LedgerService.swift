@@ -7,8 +7,14 @@ import Storage
 /// Who the ledger may credit and charge. The owner of users (Auth) implements it; the ledger asks inside its own
 /// transaction, so a user erased meanwhile is never credited.
 public protocol LedgerUserDirectory: Sendable {
-    /// True when `userID` is a live (not erased) user.
-    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool
+    /// True when `userID` is a live (not erased) user. `lock`: the account's row is share-locked, so an erasure waits for
+    /// a write that asked first (ask before taking the ledger's locks); without it, only a refusal's answer is decided by
+    /// it (asked after the ledger's locks, nothing posted).
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor, lock: Bool) async throws -> Bool
+}
+
+extension LedgerUserDirectory {
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await isActiveUser(userID, tx, lock: true) }
 }
 
 /// An idempotent write's identity: the caller's key space, its `Idempotency-Key`, and the request's fields (canonical
@@ -134,9 +140,11 @@ public struct LedgerService: Sendable {
         try Self.check(note: note)
         guard transferID.utf8.count <= 64 else { throw LedgerError.transferNotFound }
         return try await database.transaction(logger: logger) { tx in
+            // An erased account is never credited: asked (share-locked) before the ledger's locks, as every write asks.
+            if let owner = try await ledger.transferOwner(tx, transferID: transferID), expected == nil || expected == owner {
+                guard try await users.isActiveUser(owner, tx) else { throw LedgerError.userNotFound(owner) }
+            }
             let reversal = try await ledger.reverse(tx, transferID: transferID, ofUser: expected, note: note, idempotencyKey: nil)
-            // An erased account is never credited: the reversal is rolled back with this transaction.
-            guard try await users.isActiveUser(reversal.userID, tx) else { throw LedgerError.userNotFound(reversal.userID) }
             try await audit.record(
                 tx, at: clock.now(), actor: actor, action: "admin_transfer_reversed", subject: reversal.userID, ip: ip,
                 detail: "\(reversal.reversedOperationID) \(reversal.reversedReason) \(reversal.amountTokens): \(note)")
@@ -211,7 +219,8 @@ public struct LedgerService: Sendable {
         do {
             return try await operation()
         } catch LedgerError.insufficientTokens(availableTokens: 0) {
-            guard try await users.isActiveUser(userID, tx) else { throw LedgerError.userNotFound(userID) }
+            // After the ledger's locks, and nothing is posted: a plain read decides only the answer.
+            guard try await users.isActiveUser(userID, tx, lock: false) else { throw LedgerError.userNotFound(userID) }
             throw LedgerError.insufficientTokens(availableTokens: 0)
         }
     }

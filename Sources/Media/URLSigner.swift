@@ -25,6 +25,12 @@ public struct URLSigner: Sendable {
     /// A public URL (free and preview files).
     public func publicURL(_ blobKey: String) -> String { "\(baseURL)/\(blobKey)" }
 
+    /// An uploader's file namespace (``BlobStore/key(for:fileExtension:namespace:)``): keyed by the server's secret, so
+    /// knowing an account's id and the bytes it uploaded does not give the key of its file.
+    public func namespace(for owner: String) -> String {
+        Data(HMAC<SHA256>.authenticationCode(for: Data("media-namespace:\(owner)".utf8), using: key)).map { String(format: "%02x", $0) }.joined()
+    }
+
     /// A URL valid for at least `lifetimeSeconds` from `now`.
     public func signedURL(_ blobKey: String, now: Date) -> String {
         let earliest = Int(now.timeIntervalSince1970) + lifetimeSeconds

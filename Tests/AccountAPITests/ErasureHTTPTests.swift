@@ -100,6 +100,14 @@ extension ErasureHTTPTests {
                     let body = try row.string("body")
                     #expect(!body.contains("hooked@example.com") && body.contains(#""email":null"#) && body.contains(user), "\(body)")
                 }
+                // Erased before its events were fanned out: they are dropped, never delivered.
+                let late = try await client.signUpAndVerify(app, email: "hooked-late@example.com")
+                let lateID = try await app.userID(token: late)
+                #expect(
+                    try await client.send(.delete, "/api/user/me", token: late, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+                try await app.deliverWebhooks(app.webhookWorker(sender: WebhookReceiver.sender))
+                #expect(try await app.rows("SELECT id FROM webhook_deliveries WHERE user_id = ? AND event_type <> 'user.deleted'", [lateID]).isEmpty)
+                #expect(!receiver.all.contains { $0.body.contains("hooked-late@example.com") })
                 #expect(WebhookService.redacted(#"{"email":"a\"b@x.com","emailVerified":true}"#) == #"{"email":null,"emailVerified":true}"#)
             }
         }

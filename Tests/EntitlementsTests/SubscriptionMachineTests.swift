@@ -243,7 +243,9 @@ struct SubscriptionMachineTests {
 
 /// Auth's answers, as the application wires them (users and profiles are Auth's tables).
 struct TestAccounts: AccountDirectory {
-    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await AuthService.isActiveUser(userID, tx) }
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor, lock: Bool) async throws -> Bool {
+        try await AuthService.isActiveUser(userID, tx, lock: lock)
+    }
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
     /// Reservations are tested over HTTP (`ReserveHTTPTests`); these tests never name a profile.

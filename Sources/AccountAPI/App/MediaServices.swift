@@ -55,8 +55,9 @@ struct MediaServices: UploadedImages {
             throw Problem.validation("The image could not be read.")
         }
         // Each uploader's files are their own (``BlobStore/key(for:fileExtension:namespace:)``).
-        let imageKey = try await blobs.put(optimised, fileExtension: info.format.rawValue, namespace: owner)
-        let thumbnailKey = try await blobs.put(thumbnail, fileExtension: "png", namespace: owner)
+        let namespace = signer.namespace(for: owner)
+        let imageKey = try await blobs.put(optimised, fileExtension: info.format.rawValue, namespace: namespace)
+        let thumbnailKey = try await blobs.put(thumbnail, fileExtension: "png", namespace: namespace)
         return StoredImage(
             imageKey: imageKey, thumbnailKey: thumbnailKey, fileType: info.format.rawValue, width: info.width, height: info.height,
             isAnimated: info.isAnimated, bytes: optimised.count)

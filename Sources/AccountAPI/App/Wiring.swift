@@ -49,7 +49,9 @@ struct PurchaseRequestsOfDeletedProfiles: ProfileDeletionHook {
 
 /// Auth's answers about users and profiles, for the ledger and entitlements.
 struct AuthDirectory: LedgerUserDirectory, AccountDirectory {
-    func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool { try await AuthService.isActiveUser(userID, tx) }
+    func isActiveUser(_ userID: String, _ tx: any SQLExecutor, lock: Bool) async throws -> Bool {
+        try await AuthService.isActiveUser(userID, tx, lock: lock)
+    }
     func profileCount(userID: String, _ tx: any SQLExecutor) async throws -> Int { try await ProfileService.count(userID: userID, tx) }
     func snapshotProfileFragment(engine: Engine) -> SQLJoinFragment { ProfileService.snapshotFragment(engine: engine) }
     func profile(userID: String, profileID: String, _ tx: any SQLExecutor) async throws -> ProfileAccess? {

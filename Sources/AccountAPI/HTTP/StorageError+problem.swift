@@ -18,9 +18,11 @@ extension StorageError {
             return Problem.unavailable("The data this request needs is locked by another operation; try again shortly.", retryAfterSeconds: 1)
         case .uniqueViolation(let constraint):
             // A parallel request claimed the same unique thing first (where a flow does not answer the race itself).
-            logger.warning("unique violation reached the HTTP layer", metadata: ["constraint": "\(constraint)"])
+            logger.error(
+                "unique violation reached the HTTP layer (a flow that should answer its own race: a bug to look at)",
+                metadata: ["constraint": "\(constraint)"])
             return Problem(
-                .conflict, code: "already_exists", detail: "Another request claimed the same thing at the same moment; nothing was changed.")
+                .conflict, code: "already_exists", detail: "Another request claimed the same thing at the same moment; try again.")
         case .unavailable(let why):
             logger.warning("database unavailable", metadata: ["reason": "\(why)"])
             return Problem.unavailable("The database is unavailable; try again shortly.")

@@ -84,9 +84,10 @@ extension ProfileService {
 
 extension AuthService {
     /// True when `userID` is a live (not erased) user; in the caller's transaction.
-    /// The row is share-locked: the ledger, entitlement and subscription writes that ask before they post for the user
-    /// either commit before an erasure of the account (which then forfeits what they posted) or see it erased.
-    public static func isActiveUser(_ userID: String, _ tx: any SQLExecutor) async throws -> Bool {
-        try await UserStore().isLive(tx, id: userID, share: true)
+    /// With `lock`, the row is share-locked: the ledger, entitlement and subscription writes that ask before they post
+    /// for the user either commit before an erasure of the account (which then forfeits what they posted) or see it
+    /// erased. A question asked after the ledger's locks (a refusal's answer) takes none: the erasure takes the row first.
+    public static func isActiveUser(_ userID: String, _ tx: any SQLExecutor, lock: Bool = true) async throws -> Bool {
+        try await UserStore().isLive(tx, id: userID, share: lock)
     }
 }

@@ -75,7 +75,9 @@ extension StickerContentService {
             removed += try await database.transaction(logger: logger) { tx in
                 guard try await store.lockDueFileRemoval(tx, key, dueBy: now) != nil else { return 0 }
                 guard try await !unusedFiles(tx, [key]).isEmpty else {
-                    try await images.keep(key)
+                    do { try await images.keep(key) } catch {
+                        logger.error("a referenced sticker file set aside was not put back", metadata: ["key": "\(key)", "error": .error(error)])
+                    }
                     try await store.settleFileRemoval(tx, key, requeueAt: nil)
                     return 0
                 }
