@@ -111,8 +111,11 @@ public struct QueuedMailer: Mailer {
 }
 
 /// Runs until the application shuts down, then waits for the mail queue to empty (each transport bounds its own send).
-public struct MailQueueService: Service {
+/// It describes itself by name: ServiceLifecycle logs every service as `"\(service)"`, which would otherwise reflect the
+/// queue.
+public struct MailQueueService: Service, CustomStringConvertible {
     let queue: MailQueue
+    public var description: String { "MailQueueService" }
 
     public init(queue: MailQueue) { self.queue = queue }
 

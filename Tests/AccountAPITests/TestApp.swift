@@ -46,6 +46,10 @@ struct TestApp {
         let dependencies = try await Dependencies.make(config: config, clock: clock, logger: logger)
         let testApp = TestApp(dependencies: dependencies, clock: clock, mailDirectory: mailDirectory, handle: handle)
         let app = buildApplication(dependencies, logger: logger)
+        // ServiceLifecycle names every service by `"\(service)"` (at start-up, in debug logs and errors): each describes
+        // itself by name (``NamedService``), never by reflecting what it holds, whatever the configuration.
+        let names = app.services.map { "\($0)" }
+        #expect(names.allSatisfy { $0.count <= 40 && !$0.contains("(") }, "\(names.map { $0.prefix(120) })")
         do {
             try await app.test(.router) { client in try await body(client, testApp) }
             try await dependencies.database.close()

@@ -141,13 +141,13 @@ func addConsole(to router: Router<AppRequestContext>, _ d: Dependencies, problem
 }
 
 /// The PostgreSQL hosts' pools, for the application's lifetime.
-struct PostgresPoolService: Service {
+struct PostgresPoolService: NamedService {
     let hosts: PostgresHosts
     func run() async throws { await cancelWhenGracefulShutdown { await hosts.run() } }
 }
 
 /// Closes the database after graceful shutdown, once the server (shut down first) has finished its requests.
-struct DatabaseLifecycle: Service {
+struct DatabaseLifecycle: NamedService {
     let database: any Database
     func run() async throws {
         try? await gracefulShutdown()

@@ -11,7 +11,7 @@ import Traces
 /// The App Store Server API's background work: answer Apple's CONSUMPTION_REQUESTs (every node may: each request is
 /// claimed by one), and with `APPLE_RECONCILE_EVERY` compare accounts' Apple purchases with Apple's records, a batch per
 /// pass, on one node at a time (a database lease).
-struct AppleServerJobs: Service {
+struct AppleServerJobs: NamedService {
     let dependencies: Dependencies
     let client: AppStoreServerClient
     let settings: AppleAPISettings

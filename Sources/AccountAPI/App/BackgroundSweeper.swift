@@ -12,7 +12,7 @@ import Traces
 /// releases expired holds and purges idempotency records past retention, subscriptions drip yearly plans' monthly
 /// tokens, auth forgets what it keeps only for a while (attempt budgets, sign-up requests, codes, sessions, challenges, email
 /// changes, audit rows; docs/operations.md "Retention"). The decisions are theirs; this only schedules.
-struct BackgroundSweeper: Service {
+struct BackgroundSweeper: NamedService {
     let dependencies: Dependencies
     let intervalSeconds: Double
     let logger: Logger

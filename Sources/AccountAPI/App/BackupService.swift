@@ -10,7 +10,7 @@ import Traces
 /// as `BACKUP_DIR/account-service-STAMP.sqlite`, media files into the shared `BACKUP_DIR/media` (content-addressed, so
 /// each pass copies only new files), and the oldest copies beyond the last `keep` removed. A failed pass is logged and
 /// counted and the next one runs on time; a shutdown stops the loop (a copy in progress finishes or is discarded).
-struct BackupService: Service {
+struct BackupService: NamedService {
     let config: AppConfig
     let schedule: BackupSchedule
     let clock: any TimeSource

@@ -34,7 +34,7 @@ public final class DrainState: Sendable {
 
 /// Told of the graceful shutdown before the application (the outer group stops its services last to first), it marks
 /// the node draining and returns, and then the application drains.
-struct DrainService: Service {
+struct DrainService: NamedService {
     let state: DrainState
     func run() async throws {
         try? await gracefulShutdown()

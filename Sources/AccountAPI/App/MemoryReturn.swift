@@ -8,7 +8,7 @@ import Glibc
 /// Gives memory back to the system after a spike of request bodies (``BodyBudget/takeTrimDue()``) or of connections
 /// (``ClientConnections/takeTrimDue()``): glibc keeps freed pages in its arenas, so an outside tester's 1,200 slow
 /// bodies (and later 12,000 unfinished headers) left the process at its peak size long after they were gone. Checked every two seconds; `malloc_trim` runs only after a spike, at most every 30 s, outside any request.
-struct MemoryReturn: Service {
+struct MemoryReturn: NamedService {
     /// glibc's `malloc_trim` (not in Swift's Glibc module: it is declared in `malloc.h`), looked up by name; nil
     /// elsewhere (another C library, macOS), where nothing is done.
     static let mallocTrim: (@convention(c) (Int) -> Int32)? = {

@@ -6,7 +6,7 @@ import Webhooks
 
 /// Runs the webhook worker (``WebhookWorker``) for the application's lifetime; a graceful shutdown stops it between
 /// passes (a try cut short by a kill stays leased until its lease lapses, then another pass or node retries it).
-struct WebhookDeliveryService: Service {
+struct WebhookDeliveryService: NamedService {
     let dependencies: Dependencies
     let logger: Logger
 
