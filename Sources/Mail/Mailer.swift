@@ -1,6 +1,7 @@
 import Clock
 import Foundation
 import Logging
+import Synchronization
 
 /// One outgoing message. `secrets` are substrings (codes) that must never reach a log.
 public struct MailMessage: Sendable, Equatable {
@@ -82,8 +83,10 @@ public struct LogMailer: Mailer {
     }
 }
 
-/// Writes one RFC 5322 `.eml` file per message, atomically (temp file, then rename).
+/// Writes one RFC 5322 `.eml` file per message, atomically (temp file, then rename). Names sort in the order the
+/// messages were sent, also within one millisecond (a flushed backlog goes out that fast; `ls | tail -1` is the last).
 public struct FileMailer: Mailer {
+    private static let sequence = Atomic<Int>(0)
     public let directory: String
     let from: String
 
@@ -96,7 +99,8 @@ public struct FileMailer: Mailer {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let id = FreshID.uuid()
         let now = Date()
-        let name = String(format: "%013lld", Int64(now.timeIntervalSince1970 * 1000)) + "-\(id).eml"
+        let sent = Self.sequence.add(1, ordering: .relaxed).newValue
+        let name = String(format: "%013lld-%09d", Int64(now.timeIntervalSince1970 * 1000), sent % 1_000_000_000) + "-\(id).eml"
         let text = message.rfc5322(from: from, date: now, messageID: "\(id)@account-service")
         let temporary = URL(fileURLWithPath: directory).appendingPathComponent(".\(name).tmp")
         let final = URL(fileURLWithPath: directory).appendingPathComponent(name)
