@@ -83,8 +83,10 @@ public struct Migration: Sendable, Equatable {
 extension Migration {
     /// True while `statement` is a `CREATE TRIGGER` whose body has not reached its `END` yet.
     static func inTriggerBody(_ statement: String) -> Bool {
+        // Asked at every semicolon: only a trigger's text is read whole.
+        guard statement.drop(while: \.isWhitespace).prefix(14).uppercased() == "CREATE TRIGGER" else { return false }
         let text = statement.trimmingCharacters(in: .whitespacesAndNewlines).uppercased()
-        guard text.hasPrefix("CREATE TRIGGER"), text.contains("BEGIN") else { return false }
+        guard text.contains("BEGIN") else { return false }
         return !(text.hasSuffix("END") && (text.dropLast(3).last.map { $0.isWhitespace || $0 == ";" } ?? false))
     }
 }

@@ -6,7 +6,7 @@ import Foundation
 /// such as CR, LF, NUL and 0xFF, insertions, deletions, duplicated and spliced ranges, truncations) and hands each to
 /// `body`, for `FUZZ_SECONDS` (default 2) or `iterationsMax`, and at least `iterationsMin` however slow the machine. A trap ends the test process: that is the failure it hunts.
 /// The seed is printed so a failure can be replayed (`FUZZ_SEED`).
-public struct Fuzzer {
+public struct Fuzzer: Sendable {
     public let corpus: [[UInt8]]
     public let seed: UInt64
     public let seconds: Double
@@ -31,8 +31,13 @@ public struct Fuzzer {
     }
 
     /// Runs `body` on every corpus entry, then on mutants until the time or iteration limit; returns how many inputs ran.
+    /// The loop runs on ``CPUBoundWork/executor``, not on the threads every asynchronous test shares.
     @discardableResult
-    public func run(_ body: ([UInt8]) throws -> Void) rethrows -> Int {
+    public func run(_ body: ([UInt8]) throws -> Void) async rethrows -> Int {
+        try await withTaskExecutorPreference(CPUBoundWork.executor) { try loop(body) }
+    }
+
+    private func loop(_ body: ([UInt8]) throws -> Void) rethrows -> Int {
         print("fuzz seed \(seed) (FUZZ_SEED=\(seed) replays it)")
         var generator = SplitMix64(seed: seed)
         for input in corpus { try body(input) }
@@ -51,6 +56,10 @@ public struct Fuzzer {
     /// ``run(_:)`` for an asynchronous parser (a JWS verifier, a request through the router).
     @discardableResult
     public func runAsync(_ body: ([UInt8]) async throws -> Void) async rethrows -> Int {
+        try await withTaskExecutorPreference(CPUBoundWork.executor) { try await loopAsync(body) }
+    }
+
+    private func loopAsync(_ body: ([UInt8]) async throws -> Void) async rethrows -> Int {
         print("fuzz seed \(seed) (FUZZ_SEED=\(seed) replays it)")
         var generator = SplitMix64(seed: seed)
         for input in corpus { try await body(input) }
@@ -102,5 +111,29 @@ public struct SplitMix64: RandomNumberGenerator {
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
+    }
+}
+
+/// Where CPU-bound test work runs: threads of Dispatch's own pool, not the cooperative pool every asynchronous test
+/// shares (two threads on a 2-core host). A fuzz loop there held a thread for seconds at a time, and with a few of them
+/// at once other tests' timers fired tens of seconds late and their database pools could not connect in time. Here the
+/// kernel shares the cores between the loops and everything else. Being a task executor, the test's task (and with it
+/// the current test, to which `#expect` reports) is the same one.
+public enum CPUBoundWork {
+    public static let executor = Executor()
+
+    public final class Executor: TaskExecutor {
+        private let queue = DispatchQueue(label: "cpu-bound-test-work", attributes: .concurrent)
+
+        public func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            let executor = asUnownedTaskExecutor()
+            queue.async { job.runSynchronously(on: executor) }
+        }
+    }
+
+    /// Runs `body` on ``executor`` (a test's loop over many inputs).
+    public static func run<T>(_ body: () async throws -> T) async rethrows -> T {
+        try await withTaskExecutorPreference(executor, operation: body)
     }
 }

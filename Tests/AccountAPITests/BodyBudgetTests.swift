@@ -38,7 +38,7 @@ struct BodyBudgetTests {
         let started = ContinuousClock.now
         let refused = await #expect(throws: Problem.self) { _ = try await request.readBody(upTo: 1 << 20, budget: budget, client: "slow") }
         #expect(refused?.status == .requestTimeout && refused?.code == "request_timeout")
-        #expect(ContinuousClock.now - started < .seconds(30), "answered, not left hanging (a loaded host delays the timer)")
+        #expect(ContinuousClock.now - started < .seconds(90), "answered, not left hanging (a loaded host delays the timer)")
         #expect(budget.inUse == (0, 0))
         // A small body is read as it comes, without a reservation; a declared length past the limit is refused unread.
         var small = Request(

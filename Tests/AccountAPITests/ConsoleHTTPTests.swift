@@ -200,7 +200,7 @@ struct ConsoleHTTPTests {
         }
     }
 
-    @Test func everyTemplateParsesAndTheFormReaderNeverTraps() throws {
+    @Test func everyTemplateParsesAndTheFormReaderNeverTraps() async throws {
         #expect(ConsolePages().broken.isEmpty)
         #expect(try ConsoleForm(body: "a=1&b=%C3%A9+x&c=")["b"] == "é x")
         #expect(throws: Problem.self) { try ConsoleForm(body: "a=1&a=2") }
@@ -212,7 +212,7 @@ struct ConsoleHTTPTests {
         #expect(throws: Problem.self) { try ConsoleForm(body: (0...64).map { "f\($0)=1" }.joined(separator: "&")) }
         // The bytes as they arrive (invalid UTF-8 included), from Tests/FuzzCorpus/console-forms and its mutants.
         var parsed = 0
-        Fuzzer(corpus: try Fuzzer.corpus("console-forms", root: repositoryRoot), iterationsMin: 1001).run { input in
+        await Fuzzer(corpus: try Fuzzer.corpus("console-forms", root: repositoryRoot), iterationsMin: 1001).run { input in
             if (try? ConsoleForm(bytes: input)) != nil { parsed += 1 }
         }
         #expect(parsed > 0)

@@ -8,7 +8,7 @@ import Testing
 
 @testable import AccountAPI
 
-@Suite("Contract")
+@Suite("Contract", .cpuBound)
 struct ContractTests {
     /// "METHOD /path/{param}" for every operation in openapi.yaml (the file's own consistent layout:
     /// paths at two spaces, methods at four).

@@ -63,10 +63,10 @@ struct MultipartTests {
 
     /// Mutants of the corpus never trap; whatever parses re-serializes (CRLF, the same headers and bodies) to the same
     /// parts, so the reader has one meaning per body.
-    @Test func fuzzNeverTrapsAndRoundTrips() throws {
+    @Test func fuzzNeverTrapsAndRoundTrips() async throws {
         let fuzzer = Fuzzer(corpus: try Fuzzer.corpus("multipart", root: repositoryRoot), iterationsMin: 1001)
         var accepted = 0
-        let count = fuzzer.run { input in
+        let count = await fuzzer.run { input in
             guard let parts = try? MultipartFormData.parse(input, boundary: "B") else { return }
             accepted += 1
             var again: [UInt8] = []

@@ -21,7 +21,7 @@ import Testing
 @Suite("Fuzzing the parsers of untrusted bytes")
 struct ParserFuzzTests {
     /// Stripe-Signature headers (our own parser): any header either verifies or is refused with a reason.
-    @Test func stripeSignatureHeaders() throws {
+    @Test func stripeSignatureHeaders() async throws {
         let verifier = StripeSignatureVerifier(secrets: ["whsec_test"])
         let body = Array(#"{"id":"evt_1"}"#.utf8)
         let valid = StripeSignatureVerifier.header(rawBody: body, secret: "whsec_test", timestamp: 1_732_492_800)
@@ -30,7 +30,7 @@ struct ParserFuzzTests {
         corpus.append(Array(valid.replacingOccurrences(of: "1732492800", with: "-9223372036854775808").utf8))
         let now = Date(timeIntervalSince1970: 1_732_492_800)
         var verified = 0
-        let count = Fuzzer(corpus: corpus, iterationsMin: 1001).run { input in
+        let count = await Fuzzer(corpus: corpus, iterationsMin: 1001).run { input in
             do {
                 try verifier.verify(rawBody: body, header: String(decoding: input, as: UTF8.self), now: now)
                 verified += 1
@@ -49,9 +49,9 @@ struct ParserFuzzTests {
     /// Email addresses, the key every account is found by: any bytes give nil or one spelling that is its own
     /// normal form (NFC with no compatibility form, at most 254 bytes, an ASCII domain, no space or control character), and canonically
     /// equivalent spellings (composed, decomposed) give the same answer.
-    @Test func emailAddresses() throws {
+    @Test func emailAddresses() async throws {
         var accepted = 0
-        let count = Fuzzer(corpus: try Fuzzer.corpus("email-addresses", root: repositoryRoot), iterationsMin: 1001).run { input in
+        let count = await Fuzzer(corpus: try Fuzzer.corpus("email-addresses", root: repositoryRoot), iterationsMin: 1001).run { input in
             let raw = String(decoding: input, as: UTF8.self)
             let email = InputRules.normalizedEmail(raw)
             #expect(email == InputRules.normalizedEmail(raw.decomposedStringWithCanonicalMapping), "\(input)")
@@ -67,12 +67,12 @@ struct ParserFuzzTests {
     }
 
     /// Image sniffing before the worker: any bytes give a format or nil.
-    @Test func imageHeaders() throws {
+    @Test func imageHeaders() async throws {
         let corpus: [[UInt8]] = [
             [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13], Array("GIF89a".utf8), Array("RIFF\u{0}\u{0}\u{0}\u{0}WEBPVP8 ".utf8), [],
         ]
         var recognised = 0
-        let count = Fuzzer(corpus: corpus, iterationsMin: 1001).run { input in if ImageFormat.sniff(input) != nil { recognised += 1 } }
+        let count = await Fuzzer(corpus: corpus, iterationsMin: 1001).run { input in if ImageFormat.sniff(input) != nil { recognised += 1 } }
         #expect(count > 1000 && recognised >= 3)
     }
 

@@ -70,10 +70,10 @@ struct PasswordHashingTests {
 
     /// Typed codes (any bytes from a request body): a 400 or one of the two shapes, never a trap; a short code is six
     /// ASCII digits, a long one 43 base64url characters (once surrounding spaces are dropped), and nothing else is taken.
-    @Test func typedCodesAreOneOfTwoShapes() throws {
+    @Test func typedCodesAreOneOfTwoShapes() async throws {
         let corpus = ["123456", "000000", SecretHasher.newSessionToken(), "12345", "1234567", "١٢٣٤٥٦", "12 456", String(repeating: "-", count: 43)]
         var taken = 0
-        let count = Fuzzer(corpus: corpus.map { Array($0.utf8) }, iterationsMin: 1001).run { input in
+        let count = await Fuzzer(corpus: corpus.map { Array($0.utf8) }, iterationsMin: 1001).run { input in
             let raw = String(decoding: input, as: UTF8.self)
             guard let typed = try? TypedCode(raw) else { return }
             taken += 1

@@ -1,12 +1,13 @@
 import Clock
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Ledger
 
 /// The hand-written paths of the spend's hot path must give exactly what the slow ones gave: stored idempotency records
 /// are compared with `requestJSON` as text (by PostgreSQL too), and ids must stay version-4 UUIDs in the same form.
-@Suite("Fast encodings")
+@Suite("Fast encodings", .cpuBound)
 struct FastEncodingTests {
     static let keys = [
         "amount", "endpoint", "userId", "userid", "UserId", "reason", "Zeta", "alpha", "a1", "a2", "a10", "é", "", "metadata", "holdId",

@@ -65,7 +65,7 @@ struct CBORTests {
     /// Mutants of the committed corpus (`Tests/FuzzCorpus/webauthn-cbor`) and of real attestation objects, COSE keys and
     /// authenticator data: each is a value or a refusal, never a trap;
     /// the unmutated inputs decode.
-    @Test func fuzzedInputsNeverTrap() throws {
+    @Test func fuzzedInputsNeverTrap() async throws {
         let es = try SoftAuthenticator(rpID: "example.com", origin: "https://example.com", userHandle: [1, 2, 3])
         let rs = try SoftAuthenticator(rpID: "example.com", origin: "https://example.com", userHandle: [4], algorithm: .rs256)
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -80,7 +80,7 @@ struct CBORTests {
         let party = RelyingParty(id: "example.com", name: "Example", origins: ["https://example.com"])
         var decoded = 0
         var credentials = 0
-        let count = Fuzzer(corpus: corpus, iterationsMin: 2001).run { input in
+        let count = await Fuzzer(corpus: corpus, iterationsMin: 2001).run { input in
             if (try? CBORDecoder.decode(input)) != nil { decoded += 1 }
             if (try? party.registration(attestationObject: input)) != nil { credentials += 1 }
             _ = try? COSEKey(cbor: input)
