@@ -105,6 +105,12 @@ public struct StickerPack: Codable, Sendable, Equatable {
     static func isOwnMedia(_ text: String) -> Bool {
         text.hasPrefix("/media/") && text.utf8.count <= 100 && !text.contains("?")
     }
+
+    /// The stored file an icon URL shows: the key of the service's own `/media/<key>`, nil for an https URL elsewhere.
+    static func ownFileKey(_ url: String?) -> String? {
+        guard let url, let path = url.split(separator: "?").first, path.hasPrefix("/media/") else { return nil }
+        return path.split(separator: "/").last.map(String.init)
+    }
 }
 
 /// Why a check or an unlock is refused.
@@ -177,6 +183,12 @@ public struct StickerPackStore: Sendable {
                 """, values + [pack.id, now])
             return !inserted.isEmpty
         }
+        // The file of an icon this replaces (an upload's, before the pack was saved with another iconUrl) is no longer shown.
+        let replaced = try await tx.first("SELECT icon_url FROM sticker_packs WHERE id = ?" + tx.dialect.forUpdate, [pack.id])?.optionalString(
+            "icon_url")
+        if let old = StickerPack.ownFileKey(replaced), old != StickerPack.ownFileKey(pack.iconUrl) {
+            try await StickerStore().queueFileRemovals(tx, [old], now: now)
+        }
         let updated = try await tx.query(
             """
             UPDATE sticker_packs SET name = ?, description = ?, icon_url = ?, category = ?, is_premium = ?, token_price = ?, included_in_plans = ?,
@@ -198,8 +210,8 @@ public struct StickerPackStore: Sendable {
     /// Points a pack's icon at a stored file (its URL is the service's own, so it skips the https rule of operator input).
     /// The icon it replaces, and `unusedKeys` (files stored for it that it does not show), are queued for removal.
     public func setIcon(_ tx: any SQLExecutor, id: String, url: String, unusedKeys: [String] = []) async throws -> StickerPack? {
-        let replaced = try await tx.first("SELECT icon_url FROM sticker_packs WHERE id = ?", [id])?.optionalString("icon_url")
-        let replacedKey = replaced.flatMap { $0.split(separator: "?").first?.split(separator: "/").last.map(String.init) }
+        let replaced = try await tx.first("SELECT icon_url FROM sticker_packs WHERE id = ?" + tx.dialect.forUpdate, [id])?.optionalString("icon_url")
+        let replacedKey = StickerPack.ownFileKey(replaced).flatMap { $0 == StickerPack.ownFileKey(url) ? nil : $0 }
         try await StickerStore().queueFileRemovals(tx, unusedKeys + (replacedKey.map { [$0] } ?? []), now: clock.now())
         guard
             !(try await tx.query("UPDATE sticker_packs SET icon_url = ?, updated_at_ms = ? WHERE id = ? RETURNING id", [url, clock.now(), id]).isEmpty)

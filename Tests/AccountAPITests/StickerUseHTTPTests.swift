@@ -144,6 +144,19 @@ struct StickerUseHTTPTests {
             let iconURL = try #require(try icon.json(PackBody.self).iconUrl)
             #expect(iconURL.hasPrefix("/media/"))
             #expect(try await client.get(iconURL, token: nil).status == .ok)
+            // The icon's file goes once the pack shows another icon, whether by a new upload or a save with another
+            // iconUrl; a save that keeps it queues nothing.
+            func queued() async throws -> [String] {
+                try await app.rows("SELECT blob_key FROM sticker_file_removals").map { try $0.string("blob_key") }
+            }
+            let iconKey = String(try #require(iconURL.split(separator: "/").last))
+            #expect(try await !queued().contains(iconKey))
+            #expect(try await client.send(.put, "/api/admin/stickers/packs/fun", token: admin, json: #"{"sortOrder":3}"#).status == .ok)
+            #expect(try await !queued().contains(iconKey), "kept while the pack still shows it")
+            let elsewhere = try await client.send(
+                .put, "/api/admin/stickers/packs/fun", token: admin, json: #"{"iconUrl":"https://cdn.example.com/fun.png"}"#)
+            #expect(elsewhere.status == .ok)
+            #expect(try await queued().contains(iconKey))
         }
     }
 

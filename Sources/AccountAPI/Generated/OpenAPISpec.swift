@@ -24,8 +24,8 @@ info:
     `X-Content-Type-Options: nosniff`; every response without its own `Cache-Control` (all that carry tokens or
     personal data) carries `Cache-Control: no-store`. Live credentials of the wrong kind are 403, not 401: an API key
     on a user's endpoint answers `session_required`, a user's session on a service endpoint `api_key_required`.
-    Any route answers 400 `validation_failed` when `Authorization`, `Idempotency-Key`, `Content-Type`, `Content-Length`
-    or `Stripe-Signature` is sent more than once; any write answers 409 `already_exists` when a parallel request claimed
+    Any route answers 400 `validation_failed` when `Host`, `Authorization`, `Idempotency-Key`, `Content-Type`,
+    `Content-Length` or `Stripe-Signature` is sent more than once; any write answers 409 `already_exists` when a parallel request claimed
     the same unique value (an address, an id) at the same moment; its change was not made.
 
     **Profile selection.** When the profile a session selected is deleted, or is beyond the plan's profile limit after

@@ -131,4 +131,5 @@ extension HTTPField.Name {
     static let requestID = Self("X-Request-Id")!
     static let stripeSignature = Self("Stripe-Signature")!
     static let idempotencyKey = Self("Idempotency-Key")!
+    static let host = Self("Host")!
 }
