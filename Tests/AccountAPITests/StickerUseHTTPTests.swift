@@ -139,13 +139,20 @@ struct StickerUseHTTPTests {
             #expect(try await client.send(.patch, "/api/admin/stickers/fun:dog", token: token, json: #"{"name":"X"}"#).status == .forbidden)
             #expect(try await client.send(.delete, "/api/admin/stickers/fun:cat-wave", token: admin).status == .noContent)
             #expect(try await client.get("/api/stickers/pack/fun", token: token).json(StickersBody.self).stickers.map(\.id) == ["fun:dog"])
+        }
+    }
+
+    /// An uploaded icon is served publicly; its file is queued for removal once the pack shows another icon, whether by
+    /// a new upload or a save with another `iconUrl`, and a save that keeps it queues nothing.
+    @Test(arguments: TestDatabase.engines)
+    func anIconsFileGoesOnceThePackShowsAnother(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let admin = try await Self.catalog(client, app)
             let icon = try await client.uploadIcon(admin, pack: "fun", try ImageProcessor.testPNG(width: 300, height: 300))
             struct PackBody: Decodable { let iconUrl: String? }
             let iconURL = try #require(try icon.json(PackBody.self).iconUrl)
             #expect(iconURL.hasPrefix("/media/"))
             #expect(try await client.get(iconURL, token: nil).status == .ok)
-            // The icon's file goes once the pack shows another icon, whether by a new upload or a save with another
-            // iconUrl; a save that keeps it queues nothing.
             func queued() async throws -> [String] {
                 try await app.rows("SELECT blob_key FROM sticker_file_removals").map { try $0.string("blob_key") }
             }
@@ -153,10 +160,14 @@ struct StickerUseHTTPTests {
             #expect(try await !queued().contains(iconKey))
             #expect(try await client.send(.put, "/api/admin/stickers/packs/fun", token: admin, json: #"{"sortOrder":3}"#).status == .ok)
             #expect(try await !queued().contains(iconKey), "kept while the pack still shows it")
+            let second = try await client.uploadIcon(admin, pack: "fun", try ImageProcessor.testPNG(width: 320, height: 300))
+            let secondKey = String(try #require(try second.json(PackBody.self).iconUrl?.split(separator: "/").last))
+            let afterSecond = try await queued()
+            #expect(afterSecond.contains(iconKey) && !afterSecond.contains(secondKey))
             let elsewhere = try await client.send(
                 .put, "/api/admin/stickers/packs/fun", token: admin, json: #"{"iconUrl":"https://cdn.example.com/fun.png"}"#)
             #expect(elsewhere.status == .ok)
-            #expect(try await queued().contains(iconKey))
+            #expect(try await queued().contains(secondKey))
         }
     }
 
