@@ -64,13 +64,12 @@ extension AuthService {
     }
 
     /// The first steps of a code mail, the same for every address: take the address's mail budget for the code's
-    /// purpose (throttled → 429 `rate_limited`, nothing written), then give the address fresh code attempts. Returns the
-    /// address's live account (`id`, `email_verified`), or nil.
+    /// purpose (throttled → 429 `rate_limited`, nothing written). Returns the address's live account (`id`,
+    /// `email_verified`), or nil. Fresh code attempts (``resetCodeAttempts(_:_:email:)``) come only with a fresh code.
     func startCodeMail(_ tx: any SQLExecutor, _ purpose: CodePurpose, email: String, now: Date) async throws -> UserStore.Holder? {
         if case .throttled(let seconds) = try await takeMailBudget(tx, purpose == .verify ? .verification : .reset, email: email, now: now) {
             throw AuthError.rateLimited(retryAfterSeconds: seconds, detail: "Too many codes requested for this address; wait before asking again.")
         }
-        try await resetCodeAttempts(tx, purpose, email: email)
         return try await users.holder(tx, email: email)
     }
 

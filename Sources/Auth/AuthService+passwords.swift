@@ -15,6 +15,7 @@ extension AuthService {
             let now = clock.now()
             let user = try await startCodeMail(tx, .reset, email: email, now: now)
             let code = try await issueCode(tx, email: email, purpose: .reset, now: now)
+            try await resetCodeAttempts(tx, .reset, email: email)
             try await AuditLog.record(
                 tx, at: now, actor: "anonymous", action: "password_reset_requested", subject: user?.id, ip: client.ip)
             guard let user, user.emailVerified else { return [] }

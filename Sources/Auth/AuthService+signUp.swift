@@ -175,7 +175,10 @@ extension AuthService {
                     false, email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
                     email, now.addingTimeInterval(-policy.pendingSignUpSeconds),
                 ])
+            // Fresh attempts come only with a fresh code: a resend that renews nothing (no request, or several) leaves
+            // the codes already mailed with the attempts they have left.
             guard let request = renewed.first else { return [] }
+            try await resetCodeAttempts(tx, .verify, email: email)
             return [
                 Mails.verificationCode(
                     to: email, code: code, minutes: Int(policy.codeLifetimeSeconds / 60), requestedAt: try request.date("created_at_ms"))
@@ -186,13 +189,15 @@ extension AuthService {
 
     /// Ends a pending (never verified) account at `email` whose address somebody has just proved they own another way
     /// (an email change, an operator's CLI): its sign-up requests die and the address is freed. A verified account is
-    /// left alone; returns whether one holds the address.
+    /// left alone; returns whether one holds the address. What other modules keep for the account is closed as for an
+    /// erasure (``AccountErasureHook``): its `user.created` event carried the address to webhook receivers.
     func releasePendingAccount(_ tx: any SQLExecutor, email: String, now: Date) async throws -> Bool {
         try await tx.query("DELETE FROM sign_up_requests WHERE email = ?", [email])
         guard let holder = try await users.holder(tx, email: email, lock: true) else { return false }
         if holder.emailVerified { return true }
         let id = holder.id
         try await users.scrub(tx, id: id, now: now)
+        try await erasure.accountErased(userID: id, at: now, executor: tx)
         try await AuditLog.record(tx, at: now, actor: "system", action: "pending_sign_up_released", subject: id, ip: nil)
         try await emitUserEvent(tx, "user.deleted", userID: id, email: nil, now: now)
         return false

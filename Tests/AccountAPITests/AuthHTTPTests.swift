@@ -134,6 +134,28 @@ struct AuthHTTPTests {
         }
     }
 
+    /// Fresh attempts come only with a fresh code: with two live sign-up requests a resend renews neither and mails
+    /// nothing, so it gives the codes already mailed no attempts back (it once did, for another four guesses a time).
+    @Test(arguments: TestDatabase.engines)
+    func aResendThatMailsNothingGivesNoAttemptsBack(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let signUp = #"{"email":"twice-pending@example.com","password":"correct horse battery","name":"T"}"#
+            try await client.post("/api/auth/sign-up", json: signUp)
+            app.clock.advance(seconds: 61)
+            try await client.post("/api/auth/sign-up", json: signUp)
+            let code = try await app.lastCode(to: "twice-pending@example.com")
+            let wrongCode = code == "000000" ? "111111" : "000000"
+            let guess = #"{"email":"twice-pending@example.com","code":"\#(wrongCode)"}"#
+            for _ in 0..<4 { #expect(try await client.post("/api/verify-otp", json: guess).status == .badRequest) }
+            app.clock.advance(seconds: 61)
+            let mailsBefore = try await app.mails(to: "twice-pending@example.com").count
+            #expect(try await client.post("/api/auth/resend-otp", json: #"{"email":"twice-pending@example.com"}"#).status == .ok)
+            #expect(try await app.mails(to: "twice-pending@example.com").count == mailsBefore, "nothing renewed, nothing mailed")
+            let fifth = try await client.post("/api/verify-otp", json: guess)
+            #expect(try fifth.status == .tooManyRequests && fifth.problem().code == "too_many_attempts")
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func codesExpireAfterTenMinutes(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

@@ -77,39 +77,68 @@ struct ErasureHTTPTests {
 }
 
 extension ErasureHTTPTests {
+    /// A test app whose webhook endpoint, at a local receiver, takes `events`.
+    static func withHook(
+        _ engine: Engine, events: [String], _ body: @escaping @Sendable (any TestClientProtocol, TestApp, WebhookReceiver) async throws -> Void
+    ) async throws {
+        let receiver = WebhookReceiver()
+        try await receiver.run { url in
+            try await TestApp.run(engine, configure: TestApp.webhookConfig) { client, app in
+                _ = try await WebhookHTTPTests.endpoint(client, admin: try await app.apiKey(["admin"]), url: url, events: events)
+                try await body(client, app, receiver)
+            }
+        }
+    }
+
     /// An erased account's address leaves the bodies of its `user.created` and `user.verified` deliveries, the delivered
     /// ones and any still queued (an outside tester read it there after the erasure); the rest of each body stays.
     @Test(arguments: TestDatabase.engines)
     func erasureRedactsTheAddressFromWebhookBodies(engine: Engine) async throws {
-        let receiver = WebhookReceiver()
-        try await receiver.run { url in
-            try await TestApp.run(engine, configure: TestApp.webhookConfig) { client, app in
-                let admin = try await app.apiKey(["admin"])
-                _ = try await WebhookHTTPTests.endpoint(client, admin: admin, url: url, events: ["user.created", "user.verified"])
-                let token = try await client.signUpAndVerify(app, email: "hooked@example.com")
-                let user = try await app.userID(token: token)
-                try await app.deliverWebhooks(app.webhookWorker(sender: WebhookReceiver.sender))
-                let before = try await app.rows("SELECT body FROM webhook_deliveries WHERE user_id = ? ORDER BY event_type", [user])
-                #expect(before.count == 2)
-                #expect(try before.allSatisfy { try $0.string("body").contains("hooked@example.com") })
-                #expect(
-                    try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
-                let after = try await app.rows("SELECT body FROM webhook_deliveries WHERE user_id = ? ORDER BY event_type", [user])
-                #expect(after.count == 2)
-                for row in after {
-                    let body = try row.string("body")
-                    #expect(!body.contains("hooked@example.com") && body.contains(#""email":null"#) && body.contains(user), "\(body)")
-                }
-                // Erased before its events were fanned out: they are dropped, never delivered.
-                let late = try await client.signUpAndVerify(app, email: "hooked-late@example.com")
-                let lateID = try await app.userID(token: late)
-                #expect(
-                    try await client.send(.delete, "/api/user/me", token: late, json: #"{"password":"correct horse battery"}"#).status == .noContent)
-                try await app.deliverWebhooks(app.webhookWorker(sender: WebhookReceiver.sender))
-                #expect(try await app.rows("SELECT id FROM webhook_deliveries WHERE user_id = ? AND event_type <> 'user.deleted'", [lateID]).isEmpty)
-                #expect(!receiver.all.contains { $0.body.contains("hooked-late@example.com") })
-                #expect(WebhookService.redacted(#"{"email":"a\"b@x.com","emailVerified":true}"#) == #"{"email":null,"emailVerified":true}"#)
+        try await Self.withHook(engine, events: ["user.created", "user.verified"]) { client, app, receiver in
+            let token = try await client.signUpAndVerify(app, email: "hooked@example.com")
+            let user = try await app.userID(token: token)
+            try await app.deliverWebhooks(app.webhookWorker(sender: WebhookReceiver.sender))
+            let before = try await app.rows("SELECT body FROM webhook_deliveries WHERE user_id = ? ORDER BY event_type", [user])
+            #expect(before.count == 2)
+            #expect(try before.allSatisfy { try $0.string("body").contains("hooked@example.com") })
+            #expect(
+                try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+            let after = try await app.rows("SELECT body FROM webhook_deliveries WHERE user_id = ? ORDER BY event_type", [user])
+            #expect(after.count == 2)
+            for row in after {
+                let body = try row.string("body")
+                #expect(!body.contains("hooked@example.com") && body.contains(#""email":null"#) && body.contains(user), "\(body)")
             }
+            // Erased before its events were fanned out: they are dropped, never delivered.
+            let late = try await client.signUpAndVerify(app, email: "hooked-late@example.com")
+            let lateID = try await app.userID(token: late)
+            #expect(
+                try await client.send(.delete, "/api/user/me", token: late, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+            try await app.deliverWebhooks(app.webhookWorker(sender: WebhookReceiver.sender))
+            #expect(try await app.rows("SELECT id FROM webhook_deliveries WHERE user_id = ? AND event_type <> 'user.deleted'", [lateID]).isEmpty)
+            #expect(!receiver.all.contains { $0.body.contains("hooked-late@example.com") })
+            #expect(WebhookService.redacted(#"{"email":"a\"b@x.com","emailVerified":true}"#) == #"{"email":null,"emailVerified":true}"#)
+        }
+    }
+
+    /// A pending sign-up released because somebody proved they own the address (here by an email change) is closed like
+    /// an erasure: its delivered `user.created` no longer carries the address it never verified.
+    @Test(arguments: TestDatabase.engines)
+    func aReleasedPendingSignUpIsRedactedFromWebhookBodies(engine: Engine) async throws {
+        try await Self.withHook(engine, events: ["user.created"]) { client, app, _ in
+            try await client.post("/api/auth/sign-up", json: #"{"email":"claimed@example.com","password":"squatters passphrase","name":"S"}"#)
+            try await app.deliverWebhooks(app.webhookWorker(sender: WebhookReceiver.sender))
+            let pending = try #require(try await app.rows("SELECT user_id FROM webhook_deliveries WHERE body LIKE '%claimed@example.com%'").first)
+            let pendingID = try pending.string("user_id")
+            let token = try await client.signUpAndVerify(app, email: "owner@example.com")
+            app.clock.advance(seconds: 61)  // the address's mail cooldown, after the pending sign-up's code
+            let asked = try await client.send(
+                .post, "/api/user/email", token: token, json: #"{"newEmail":"claimed@example.com","currentPassword":"correct horse battery"}"#)
+            #expect(asked.status == .accepted)
+            let code = try await app.lastCode(to: "claimed@example.com")
+            #expect(try await client.send(.post, "/api/user/email/verify", token: token, json: #"{"code":"\#(code)"}"#).status == .ok)
+            let bodies = try await app.rows("SELECT body FROM webhook_deliveries WHERE user_id = ?", [pendingID]).map { try $0.string("body") }
+            #expect(!bodies.isEmpty && bodies.allSatisfy { !$0.contains("claimed@example.com") && $0.contains(#""email":null"#) }, "\(bodies)")
         }
     }
 }

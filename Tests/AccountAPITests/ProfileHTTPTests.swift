@@ -253,6 +253,27 @@ struct ProfileHTTPTests {
         }
     }
 
+    /// An operator's session acting as another of the account's profiles (a child on a shared device) has that
+    /// profile's power: every operator route answers 403 `owner_profile_required` until the owner's profile is selected
+    /// again (a reviewer minted a permanent admin key from a child's profile).
+    @Test(arguments: TestDatabase.engines)
+    func anOperatorsSessionOnAChildProfileHasNoOperatorPower(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let operatorUser = try await app.dependencies.auth.createAdmin(
+                email: "ops-family@example.com", password: "operator password", name: "Ops", logger: TestDatabase.logger)
+            let session = try await client.signIn("ops-family@example.com", "operator password").json(SeedSignInResponse.self).session.token
+            #expect(try await client.comp(app, userID: operatorUser.id, plan: "pro_monthly", key: session).status == .ok)
+            let kid = try await client.createProfile(session, #"{"name":"Kid"}"#).json(ProfileBody.self)
+            #expect(try await client.selectProfile(session, kid.id).status == .ok)
+            let minted = try await client.send(.post, "/api/admin/api-keys", token: session, json: #"{"name":"x","scopes":["admin"]}"#)
+            #expect(try minted.status == .forbidden && minted.problem().code == "owner_profile_required")
+            let search = try await client.get("/api/admin/users?email=ops-family@example.com", token: session)
+            #expect(try search.status == .forbidden && search.problem().code == "owner_profile_required")
+            #expect(try await client.selectProfile(session, try await client.defaultProfileID(session)).status == .ok)
+            #expect(try await client.get("/api/admin/users?email=ops-family@example.com", token: session).status == .ok)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func operatorsManageProfilesAndEveryActionIsAudited(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in

@@ -45,6 +45,7 @@ info:
     | unlocks and purchases | yes | only with `canMakePurchases` |
     | list or revoke other sessions, change password, rename or erase the account | yes | no (`owner_profile_required`) |
     | token history of the account | yes | no (`owner_profile_required`) |
+    | operator routes (`/api/admin/…`), when the account is an operator's | yes | no (`owner_profile_required`) |
     | create, change or delete profiles | yes | no (`forbidden`) |
 
     Operations that need the owner's profile carry `x-owner-profile-required: true`.

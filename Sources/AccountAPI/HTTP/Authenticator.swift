@@ -69,6 +69,9 @@ struct Authenticator: Sendable {
         }
         let session = try await auth.authenticate(token: token, logger: context.logger)
         guard session.user.role == "admin" else { throw AuthError.forbidden("This needs an operator (role admin or an API key with scope admin).") }
+        // An operator's session acting as one of the account's other profiles (a child on a shared device) has the
+        // profile's power, not the operator's: it may not even read the account's history.
+        try auth.requireOwnerProfile(session)
         if requireAdminMFA, try await !auth.sessionHasSecondFactor(sessionID: session.sessionID, logger: context.logger) {
             throw Problem(
                 .forbidden, code: "mfa_required",
