@@ -16,9 +16,22 @@ func fail(_ message: String) -> Never {
     exit(1)
 }
 
+/// Caps the process's private memory (heap and anonymous mappings): past it an allocation fails and the worker ends
+/// without an answer, which the service reports as an image it could not process.
+func capMemory(bytes: Int) {
+    var limit = rlimit(rlim_cur: rlim_t(max(bytes, 0)), rlim_max: rlim_t(max(bytes, 0)))
+    #if os(Linux)
+    let resource = __rlimit_resource_t(RLIMIT_DATA.rawValue)
+    #else
+    let resource = RLIMIT_DATA
+    #endif
+    guard setrlimit(resource, &limit) == 0 else { fail("the memory limit could not be set (errno \(errno))") }
+}
+
 switch arguments.first {
 case "process":
     let rules = arguments.dropFirst().first.flatMap { try? JSONDecoder().decode(ImageRules.self, from: Data($0.utf8)) } ?? ImageRules()
+    capMemory(bytes: rules.memoryBytesMax)
     let input = FileHandle.standardInput.readDataToEndOfFile()
     let processor = try ImageProcessor(rules: rules)
     do {

@@ -61,5 +61,8 @@ public struct ImageRules: Sendable, Codable, Equatable {
     /// 64 million pixels: 256 MiB decoded as RGBA (e.g. 64 frames of 1024×1024, or 250 of 512×512).
     public var maxPixels = 64_000_000
     public var thumbnailSide = 100
+    /// The worker's private memory (`RLIMIT_DATA`, set before it reads the image): a decode that would take more fails,
+    /// and the upload is refused as unprocessable (400). Images at every limit above take under 128 MiB.
+    public var memoryBytesMax = 512 * 1024 * 1024
     public init() {}
 }

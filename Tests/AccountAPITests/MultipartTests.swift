@@ -117,6 +117,16 @@ struct MultipartTests {
         }
     }
 
+    /// The worker's memory is capped before it reads an image: under a cap too small for any decode it ends without an
+    /// answer (which an upload reports as 400), and under the default one the same image is processed.
+    @Test(.cpuBound) func theWorkersMemoryIsCapped() throws {
+        let png = try ImageProcessor.testPNG(width: 300, height: 300)
+        guard case .processed = try ImageWorker().process(png) else { Issue.record("refused under the default cap"); return }
+        var tight = ImageRules()
+        tight.memoryBytesMax = 4 << 20
+        #expect(throws: ImageWorker.Failure.self) { try ImageWorker(rules: tight).process(png) }
+    }
+
     /// One image per uploader in the worker at a time: another uploader is never queued behind it; an uploader's next
     /// image waits its turn; past `waitingPerOwnerMax` waiting, refused at once.
     @Test func imageJobsTakeTurnsPerUploader() async throws {
