@@ -10,7 +10,8 @@ public enum SubscriptionEvent: Sendable, Equatable {
     case start(planID: String, periodStart: Date, periodEnd: Date?, trial: Bool, willRenew: Bool)
     /// A new billing period; a pending downgrade takes effect, or `planID` when the provider names the plan.
     case renew(periodStart: Date, periodEnd: Date, planID: String? = nil)
-    /// An upgrade that applies at once: a new period on the new plan starts now.
+    /// A change that applies at once: with `periodStart`, a new period on the new plan (its tokens granted); without, the
+    /// current period, topped up to the new plan's monthly tokens when it has more.
     case changePlanNow(planID: String, periodEnd: Date?, periodStart: Date? = nil)
     /// A downgrade (or crossgrade) at the next renewal.
     case changePlanAtRenewal(planID: String)
@@ -193,13 +194,17 @@ public struct SubscriptionMachine: Sendable {
                 familyShared: familyShared)
             try await startPeriod(tx, userID: userID, plan: plan, start: start)
         case .changePlanNow(let planID, let end, let start):
+            // A provider that starts a new period with the change (Apple's upgrade) names its start: its tokens are
+            // granted. Otherwise (Stripe's proration) the change stays in the period already granted, which the new plan
+            // only tops up to its own monthly tokens (``Ledger/topUpPeriod``): switching plans back and forth once granted
+            // a whole month each time.
             guard let current else { return EventResult(.ignored, "no subscription to change") }
             let plan = try requirePlan(planID)
-            let start = start ?? at
+            let start = start ?? current.currentPeriodStart
             try await upsert(
                 tx, userID: userID, planID: plan.id, status: .active, provider: provider, start: start, end: end ?? current.currentPeriodEnd,
                 willRenew: current.willRenew, pending: nil, familyShared: familyShared)
-            try await startPeriod(tx, userID: userID, plan: plan, start: start)
+            try await startPeriod(tx, userID: userID, plan: plan, start: start, topUp: true)
         default:
             preconditionFailure("not a period event: \(event.kind)")
         }
@@ -305,12 +310,14 @@ public struct SubscriptionMachine: Sendable {
     /// A subscription received through Family Sharing gets the tokens only when the plan says so (``SubscriptionPlan/familySharedTokens``):
     /// the purchaser's own subscription grants them once, not once per family member.
     @discardableResult
-    func startPeriod(_ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, start: Date, month: Int = 0) async throws -> Bool {
+    func startPeriod(
+        _ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, start: Date, month: Int = 0, topUp: Bool = false
+    ) async throws -> Bool {
         let shared = try await tx.first("SELECT family_shared FROM subscriptions WHERE user_id = ?", [userID]).map { try $0.bool("family_shared") }
         let tokens = shared == true && plan.familySharedTokens != true ? 0 : Int64(plan.monthlyTokens)
         return try await ledger.startPeriod(
             tx, userID: userID, periodKey: Self.periodKey(start, month: month), planID: plan.id, monthlyTokens: tokens,
-            maxRolloverTokens: Int64(plan.maxRollover))
+            maxRolloverTokens: Int64(plan.maxRollover), topUp: topUp)
     }
 
     /// The ledger's key for month `month` of the period that started at `start` (0: the period's start). The ledger runs

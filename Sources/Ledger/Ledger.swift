@@ -138,7 +138,8 @@ public struct Ledger: Sendable {
     /// Starts a subscription period exactly once per (user, `periodKey`): subscription tokens above
     /// `maxRolloverTokens` expire, then `monthlyTokens` are granted. Returns false when already done.
     public func startPeriod(
-        _ tx: any SQLExecutor, userID: String, periodKey: String, planID: String, monthlyTokens: Int64, maxRolloverTokens: Int64
+        _ tx: any SQLExecutor, userID: String, periodKey: String, planID: String, monthlyTokens: Int64, maxRolloverTokens: Int64,
+        topUp: Bool = false
     ) async throws -> Bool {
         let now = clock.now()
         var state = try await prepare(tx, userID: userID, now: now)
@@ -147,7 +148,10 @@ public struct Ledger: Sendable {
             INSERT INTO ledger_period_grants (user_id, period_key, plan_id, granted, expired, created_at_ms) VALUES (?, ?, ?, 0, 0, ?)
             ON CONFLICT (user_id, period_key) DO NOTHING RETURNING user_id
             """, [userID, periodKey, planID, now])
-        guard !claimed.isEmpty else { return false }
+        guard !claimed.isEmpty else {
+            guard topUp else { return false }
+            return try await topUpPeriod(tx, &state, periodKey: periodKey, planID: planID, monthlyTokens: monthlyTokens, now: now)
+        }
         let operation = Self.newID()
         let excess = state.balances[.subscription] - max(0, maxRolloverTokens)
         if excess > 0 {
@@ -172,6 +176,33 @@ public struct Ledger: Sendable {
                     "expiredTokens": .int(max(0, excess)),
                 ])
         }
+        return true
+    }
+
+    /// A period already granted, now on a plan with more tokens a month (an upgrade within the period): grants the
+    /// difference once, so the period holds what the bigger plan grants and never more. A change to a smaller plan, or
+    /// back and forth, grants nothing: a plan switch is never a way to a new month of tokens.
+    func topUpPeriod(
+        _ tx: any SQLExecutor, _ state: inout UserState, periodKey: String, planID: String, monthlyTokens: Int64, now: Date
+    ) async throws -> Bool {
+        let row = try await tx.first(
+            "SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?" + tx.dialect.forUpdate, [state.userID, periodKey])
+        let granted = try row?.int("granted") ?? monthlyTokens
+        guard monthlyTokens > granted else { return false }
+        let difference = monthlyTokens - granted
+        let operation = Self.newID()
+        try await post(
+            tx, &state, from: Self.issuance, to: Self.accountID(state.userID, .subscription), amount: difference, reason: "subscription_period",
+            userDelta: (.subscription, difference), operation: operation, metadata: nil, now: now)
+        try await tx.query(
+            "UPDATE ledger_period_grants SET granted = ?, plan_id = ? WHERE user_id = ? AND period_key = ?",
+            [monthlyTokens, planID, state.userID, periodKey])
+        try await emit(
+            tx, .tokensGranted, state, change: difference, now: now,
+            [
+                "operationId": .string(operation), "amount": .int(difference), "bucket": .string(Bucket.subscription.rawValue),
+                "reason": .string("subscription_period"), "planId": .string(planID), "periodKey": .string(periodKey), "topUp": .bool(true),
+            ])
         return true
     }
 

@@ -25,6 +25,38 @@ struct StripeBillingHTTPTests {
             try await story.everythingIsOnRecord()
         }
     }
+
+    /// A plan switch within a Stripe period (prorated, its invoice not a new period) never starts a new month of
+    /// tokens: an upgrade tops the period up to the bigger plan's tokens once; switching down, back and up again grants
+    /// nothing more (a reviewer switched back and forth for a month of tokens each time). The books still balance.
+    @Test(arguments: TestDatabase.engines)
+    func planSwitchesWithinAPeriodNeverGrantAnotherMonth(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            let checkout = stripeEvent(
+                "evt_s1", "checkout.session.completed", created: story.now,
+                #"{"id":"cs_s","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_s","subscription":"sub_s","metadata":{"priceId":"price_basic_monthly"}}"#
+            )
+            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            #expect(try await client.balance(story.token).subscriptionTokens == 50)
+            let end = Int64(story.now.timeIntervalSince1970) + 2_592_000
+            for (index, price) in ["price_max_monthly", "price_basic_monthly", "price_max_monthly", "price_pro_monthly", "price_max_monthly"]
+                .enumerated()
+            {
+                let at = story.now.addingTimeInterval(Double(60 * (index + 1)))
+                let switched = stripeEvent(
+                    "evt_sw\(index)", "customer.subscription.updated", created: at,
+                    #"{"id":"sub_s","object":"subscription","status":"active","customer":"cus_s","items":{"data":[{"price":{"id":"\#(price)"},"current_period_end":\#(end)}]}}"#
+                )
+                #expect(try await story.outcome(switched, at: at) == "applied", "\(price)")
+                #expect(try await client.subscription(story.token).planId == price.replacingOccurrences(of: "price_", with: ""))
+                #expect(try await client.balance(story.token).subscriptionTokens == 400, "after \(price): the bigger plan's month, once")
+            }
+            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
+            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+        }
+    }
 }
 
 /// One Stripe customer's events, step by step.

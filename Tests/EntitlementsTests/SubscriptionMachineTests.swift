@@ -61,11 +61,11 @@ struct SubscriptionMachineTests {
             let trial = try #require(try await w.subscription())
             #expect(trial.status == .trialing && trial.currentPeriodEnd.timeIntervalSince(w.t0) == 7 * 86400)
             #expect(try await w.tokens().subscriptionTokens == 50)
-            // Upgrade now: Max from now, its tokens granted (rollover cap of the new plan applies first).
+            // Upgrade now, within the period (no new period start): Max from now, the period topped up to Max's 400.
             w.clock.advance(seconds: 86400)
             #expect(try await w.apply("e2", .changePlanNow(planID: "max_monthly", periodEnd: nil)) == .applied)
             #expect(try await w.plan() == "max_monthly")
-            #expect(try await w.tokens().subscriptionTokens == 450)
+            #expect(try await w.tokens().subscriptionTokens == 400)
             // Downgrade at renewal: nothing changes until the renewal, which then starts a Basic period.
             #expect(try await w.apply("e3", .changePlanAtRenewal(planID: "basic_monthly")) == .applied)
             #expect(try await w.plan() == "max_monthly")
@@ -76,7 +76,7 @@ struct SubscriptionMachineTests {
             #expect(try await w.apply("e4", .renew(periodStart: start, periodEnd: start.addingTimeInterval(30 * 86400))) == .duplicate)
             #expect(try await w.plan() == "basic_monthly")
             #expect(try await w.subscription()?.pendingPlanID == nil)
-            // Rollover: 450 subscription tokens, Basic keeps 50, then grants 50.
+            // Rollover: 400 subscription tokens, Basic keeps 50, then grants 50.
             #expect(try await w.tokens().subscriptionTokens == 100)
         }
     }

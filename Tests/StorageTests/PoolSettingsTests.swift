@@ -190,7 +190,7 @@ struct PoolSettingsTests {
                 try? await admin.close()
                 throw error
             }
-            try await waitUntil(within: .seconds(5)) { pool.openCount == 0 }
+            try await waitUntil(within: .seconds(30)) { pool.openCount == 0 }
             #expect(pool.openCount == 0)
             let second = try await pool.withConnection { try await Self.backend($0) }
             #expect(second != first)
@@ -207,7 +207,7 @@ struct PoolSettingsTests {
                     return nil
                 }
                 // Only once the first holds the slot: otherwise the waiter could take the open connection itself.
-                try await waitUntil(within: .seconds(15), every: .milliseconds(5)) { holding.withLock { $0 } }
+                try await waitUntil(within: .seconds(30), every: .milliseconds(5)) { holding.withLock { $0 } }
                 group.addTask { try await pool.withConnection { try await Self.backend($0) } }
                 var found: Int?
                 for try await pid in group { found = found ?? pid }

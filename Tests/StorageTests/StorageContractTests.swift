@@ -233,7 +233,7 @@ struct StorageContractTests {
                         outcome.withLock { $0 = .failure(error) }
                     }
                 }
-                try await waitUntil(within: .seconds(10), every: .milliseconds(20)) { outcome.withLock { $0 } != nil }
+                try await waitUntil(within: .seconds(30), every: .milliseconds(20)) { outcome.withLock { $0 } != nil }
                 switch outcome.withLock({ $0 }) {
                 case nil: Issue.record("round \(round): the transaction on a terminated backend did not return within 10 s"); return
                 case .success: Issue.record("round \(round): the transaction committed on a terminated backend")
@@ -267,7 +267,7 @@ struct StorageContractTests {
                     group.addTask {
                         let row = try await patient.withConnection(logger: TestDatabase.logger) { tx in
                             leased.increment()
-                            try await waitUntil(within: .seconds(15)) { released.value > 0 }
+                            try await waitUntil(within: .seconds(30)) { released.value > 0 }
                             return try await tx.first("SELECT 1 AS slept")
                         }
                         #expect(try row?.int("slept") == 1)

@@ -3034,7 +3034,8 @@ paths:
         either way. Events are stored once per `event.id` and applied in the same transaction:
         `checkout.session.completed` / `checkout.session.async_payment_succeeded` (`client_reference_id` = user id; payment
         → token pack by `metadata.priceId` or line item price; subscription → start the plan), `invoice.paid` (a new
-        period: rollover and grant), `customer.subscription.updated` / `deleted`, `charge.refunded` (pro-rata, cumulative
+        period: rollover and grant), `customer.subscription.updated` (a plan change stays in the period already granted: a
+        bigger plan tops it up to its monthly tokens once, a smaller one grants nothing) / `deleted`, `charge.refunded` (pro-rata, cumulative
         clawback). Events for a customer, subscription or payment not yet known are stored (`unmatched`) and applied when
         its checkout completes. An event with a date outside 1970–2100 (`created`, any line's or item's period) is refused
         whole with 400 and stored nowhere.
