@@ -65,17 +65,24 @@ extension BillingService {
     public func signAppleOffer(
         _ signer: AppleOfferSigner, userID: String, productID: String, offerID: String, kind: AppleOfferKind, logger: Logger
     ) async throws -> AppleOfferSigner.Signature {
-        if let refusal = try await appleOfferRefusal(userID: userID, productID: productID, kind: kind, logger: logger) {
+        if let refusal = try await appleOfferRefusal(userID: userID, productID: productID, offerID: offerID, kind: kind, logger: logger) {
             throw BillingError.offerNotEligible(refusal)
         }
         return try signer.sign(productID: productID, offerID: offerID, appAccountToken: userID, nonce: FreshID.value(), at: clock.now())
     }
 
-    /// Whether the account may get `kind` for `productID`, and why not: the product must be one of the catalog's plans on
-    /// Apple; promotional needs an Apple subscription now or before, win-back one before and none now.
-    public func appleOfferRefusal(userID: String, productID: String, kind: AppleOfferKind, logger: Logger) async throws -> String? {
-        guard catalog.plans.contains(where: { $0.appleProductId == productID }) else {
+    /// Whether the account may get offer `offerID` of `kind` for `productID`, and why not: the product must be one of the
+    /// catalog's plans on Apple and the offer one the plan lists for that kind (`appleOffers`); promotional needs an Apple
+    /// subscription now or before, win-back one before and none now.
+    public func appleOfferRefusal(
+        userID: String, productID: String, offerID: String, kind: AppleOfferKind, logger: Logger
+    ) async throws -> String? {
+        guard let plan = catalog.plans.first(where: { $0.appleProductId == productID }) else {
             return "'\(productID.prefix(100))' is not a subscription plan of this app"
+        }
+        let listed = (kind == .promotional ? plan.appleOffers?.promotional : plan.appleOffers?.winBack) ?? []
+        guard listed.contains(offerID) else {
+            return "'\(offerID.prefix(100))' is not one of the \(kind.rawValue) offers of '\(productID.prefix(100))'"
         }
         return try await database.withConnection(logger: logger) { tx in
             let hadApple =

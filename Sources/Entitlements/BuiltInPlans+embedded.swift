@@ -137,7 +137,8 @@ enum BuiltInPlans {
       "maxFamilyProfiles": 5,
       "isFreeTier": false,
       "maxRollover": 150,
-      "includedStickerPacks": []
+      "includedStickerPacks": [],
+      "appleOffers": { "promotional": ["pro_monthly_promo"], "winBack": ["pro_monthly_winback"] }
     },
     {
       "id": "pro_yearly",

@@ -51,6 +51,15 @@ public struct SubscriptionPlan: Codable, Sendable, Equatable {
     /// Whether a family member who receives the plan through Apple Family Sharing also receives its monthly tokens
     /// (absent: no, only the purchaser does; the member gets the features).
     public let familySharedTokens: Bool?
+    /// The App Store offers of this plan's product that the service signs, by kind (absent: none). The app asks for one
+    /// by id; Apple checks only the signature, so this list is the only place that decides which offer anyone gets.
+    public let appleOffers: AppleOfferIDs?
+}
+
+/// A plan's App Store offer identifiers (App Store Connect), per kind of offer.
+public struct AppleOfferIDs: Codable, Sendable, Equatable {
+    public let promotional: [String]?
+    public let winBack: [String]?
 }
 
 /// A consumable bundle of tokens.
@@ -84,7 +93,7 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
             prioritySupport: false, tokenRollover: nil, savings: nil),
         platform: "both", appleProductId: nil, stripePriceId: nil, trialDays: 0, isActive: false, sortOrder: 0,
         hasQualitySelector: false, hasCommercialLicense: false, hasModelSelector: false, hasImageUpload: false,
-        maxFamilyProfiles: 1, isFreeTier: true, maxRollover: 0, includedStickerPacks: nil, familySharedTokens: nil)
+        maxFamilyProfiles: 1, isFreeTier: true, maxRollover: 0, includedStickerPacks: nil, familySharedTokens: nil, appleOffers: nil)
     public func plan(id: String) -> SubscriptionPlan? { plans.first { $0.id == id } }
     /// Active plans in `sortOrder`, as `GET /api/subscription-plans` lists them.
     public var activePlans: [SubscriptionPlan] { plans.filter(\.isActive).sorted { $0.sortOrder < $1.sortOrder } }
@@ -137,6 +146,12 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
             }
             if plan.maxFamilyProfiles < 1 { problems.append("plan '\(plan.id)': maxFamilyProfiles must be at least 1 (the default profile)") }
             if !["web", "ios", "both"].contains(plan.platform) { problems.append("plan '\(plan.id)': platform must be web, ios or both") }
+            if let offers = plan.appleOffers {
+                if plan.appleProductId == nil { problems.append("plan '\(plan.id)': appleOffers need an appleProductId") }
+                for id in (offers.promotional ?? []) + (offers.winBack ?? []) where id.wholeMatch(of: /[A-Za-z0-9._\-]{1,100}/) == nil {
+                    problems.append("plan '\(plan.id)': offer id '\(id.prefix(100))' must be 1 to 100 letters, digits, '.', '_' or '-'")
+                }
+            }
             for product in [plan.appleProductId, plan.stripePriceId].compactMap({ $0 }) where !seenProducts.insert(product).inserted {
                 problems.append("duplicate product id '\(product)'")
             }
@@ -158,8 +173,9 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
         "plan": [
             "id", "name", "description", "monthlyTokens", "price", "currency", "interval", "features", "platform", "appleProductId", "stripePriceId",
             "trialDays", "isActive", "sortOrder", "hasQualitySelector", "hasCommercialLicense", "hasModelSelector", "hasImageUpload",
-            "maxFamilyProfiles", "isFreeTier", "maxRollover", "includedStickerPacks", "familySharedTokens",
+            "maxFamilyProfiles", "isFreeTier", "maxRollover", "includedStickerPacks", "familySharedTokens", "appleOffers",
         ],
+        "appleOffers": ["promotional", "winBack"],
         "features": [
             "allStyles", "familyProfiles", "qualitySelector", "modelSelector", "commercialLicense", "prioritySupport", "tokenRollover", "savings",
         ],
@@ -183,6 +199,7 @@ public struct PlanCatalog: Codable, Sendable, Equatable {
             let id = plan["id"] as? String ?? "#\(i)"
             check(plan, kind: "plan", at: "plan '\(id)'")
             if let features = plan["features"] as? [String: Any] { check(features, kind: "features", at: "plan '\(id)'.features") }
+            if let offers = plan["appleOffers"] as? [String: Any] { check(offers, kind: "appleOffers", at: "plan '\(id)'.appleOffers") }
         }
         for (i, pack) in ((root["tokenPacks"] as? [[String: Any]]) ?? []).enumerated() {
             check(pack, kind: "tokenPack", at: "token pack '\(pack["id"] as? String ?? "#\(i)")'")

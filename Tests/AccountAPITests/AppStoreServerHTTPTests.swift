@@ -252,10 +252,11 @@ struct AppStoreServerHTTPTests {
             try await TestApp.run(engine, configure: try Self.configure(fx, mock, base)) { client, app in
                 var token = try await client.signUpAndVerify(app, email: "offer@example.com")
                 let userID = try await app.userID(token: token)
-                func offer(_ kind: String, product: String = "com.yourapp.pro.monthly") async throws -> TestResponse {
-                    try await client.send(
+                func offer(_ kind: String, product: String = "com.yourapp.pro.monthly", id: String? = nil) async throws -> TestResponse {
+                    let offerID = id ?? (kind == "win_back" ? "pro_monthly_winback" : "pro_monthly_promo")
+                    return try await client.send(
                         .post, "/api/iap/apple/offer-signature", token: token,
-                        json: #"{"productId":"\#(product)","offerId":"promo1","kind":"\#(kind)"}"#)
+                        json: #"{"productId":"\#(product)","offerId":"\#(offerID)","kind":"\#(kind)"}"#)
                 }
                 let never = try await offer("promotional")
                 #expect(never.status == .forbidden)
@@ -267,11 +268,17 @@ struct AppStoreServerHTTPTests {
                     id: "o1", product: "com.yourapp.pro.monthly", purchase: now, expires: now.addingTimeInterval(30 * 86400), token: userID)
                 #expect(try await client.appleVerify(token, sub).status == .ok)
                 #expect(try await offer("win_back").status == .forbidden, "subscribed now")
+                // Only an offer the plan lists for that kind is signed (the app chose any id it liked before).
+                for (kind, id) in [("promotional", "free_forever"), ("promotional", "pro_monthly_winback"), ("win_back", "pro_monthly_promo")] {
+                    let unlisted = try await offer(kind, id: id)
+                    #expect(try unlisted.status == .forbidden && unlisted.problem().code == "offer_not_eligible", "\(kind) \(id)")
+                }
+                #expect(try await offer("promotional", product: "com.yourapp.pro.yearly", id: "pro_monthly_promo").status == .forbidden)
                 let signed = try await offer("promotional")
                 #expect(signed.status == .ok, "\(String(buffer: signed.body))")
                 let body = try signed.json(Offer.self)
                 let text = AppleOfferSigner.payload(
-                    bundleID: BillingFixture.bundle, keyID: AppStoreMock.keyID, productID: "com.yourapp.pro.monthly", offerID: "promo1",
+                    bundleID: BillingFixture.bundle, keyID: AppStoreMock.keyID, productID: "com.yourapp.pro.monthly", offerID: "pro_monthly_promo",
                     appAccountToken: userID, nonce: body.nonce, timestamp: body.timestamp)
                 let signature = try P256.Signing.ECDSASignature(derRepresentation: try #require(Data(base64Encoded: body.signature)))
                 #expect(mock.key.publicKey.isValidSignature(signature, for: Data(text.utf8)))

@@ -2778,7 +2778,8 @@ paths:
         For `Product.PurchaseOption.promotionalOffer(offerID:keyID:nonce:signature:timestamp:)` (StoreKit 2) or
         `SKPaymentDiscount`: ECDSA P-256/SHA-256 over bundle id, key id, product id, offer id, app account token (the user's
         id, lower case) and nonce (lower case) and timestamp (ms), joined by U+2063, DER in base64, as Apple specifies.
-        Eligibility: `productId` is one of the catalog's plans on Apple; `promotional` (default) needs an Apple subscription
+        Eligibility: `productId` is one of the catalog's plans on Apple and `offerId` one that plan lists for the kind
+        (`appleOffers` in `plans.json` and GET /api/subscription-plans); `promotional` (default) needs an Apple subscription
         now or before (a new customer gets StoreKit's introductory offer instead), `win_back` one before and none now; else
         403 `offer_not_eligible`. A profile that may not make purchases gets 403 `purchase_not_allowed`. Pass
         `appAccountToken` to the purchase too.
@@ -4084,6 +4085,12 @@ components:
         maxRollover: { type: integer, minimum: 0, description: Subscription tokens kept at a period change. }
         includedStickerPacks: { type: [array, "null"], items: { type: string } }
         familySharedTokens: { type: [boolean, "null"], description: "Whether family members who receive the plan through Apple Family Sharing also receive its monthly tokens (absent: only the purchaser does)." }
+        appleOffers:
+          type: [object, "null"]
+          description: The App Store offer ids of this plan's product that `POST /api/iap/apple/offer-signature` signs, by kind (absent, or a kind absent, none).
+          properties:
+            promotional: { type: [array, "null"], items: { type: string } }
+            winBack: { type: [array, "null"], items: { type: string } }
     AdminDebitRequest:
       type: object
       required: [amount, reason]
