@@ -133,10 +133,12 @@ extension BillingService {
         case "EXPIRED":
             return try await applyMachine(tx, provider: .apple, eventID: eventID, userID: userID, at: at, .expire)
         case "REFUND", "REVOKE":
-            if let verdict = try await clawPack(
-                tx, provider: "apple", sourceID: transaction.transactionId, share: transaction.revocationPercentage.map(Int64.init) ?? Share.all)
-            {
-                return verdict
+            let share = transaction.revocationPercentage.map(Int64.init) ?? Share.all
+            if let verdict = try await clawPack(tx, provider: "apple", sourceID: transaction.transactionId, share: share) { return verdict }
+            if let pack = catalog.tokenPacks.first(where: { $0.appleProductId == transaction.productId }), !transaction.isFamilyShared {
+                return try await recordRefundBeforeGrant(
+                    tx, provider: "apple", sourceID: transaction.transactionId, userID: userID, pack: pack, quantity: transaction.quantity ?? 1,
+                    share: share)
             }
             guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) else {
                 return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)

@@ -280,6 +280,33 @@ public struct BillingService: Sendable {
         return BillingVerdict(outcome: .applied, detail: "clawed \(clawed) shortfall \(shortfall) of \(tokens)", userID: userID)
     }
 
+    /// A refund of a pack purchase this service never granted (Apple's REFUND came first; the device's verify, carrying
+    /// the transaction as signed before the refund, may still come): the grant is recorded with the refund already
+    /// taken, so that verify is a duplicate, what a partial refund left is granted now, and a reversed refund gives back
+    /// what was refunded (a reviewer kept a signed transaction, had it refunded, then verified it for the tokens).
+    func recordRefundBeforeGrant(
+        _ tx: any SQLExecutor, provider: String, sourceID: String, userID: String, pack: TokenPack, quantity: Int, share: Int64
+    ) async throws -> BillingVerdict {
+        let tokens = Int64(pack.tokens) * Int64(max(1, min(quantity, 100)))
+        let refunded = Share.apply(share, to: tokens)
+        let now = clock.now()
+        let inserted = try await tx.query(
+            """
+            INSERT INTO billing_grants (provider, source_id, user_id, kind, product_id, tokens, clawed_tokens, created_at_ms, updated_at_ms)
+            VALUES (?, ?, ?, 'tokens', ?, ?, ?, ?, ?) ON CONFLICT (provider, source_id) DO NOTHING RETURNING source_id
+            """, [provider, sourceID, userID, pack.id, tokens, refunded, now, now])
+        guard !inserted.isEmpty else {
+            // Granted meanwhile (its row committed after this refund looked): claw it back as any refund does.
+            return try await clawPack(tx, provider: provider, sourceID: sourceID, share: share)
+                ?? BillingVerdict(outcome: .duplicate, detail: "\(sourceID) already recorded", userID: userID)
+        }
+        if tokens > refunded {
+            _ = try await ledger.grant(
+                tx, userID: userID, amountTokens: tokens - refunded, bucket: .purchased, reason: "purchase.\(provider).\(pack.id)")
+        }
+        return BillingVerdict(outcome: .applied, detail: "refunded before it was granted: \(refunded) of \(tokens) never granted", userID: userID)
+    }
+
     /// A reversed refund gives back what the refund took.
     func restorePack(_ tx: any SQLExecutor, provider: String, sourceID: String) async throws -> BillingVerdict? {
         guard

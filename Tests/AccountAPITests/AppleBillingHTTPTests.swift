@@ -221,6 +221,32 @@ struct AppleBillingHTTPTests {
         }
     }
 
+    /// A refund that arrives before its purchase was ever granted here keeps the purchase from being granted later by a
+    /// transaction signed before the refund (a reviewer kept one, had the purchase refunded, then verified it); a
+    /// reversed refund grants it after all.
+    @Test(arguments: TestDatabase.engines)
+    func aRefundBeforeThePurchaseWasGrantedKeepsItFromBeingGranted(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "early-refund@example.com")
+            let user = try await app.userID(token: token)
+            let now = app.clock.now()
+            let kept = try fx.transaction(id: "8100", product: "com.yourapp.tokens.100", purchase: now, token: user)
+            let refunded = try fx.transaction(
+                id: "8100", product: "com.yourapp.tokens.100", purchase: now, token: user, revocationPercentage: 100000, revoked: now)
+            #expect(
+                try await client.appleNotify(try fx.notification("REFUND", signed: now.addingTimeInterval(1), transaction: refunded)).status == .ok)
+            #expect(try await client.appleVerify(token, kept).status == .ok)
+            #expect(try await client.balance(token).purchasedTokens == 0, "the kept pre-refund transaction grants nothing")
+            #expect(
+                try await client.appleNotify(try fx.notification("REFUND_REVERSED", signed: now.addingTimeInterval(2), transaction: kept)).status
+                    == .ok)
+            #expect(try await client.balance(token).purchasedTokens == 100)
+            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
+            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func concurrentDeliveriesOfOnePurchaseGrantOnce(engine: Engine) async throws {
         let fx = try BillingFixture()
