@@ -196,7 +196,7 @@ extension BillingService {
     /// the member's own (another purchase, live) outranks what the family shares; a refund or revocation of the shared
     /// access touches only the subscription that came from it.
     func otherSubscription(_ tx: any SQLExecutor, userID: String, transaction: AppleTransaction) async throws -> BillingVerdict? {
-        guard transaction.isFamilyShared, let current = try await machine.store.subscription(userID: userID, tx),
+        guard transaction.isFamilyShared, let current = try await machine.lockedSubscription(userID: userID, tx),
             current.providerSubscriptionID != transaction.originalTransactionId, current.isEntitled(at: clock.now())
         else { return nil }
         return BillingVerdict(
@@ -215,7 +215,7 @@ extension BillingService {
     ) async throws -> BillingVerdict? {
         if Self.periodTypes.contains(type) || (type == "DID_CHANGE_RENEWAL_PREF" && subtype == "UPGRADE") { return nil }
         guard !catalog.tokenPacks.contains(where: { $0.appleProductId == transaction.productId }),
-            let current = try await machine.store.subscription(userID: userID, tx), let bound = current.providerSubscriptionID,
+            let current = try await machine.lockedSubscription(userID: userID, tx), let bound = current.providerSubscriptionID,
             bound != transaction.originalTransactionId
         else { return nil }
         return BillingVerdict(outcome: .ignored, detail: "\(type) concerns another purchase than the account's current subscription", userID: userID)

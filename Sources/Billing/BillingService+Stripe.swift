@@ -165,7 +165,7 @@ extension BillingService {
             guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
             switch object.status {
             case "active", "trialing":
-                let current = try await machine.store.subscription(userID: userID, tx)
+                let current = try await machine.lockedSubscription(userID: userID, tx)
                 if let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }), let current,
                     plan.id != current.planID
                 {

@@ -338,7 +338,7 @@ public struct BillingService: Sendable {
         _ tx: any SQLExecutor, userID: String, plan: SubscriptionPlan, provider: SubscriptionProvider, providerSubscriptionID: String,
         start: Date, end: Date?, trial: Bool
     ) async throws -> SubscriptionEvent {
-        if let current = try await machine.store.subscription(userID: userID, tx), current.provider == provider,
+        if let current = try await machine.lockedSubscription(userID: userID, tx), current.provider == provider,
             current.providerSubscriptionID == providerSubscriptionID, current.status != .expired
         {
             if plan.id == current.planID || plan.id == current.pendingPlanID {

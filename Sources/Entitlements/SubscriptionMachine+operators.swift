@@ -1,6 +1,7 @@
 import Clock
 import Events
 import Foundation
+import Ledger
 import Logging
 import Storage
 
@@ -17,7 +18,7 @@ extension SubscriptionMachine {
         let now = clock.now()
         if let periodEnd, periodEnd <= now { throw EntitlementError.invalid(["periodEnd must be in the future"]) }
         let end = periodEnd ?? Calendar(identifier: .gregorian).date(byAdding: .month, value: 1, to: now) ?? now.addingTimeInterval(30 * 86400)
-        let before = try await store.subscription(userID: userID, tx)
+        let before = try await lockedSubscription(userID: userID, tx)
         let subscription = try await store.startManual(userID: userID, planID: plan.id, now: now, periodEnd: end, tx)
         try await emitChange(tx, userID: userID, before: before, cause: "operator.comp", now: now)
         try await startPeriod(tx, userID: userID, plan: plan, start: subscription.currentPeriodStart)
@@ -28,7 +29,7 @@ extension SubscriptionMachine {
     /// An operator ends the user's subscription now (back to the free plan), audited. False when there was none.
     public func end(_ tx: any SQLExecutor, userID: String, actor: String, ip: String?) async throws -> Bool {
         let now = clock.now()
-        let before = try await store.subscription(userID: userID, tx)
+        let before = try await lockedSubscription(userID: userID, tx)
         guard try await store.end(userID: userID, now: now, tx) else { return false }
         try await emitChange(tx, userID: userID, before: before, cause: "operator.end", now: now)
         try await audit.record(tx, at: now, actor: actor, action: "admin_subscription_ended", subject: userID, ip: ip, detail: nil)
@@ -38,7 +39,7 @@ extension SubscriptionMachine {
     /// In an account's erasure transaction: its subscription ends now (no drip, no renewal credits it again; the event
     /// says so with cause `account.erased`).
     public func accountErased(_ tx: any SQLExecutor, userID: String, now: Date) async throws {
-        let before = try await store.subscription(userID: userID, tx)
+        let before = try await lockedSubscription(userID: userID, tx)
         guard try await store.end(userID: userID, now: now, tx) else { return }
         try await emitChange(tx, userID: userID, before: before, cause: "account.erased", now: now)
     }
@@ -116,6 +117,8 @@ extension SubscriptionMachine {
         // The next month's start; an hour on when the calendar cannot say (or says now), so a row never spins.
         let following = calendar.date(byAdding: .month, value: month + 1, to: due.start) ?? now
         let next = following > now ? following : now.addingTimeInterval(3600)
+        // The user's ledger locks first, as every subscription change takes them (``lockedSubscription(userID:_:)``).
+        try await ledger.lockAccountsFirst(tx, userID: due.userID)
         let unchanged = try await tx.query(
             """
             UPDATE subscriptions SET next_drip_at_ms = ? WHERE user_id = ? AND plan_id = ? AND status = ? AND current_period_start_ms = ?

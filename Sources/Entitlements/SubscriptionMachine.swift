@@ -117,7 +117,7 @@ public struct SubscriptionMachine: Sendable {
                 "SELECT detail FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])
             return EventResult(.duplicate, earlier?.optionalString("detail") ?? "\(event.kind) duplicate")
         }
-        let current = try await store.subscription(userID: userID, tx)
+        let current = try await lockedSubscription(userID: userID, tx)
         let lastEvent = try await tx.first("SELECT last_event_at_ms FROM subscriptions WHERE user_id = ?", [userID])?.optionalDate("last_event_at_ms")
         var result: EventResult
         if let lastEvent, occurredAt < lastEvent {
@@ -146,6 +146,15 @@ public struct SubscriptionMachine: Sendable {
             "UPDATE subscription_events SET outcome = ?, detail = ?, clawed_tokens = ? WHERE provider = ? AND event_id = ?",
             [result.outcome.rawValue, result.detail, result.clawedTokens, provider.rawValue, eventID])
         return EventResult(result.outcome, result.detail ?? "\(event.kind) \(result.outcome.rawValue)", clawedTokens: result.clawedTokens)
+    }
+
+    /// The user's subscription, read under the user's ledger locks (``Ledger/lockAccountsFirst(_:userID:)``). Everything that
+    /// may change a subscription reads it here first, so two events for one user (racing webhook deliveries, an operator's
+    /// comp) apply one at a time, each deciding on what the one before it left: read unlocked, a newer event and an older
+    /// one both passed the ordering check and the older could commit last. Read-only answers use the store directly.
+    public func lockedSubscription(userID: String, _ tx: any SQLExecutor) async throws -> Subscription? {
+        try await ledger.lockAccountsFirst(tx, userID: userID)
+        return try await store.subscription(userID: userID, tx)
     }
 
     /// Records the provider's ids of the user's subscription (kept when an event does not name them).

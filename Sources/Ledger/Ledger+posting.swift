@@ -25,15 +25,7 @@ extension Ledger {
     /// user's expired holds are released (``settleExpiredHolds(_:_:pending:now:)``) and lapsed bonus lots expire, so what
     /// follows sees spendable balances.
     func prepare(_ tx: any SQLExecutor, userID: String, now: Date) async throws -> UserState {
-        var rows = try await lockAccounts(tx, userID: userID)
-        if rows.count < Bucket.allCases.count {
-            for bucket in Bucket.allCases {
-                try await tx.query(
-                    "INSERT INTO ledger_accounts (id, user_id, bucket, balance, created_at_ms) VALUES (?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING",
-                    [Self.accountID(userID, bucket), userID, bucket.rawValue, now])
-            }
-            rows = try await lockAccounts(tx, userID: userID)
-        }
+        let rows = try await lockedAccounts(tx, userID: userID, now: now)
         var balances = BucketBalances.zero
         for row in rows {
             guard let bucket = Bucket(rawValue: try row.string("bucket")) else { continue }
@@ -70,8 +62,23 @@ extension Ledger {
     /// Locks the user's accounts before a transaction locks any other row of theirs that it then changes with their
     /// tokens (a purchase request it resolves): every spend, hold and unlock takes the accounts first and such rows
     /// after, so taking them in the same order keeps the two from deadlocking.
+    /// The subscription machine takes them the same way before it reads a subscription it may change, so that one user's
+    /// subscription events (racing webhook deliveries, an operator's comp) apply one at a time. They are created when
+    /// missing: a user's first event has no accounts yet, and two such events would otherwise lock nothing.
     public func lockAccountsFirst(_ tx: any SQLExecutor, userID: String) async throws {
-        _ = try await lockAccounts(tx, userID: userID)
+        _ = try await lockedAccounts(tx, userID: userID, now: clock.now())
+    }
+
+    /// The user's bucket accounts, locked in a fixed order, created first when missing.
+    func lockedAccounts(_ tx: any SQLExecutor, userID: String, now: Date) async throws -> [SQLRow] {
+        let rows = try await lockAccounts(tx, userID: userID)
+        guard rows.count < Bucket.allCases.count else { return rows }
+        for bucket in Bucket.allCases {
+            try await tx.query(
+                "INSERT INTO ledger_accounts (id, user_id, bucket, balance, created_at_ms) VALUES (?, ?, ?, 0, ?) ON CONFLICT (id) DO NOTHING",
+                [Self.accountID(userID, bucket), userID, bucket.rawValue, now])
+        }
+        return try await lockAccounts(tx, userID: userID)
     }
 
     func lockAccounts(_ tx: any SQLExecutor, userID: String) async throws -> [SQLRow] {

@@ -29,7 +29,7 @@ struct ErasureOfLedgerAndStickers: AccountErasureHook {
     let subscriptions: SubscriptionMachine
     let stickerContent: StickerContentService
     func accountErased(userID: String, at: Date, executor: any SQLExecutor) async throws {
-        // The subscription before the ledger, in the order a provider's renewal takes them (subscription, then tokens).
+        // The subscription first: it takes the user's ledger locks before its row, as every subscription change does.
         try await subscriptions.accountErased(executor, userID: userID, now: at)
         try await BillingService.accountErased(executor, userID: userID)
         try await WebhookService.accountErased(executor, userID: userID)
