@@ -80,6 +80,10 @@ extension BillingService {
     func repair(
         _ tx: any SQLExecutor, userID: String, transaction: AppleTransaction, environment: AppleEnvironment, raw: String
     ) async throws -> BillingVerdict {
+        // Apple was asked outside any transaction (seconds): the purchase must still be this live account's now.
+        guard try await boundUser(tx, provider: "apple", externalID: transaction.originalTransactionId) == userID else {
+            return BillingVerdict(outcome: .ignored, detail: "no longer bound to this account", userID: userID)
+        }
         let at = Date(epochMilliseconds: transaction.signedDate ?? clock.now().epochMilliseconds)
         let refunded = transaction.revocationDate != nil
         var verdict: BillingVerdict

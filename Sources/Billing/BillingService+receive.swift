@@ -11,8 +11,10 @@ import Storage
 /// transaction of its own, with the reason.
 extension BillingService {
     /// `POST /api/iap/apple/verify`: the signed-in user's purchase (a profile that may make purchases) takes effect at once.
+    /// `authorise` runs first in the transaction (the session still holds, Auth's `AuthService.stillLive`): a purchase
+    /// verified by a session revoked meanwhile, or for an account erased meanwhile, is bound to nothing.
     public func verifyApplePurchase(
-        _ jws: String, userID: String, canMakePurchases: Bool, logger: Logger
+        _ jws: String, userID: String, canMakePurchases: Bool, authorise: @escaping @Sendable (any SQLExecutor) async throws -> Void, logger: Logger
     ) async throws
         -> (transaction: AppleTransaction, environment: AppleEnvironment, verdict: BillingVerdict)
     {
@@ -21,7 +23,8 @@ extension BillingService {
         let (transaction, environment) = try await verified(provider: "apple", logger: logger) { try await verifyAppleTransaction(jws) }
         let verdict = try await recordingRefusal(provider: "apple", source: "verify", raw: jws, logger: logger) {
             try await database.transaction(logger: logger) { tx in
-                try await applyVerifiedPurchase(tx, userID: userID, transaction: transaction, environment: environment, raw: jws)
+                try await authorise(tx)
+                return try await applyVerifiedPurchase(tx, userID: userID, transaction: transaction, environment: environment, raw: jws)
             }
         }
         BillingMetrics.event(provider: "apple", outcome: verdict.outcome.rawValue)

@@ -29,6 +29,8 @@ extension SubscriptionMachine {
     /// An operator ends the user's subscription now (back to the free plan), audited. False when there was none.
     public func end(_ tx: any SQLExecutor, userID: String, actor: String, ip: String?) async throws -> Bool {
         let now = clock.now()
+        // An account without a subscription (or an id of none) has nothing to end, and no accounts are made for it.
+        guard try await store.subscription(userID: userID, tx) != nil else { return false }
         let before = try await lockedSubscription(userID: userID, tx)
         guard try await store.end(userID: userID, now: now, tx) else { return false }
         try await emitChange(tx, userID: userID, before: before, cause: "operator.end", now: now)

@@ -107,6 +107,10 @@ public struct SubscriptionMachine: Sendable {
         binding: ProviderBinding? = nil, familyShared: Bool = false
     ) async throws -> EventResult {
         let now = clock.now()
+        // The user's ledger locks before the claim, as every caller that reads the subscription first takes them: a claim
+        // taken first waited on those locks while their holder waited on the claim (the same refund, from a notification
+        // and from reconciliation).
+        try await ledger.lockAccountsFirst(tx, userID: userID, creating: true)
         let claimed = try await tx.query(
             """
             INSERT INTO subscription_events (provider, event_id, user_id, kind, occurred_at_ms, outcome, recorded_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)
@@ -152,8 +156,9 @@ public struct SubscriptionMachine: Sendable {
     /// may change a subscription reads it here first, so two events for one user (racing webhook deliveries, an operator's
     /// comp) apply one at a time, each deciding on what the one before it left: read unlocked, a newer event and an older
     /// one both passed the ordering check and the older could commit last. Read-only answers use the store directly.
+    /// The user must exist (the accounts are created when missing).
     public func lockedSubscription(userID: String, _ tx: any SQLExecutor) async throws -> Subscription? {
-        try await ledger.lockAccountsFirst(tx, userID: userID)
+        try await ledger.lockAccountsFirst(tx, userID: userID, creating: true)
         return try await store.subscription(userID: userID, tx)
     }
 

@@ -63,10 +63,15 @@ extension Ledger {
     /// tokens (a purchase request it resolves): every spend, hold and unlock takes the accounts first and such rows
     /// after, so taking them in the same order keeps the two from deadlocking.
     /// The subscription machine takes them the same way before it reads a subscription it may change, so that one user's
-    /// subscription events (racing webhook deliveries, an operator's comp) apply one at a time. They are created when
-    /// missing: a user's first event has no accounts yet, and two such events would otherwise lock nothing.
-    public func lockAccountsFirst(_ tx: any SQLExecutor, userID: String) async throws {
-        _ = try await lockedAccounts(tx, userID: userID, now: clock.now())
+    /// subscription events (racing webhook deliveries, an operator's comp) apply one at a time; `creating` them when
+    /// missing (for a user known to exist): a user's first event has no accounts yet, and two such events would otherwise
+    /// lock nothing.
+    public func lockAccountsFirst(_ tx: any SQLExecutor, userID: String, creating: Bool = false) async throws {
+        if creating {
+            _ = try await lockedAccounts(tx, userID: userID, now: clock.now())
+        } else {
+            _ = try await lockAccounts(tx, userID: userID)
+        }
     }
 
     /// The user's bucket accounts, locked in a fixed order, created first when missing.

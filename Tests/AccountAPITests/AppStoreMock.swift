@@ -20,6 +20,8 @@ final class AppStoreMock: Sendable {
     let script = Mutex<[Int]>([])
     let calls = Mutex<[String]>([])
     let refusedTokens = Mutex(0)
+    /// Runs (once) when the named call arrives, before it is answered: what happens on the service meanwhile.
+    let during = Mutex<(name: String, work: @Sendable () async -> Void)?>(nil)
 
     struct ConsumptionBody: Decodable, Sendable, Equatable {
         let customerConsented: Bool
@@ -52,6 +54,13 @@ final class AppStoreMock: Sendable {
     /// The scripted status for this call (nil: answer normally), after the token check.
     func gate(_ request: Request, _ name: String) async -> Response? {
         calls.withLock { $0.append(name) }
+        if let work = during.withLock({ hook -> (@Sendable () async -> Void)? in
+            guard let found = hook, found.name == name else { return nil }
+            hook = nil
+            return found.work
+        }) {
+            await work()
+        }
         guard await authorized(request) else {
             refusedTokens.withLock { $0 += 1 }
             return Self.json(#"{"errorCode":4010000,"errorMessage":"Unauthenticated"}"#, status: .unauthorized)

@@ -243,6 +243,48 @@ struct AppStoreServerHTTPTests {
         }
     }
 
+    /// Reconciliation asks Apple outside any transaction: an account erased meanwhile gets no repair (before, the renewal
+    /// Apple reported started a period on the erased account: a live subscription and tokens, and the renewal's claims,
+    /// so the purchase restored on a new account would never get that period).
+    @Test(arguments: Engine.allCases)
+    func reconciliationRepairsNothingForAnAccountErasedMeanwhile(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        let mock = AppStoreMock(bundleID: BillingFixture.bundle)
+        try await mock.run { base in
+            try await TestApp.run(engine, configure: try Self.configure(fx, mock, base)) { client, app in
+                let token = try await client.signUpAndVerify(app, email: "recon-gone@example.com")
+                let userID = try await app.userID(token: token)
+                let admin = try await app.apiKey(["admin"])
+                let now = app.clock.now()
+                let month = now.addingTimeInterval(30 * 86400)
+                let sub = try fx.transaction(id: "g1", product: "com.yourapp.pro.monthly", purchase: now, expires: month, token: userID)
+                #expect(try await client.appleVerify(token, sub).status == .ok)
+                let renewal = try fx.transaction(
+                    id: "g2", original: "g1", product: "com.yourapp.pro.monthly", purchase: month, expires: month.addingTimeInterval(30 * 86400),
+                    token: userID, signed: month)
+                mock.history.withLock { $0 = ["g1": [sub, renewal]] }
+                app.clock.advance(seconds: 30 * 86400 + 60)
+                let fresh = try await client.signIn("recon-gone@example.com", "correct horse battery").json(SignedIn.self).session.token
+                mock.during.withLock {
+                    $0 = (
+                        "statuses",
+                        {
+                            let erased = try? await client.send(.delete, "/api/user/me", token: fresh, json: #"{"password":"correct horse battery"}"#)
+                            #expect(erased?.status == .noContent)
+                        }
+                    )
+                }
+                let answer = try await client.send(.post, "/api/admin/users/\(userID)/apple/reconcile", token: admin)
+                #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+                #expect(try answer.json(Reconciled.self).repairs.isEmpty)
+                #expect(try await app.rows("SELECT user_id FROM subscriptions WHERE user_id = ? AND status = 'active'", [userID]).isEmpty)
+                #expect(try await app.rows("SELECT source_id FROM billing_grants WHERE source_id = 'g2'").isEmpty)
+                let balance = try await app.rows("SELECT COALESCE(SUM(balance), 0) AS b FROM ledger_accounts WHERE user_id = ?", [userID])
+                #expect(try balance[0].int("b") == 0)
+            }
+        }
+    }
+
     /// Offers are signed only for eligible accounts, over the text Apple verifies.
     @Test(arguments: Engine.allCases)
     func offerSignaturesOnlyForEligibleAccounts(engine: Engine) async throws {

@@ -1,3 +1,5 @@
+import Auth
+import Billing
 import Clock
 import Entitlements
 import Foundation
@@ -13,6 +15,27 @@ import Testing
 
 @Suite("Billing over HTTP: Apple")
 struct AppleBillingHTTPTests {
+    /// A verify whose session was revoked (or whose account was erased) after the request was authenticated, while the
+    /// transaction was being verified, binds and grants nothing: the session is checked again first in the transaction
+    /// (before, the purchase was bound to the erased account for good and its tokens granted to it).
+    @Test(arguments: TestDatabase.engines)
+    func aVerifyWhoseSessionEndedMeanwhileChangesNothing(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "late-verify@example.com")
+            let user = try await app.userID(token: token)
+            let session = try await app.dependencies.auth.authenticate(token: token, logger: Logger(label: "test"))
+            let pack = try fx.transaction(id: "7001", product: "com.yourapp.tokens.25", purchase: app.clock.now(), token: user)
+            #expect(try await client.send(.delete, "/api/user/me", token: token, json: #"{"password":"correct horse battery"}"#).status == .noContent)
+            await #expect(throws: (any Error).self) {
+                _ = try await app.dependencies.billing.verifyApplePurchase(
+                    pack, userID: user, canMakePurchases: true, authorise: app.dependencies.auth.stillLive(session), logger: Logger(label: "test"))
+            }
+            #expect(try await app.rows("SELECT user_id FROM billing_accounts WHERE external_id = '7001'").isEmpty)
+            #expect(try await app.rows("SELECT source_id FROM billing_grants WHERE source_id = '7001'").isEmpty)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func appleVerifyActivatesAtOnceIdempotentAndBoundToOneAccount(engine: Engine) async throws {
         let fx = try BillingFixture()

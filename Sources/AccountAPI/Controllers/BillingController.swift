@@ -37,7 +37,8 @@ struct BillingController: Sendable {
         let body = try await request.decodeJSON(VerifyRequest.self, context: context)
         let userID = session.user.id
         let (transaction, environment, verdict) = try await billing.verifyApplePurchase(
-            body.signedTransaction, userID: userID, canMakePurchases: canMakePurchases, logger: context.logger)
+            body.signedTransaction, userID: userID, canMakePurchases: canMakePurchases, authorise: authenticator.auth.stillLive(session),
+            logger: context.logger)
         return JSONResponse(
             VerifyResponse(
                 transactionId: transaction.transactionId, productId: transaction.productId, environment: environment.rawValue,
