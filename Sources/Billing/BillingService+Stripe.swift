@@ -223,7 +223,11 @@ extension BillingService {
             return BillingVerdict(outcome: .ignored, detail: "payment_status \(session.payment_status ?? "missing"): not paid yet", userID: userID)
         }
         do {
+            // Both binding locks first, the subscription's before the customer's: the order in which an event looks them
+            // up (``stripeOwner``). Then the customer is bound first, so a customer of another account binds nothing.
+            if let sub = session.subscriptionID { try await lockBinding(tx, provider: "stripe", externalID: "sub:\(sub)") }
             if let customer = session.customer?.value {
+                try await lockBinding(tx, provider: "stripe", externalID: "cus:\(customer)")
                 _ = try await bind(tx, provider: "stripe", externalID: "cus:\(customer)", userID: userID, environment: nil)
             }
             if let sub = session.subscriptionID {

@@ -1,5 +1,6 @@
 import Entitlements
 import Foundation
+import Ledger
 import Logging
 import Metrics
 import SafeJSON
@@ -22,7 +23,10 @@ extension BillingService {
         _ = try requireApple()
         let (transaction, environment) = try await verified(provider: "apple", logger: logger) { try await verifyAppleTransaction(jws) }
         let verdict = try await recordingRefusal(provider: "apple", source: "verify", raw: jws, logger: logger) {
-            try await database.transaction(logger: logger) { tx in
+            // In the user's lane, as every write that takes their ledger locks; the purchase's binding lock before the
+            // session's row lock, in the order Apple's notification for the same purchase takes them.
+            try await database.transaction(lane: Ledger.lane(userID: userID), logger: logger) { tx in
+                try await lockBinding(tx, provider: "apple", externalID: transaction.originalTransactionId)
                 try await authorise(tx)
                 return try await applyVerifiedPurchase(tx, userID: userID, transaction: transaction, environment: environment, raw: jws)
             }

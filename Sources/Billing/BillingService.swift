@@ -201,40 +201,46 @@ public struct BillingService: Sendable {
     /// Binds a provider purchase to an account. Already bound to another account → `boundToAnotherAccount`.
     /// Returns true when the binding is new.
     func bind(_ tx: any SQLExecutor, provider: String, externalID: String, userID: String, environment: String?) async throws -> Bool {
-        try await lockBindings(tx, provider: provider)
+        try await lockBinding(tx, provider: provider, externalID: externalID)
         let inserted = try await tx.query(
             """
             INSERT INTO billing_accounts (provider, external_id, user_id, environment, created_at_ms) VALUES (?, ?, ?, ?, ?)
             ON CONFLICT (provider, external_id) DO NOTHING RETURNING user_id
             """, [provider, externalID, userID, environment, clock.now()])
         if !inserted.isEmpty { return true }
-        guard try await boundUser(tx, provider: provider, externalID: externalID) == userID else { throw BillingError.boundToAnotherAccount }
+        // The binding as stored: an erased account's bindings are deleted with it, so another account's liveness never
+        // matters here, and asking (a share lock on that account's row, while the caller's own is held) let two accounts
+        // verifying each other's purchases deadlock.
+        let owner = try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?
+            .optionalString("user_id")
+        guard owner == userID else { throw BillingError.boundToAnotherAccount }
         return false
     }
 
     /// The live account a provider purchase is bound to (share-locked, as every write that credits asks: an event racing
     /// the account's erasure either commits first or finds no account, and changes nothing).
-    /// Not bound yet: asked again under the provider's binding lock (``lockBindings(_:provider:)``), so an event that finds
-    /// no account is stored as unmatched either before a binding's transaction (whose replay then applies it) or after it
-    /// (and finds the account).
+    /// Not bound yet: asked again under the id's binding lock (``lockBinding(_:provider:externalID:)``), so an event that
+    /// finds no account is stored as unmatched either before a binding's transaction (whose replay then applies it) or
+    /// after it (and finds the account).
     func boundUser(_ tx: any SQLExecutor, provider: String, externalID: String) async throws -> String? {
         let lookup = "SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?"
         var user = try await tx.first(lookup, [provider, externalID])?.optionalString("user_id")
         if user == nil, tx.engine == .postgres {
-            try await lockBindings(tx, provider: provider)
+            try await lockBinding(tx, provider: provider, externalID: externalID)
             user = try await tx.first(lookup, [provider, externalID])?.optionalString("user_id")
         }
         guard let user else { return nil }
         return try await accounts.isActiveUser(user, tx) ? user : nil
     }
 
-    /// On PostgreSQL, new bindings of a provider's purchases and lookups that found none take turns (a transaction-scoped
-    /// advisory lock; SQLite runs one write transaction at a time anyway). Without it, an event read no binding while a
-    /// checkout bound the purchase and looked for unmatched events; each missed the other's uncommitted row, and the
-    /// event stayed unmatched for good (the provider does not send it again after a 200).
-    func lockBindings(_ tx: any SQLExecutor, provider: String) async throws {
+    /// On PostgreSQL, a new binding of a provider id and a lookup that found none take turns (a transaction-scoped
+    /// advisory lock on the id; SQLite runs one write transaction at a time anyway). Without it, an event read no binding
+    /// while a checkout bound the purchase and looked for unmatched events; each missed the other's uncommitted row, and
+    /// the event stayed unmatched for good (the provider does not send it again after a 200). Transactions that take two
+    /// (a Stripe subscription and its customer) take them in the order ``stripeOwner(_:_:)`` looks them up.
+    func lockBinding(_ tx: any SQLExecutor, provider: String, externalID: String) async throws {
         guard tx.engine == .postgres else { return }
-        try await tx.query("SELECT pg_advisory_xact_lock(hashtext(?)) AS locked", ["billing_accounts:" + provider])
+        try await tx.query("SELECT pg_advisory_xact_lock(hashtext(?)) AS locked", ["billing_accounts:\(provider):\(externalID)"])
     }
 
     func existingUser(_ tx: any SQLExecutor, _ id: String?) async throws -> String? {

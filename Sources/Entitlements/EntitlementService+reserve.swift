@@ -73,10 +73,10 @@ extension EntitlementService {
             throw LedgerError.invalid("ttlSeconds must be from 1 to \(LedgerLimits.holdTTLSecondsMax).")
         }
         let now = clock.now()
-        // The ledger's locks before the plan and the profile are read, as a sticker unlock takes them: a refund or an
-        // expiry committing in between would otherwise leave a hold priced and allowed by a plan already gone, and a
-        // profile deleted in between would leave an ask to buy from it that its deletion did not see.
-        try await ledger.lockAccountsFirst(tx, userID: input.userID)
+        // For a profile, the ledger's locks before the profile is read, as a sticker unlock takes them: a profile deleted
+        // in between left an ask to buy from it that its deletion (which cancels asks under the same locks) did not see,
+        // holding the account's tokens for 48 hours. A reserve for the account itself has nothing a deletion cancels.
+        if input.profileID != nil { try await ledger.lockAccountsFirst(tx, userID: input.userID) }
         let (plan, period) = try await subscriptions.planAndPeriod(userID: input.userID, now: now, tx)
         let access = try await profile(tx, input, plan: plan)
         let permissions = access?.permissions

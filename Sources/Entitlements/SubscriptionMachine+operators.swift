@@ -120,7 +120,7 @@ extension SubscriptionMachine {
         let following = calendar.date(byAdding: .month, value: month + 1, to: due.start) ?? now
         let next = following > now ? following : now.addingTimeInterval(3600)
         // The user's ledger locks first, as every subscription change takes them (``lockedSubscription(userID:_:)``).
-        try await ledger.lockAccountsFirst(tx, userID: due.userID)
+        try await ledger.lockAccountsFirst(tx, userID: due.userID, creating: true)
         let unchanged = try await tx.query(
             """
             UPDATE subscriptions SET next_drip_at_ms = ? WHERE user_id = ? AND plan_id = ? AND status = ? AND current_period_start_ms = ?

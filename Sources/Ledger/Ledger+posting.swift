@@ -66,10 +66,11 @@ extension Ledger {
     /// subscription events (racing webhook deliveries, an operator's comp) apply one at a time; `creating` them when
     /// missing (for a user known to exist): a user's first event has no accounts yet, and two such events would otherwise
     /// lock nothing.
+    /// On SQLite, where write transactions run one at a time, only `creating` does anything.
     public func lockAccountsFirst(_ tx: any SQLExecutor, userID: String, creating: Bool = false) async throws {
         if creating {
             _ = try await lockedAccounts(tx, userID: userID, now: clock.now())
-        } else {
+        } else if tx.engine == .postgres {
             _ = try await lockAccounts(tx, userID: userID)
         }
     }

@@ -26,6 +26,30 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// A checkout whose Stripe customer belongs to another account is a conflict and binds nothing: not its
+    /// subscription either, so that subscription's invoices never start a plan on the account that lost the conflict.
+    @Test(arguments: TestDatabase.engines)
+    func aCheckoutWithAnotherAccountsCustomerBindsNothing(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            let first = stripeEvent(
+                "evt_k1", "checkout.session.completed", created: story.now,
+                #"{"id":"cs_k1","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_k","payment_intent":"pi_k1","metadata":{"priceId":"price_tokens_25"}}"#
+            )
+            #expect(try await story.outcome(first, at: story.now) == "applied")
+            let other = try await client.signUpAndVerify(app, email: "other-stripe@example.com")
+            let otherUser = try await app.userID(token: other)
+            let taken = stripeEvent(
+                "evt_k2", "checkout.session.completed", created: story.now,
+                #"{"id":"cs_k2","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(otherUser)","customer":"cus_k","subscription":"sub_k2","metadata":{"priceId":"price_pro_monthly"}}"#
+            )
+            #expect(try await story.outcome(taken, at: story.now) == "conflict")
+            #expect(try await app.rows("SELECT user_id FROM billing_accounts WHERE external_id = 'sub:sub_k2'").isEmpty)
+            #expect(try await client.subscription(other).planId == "free")
+        }
+    }
+
     /// A plan switch within a Stripe period (prorated, its invoice not a new period) never starts a new month of
     /// tokens: an upgrade tops the period up to the bigger plan's tokens once; switching down, back and up again grants
     /// nothing more (a reviewer switched back and forth for a month of tokens each time). The books still balance.
