@@ -43,10 +43,13 @@ extension BillingService {
         else { throw BillingError.unknownProduct(transaction.productId) }
         let newBinding = try await bind(
             tx, provider: "apple", externalID: transaction.originalTransactionId, userID: userID, environment: environment.rawValue)
+        // One record per account and transaction: the app may post the same transaction again and again (a restore, a
+        // retry), and each copy stored its JWS (kilobytes) for good.
         let eventID = try await claim(
-            tx, provider: "apple", source: "verify", dedupeKey: nil, externalID: transaction.transactionId, eventType: "VERIFY",
-            originalID: transaction.originalTransactionId, environment: environment.rawValue,
-            signedAt: transaction.signedDate.map(Date.init(epochMilliseconds:)), raw: raw)
+            tx, provider: "apple", source: "verify", dedupeKey: "apple-verify:\(userID):\(transaction.transactionId)",
+            externalID: transaction.transactionId, eventType: "VERIFY", originalID: transaction.originalTransactionId,
+            environment: environment.rawValue, signedAt: transaction.signedDate.map(Date.init(epochMilliseconds:)), raw: raw,
+            recordDuplicate: false)
         if newBinding { try await replayUnmatchedApple(tx, originalTransactionID: transaction.originalTransactionId) }
         let at = Date(epochMilliseconds: transaction.signedDate ?? clock.now().epochMilliseconds)
         let verdict = try await applyAppleTransaction(tx, userID: userID, transaction: transaction, at: at)

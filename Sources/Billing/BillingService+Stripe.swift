@@ -82,9 +82,12 @@ struct StripeObject: Decodable {
     let items: StripeList<StripeLineItem>?
     let current_period_start: Int64?
     let current_period_end: Int64?
-    // charge
+    // charge (and dispute)
     let amount: Int64?
     let amount_refunded: Int64?
+    // invoice_payment (API 2025-03-31.basil on: invoices and charges no longer name each other)
+    let payment: Payment?
+    struct Payment: Decodable { let payment_intent: StripeID? }
 
     struct Parent: Decodable {
         let subscription_details: Details?
@@ -159,42 +162,90 @@ extension BillingService {
             if verdict.outcome == .applied || verdict.outcome == .stale {
                 try await recordPeriod(
                     tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
+                // A refund or the payment's record that arrived before this invoice (stored as unmatched) applies now.
+                try await replayUnmatchedStripe(tx, keys: [invoiceID, object.payment_intent?.value])
             }
             return verdict
+        case "invoice_payment.paid":
+            return try await recordInvoicePayment(tx, object)
         case "customer.subscription.updated":
-            guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
-            switch object.status {
-            case "active", "trialing":
-                let current = try await machine.lockedSubscription(userID: userID, tx)
-                if let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }), let current,
-                    plan.id != current.planID
-                {
-                    let item = object.items?.data?.first
-                    let end = (item?.current_period_end ?? object.current_period_end).map { Date(timeIntervalSince1970: Double($0)) }
-                    let changed = try await applyMachine(
-                        tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .changePlanNow(planID: plan.id, periodEnd: end))
-                    _ = try await applyMachine(
-                        tx, provider: .stripe, eventID: machineID + ":renew", userID: userID, at: at,
-                        .setWillRenew(!(object.cancel_at_period_end ?? false)))
-                    return changed
-                }
-                return try await applyMachine(
-                    tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
-            case "past_due", "unpaid":
-                return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .pastDue)
-            case "canceled", "incomplete_expired":
-                return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .expire)
-            default:
-                return .acknowledged("subscription status \(object.status ?? "missing"): no change", user: userID)
-            }
+            return try await subscriptionUpdated(tx, object, machineID: machineID, at: at)
         case "customer.subscription.deleted":
             guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
+            let current = try await machine.lockedSubscription(userID: userID, tx)
+            if let other = Self.anotherSubscription(current, object) { return .acknowledged(other, user: userID) }
             return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .expire)
         case "charge.refunded":
+            return try await refundCharge(tx, object, machineID: machineID, at: at)
+        case "charge.dispute.funds_withdrawn":
+            // A chargeback the bank decided for the customer takes back what the charge granted, as a full refund does
+            // (Stripe sends no `charge.refunded` for it). The dispute carries the charge's payment intent and amount.
             return try await refundCharge(tx, object, machineID: machineID, at: at)
         default:
             return .acknowledged("\(event.type) is stored, no effect")
         }
+    }
+
+    /// `customer.subscription.updated`: a plan change, renewal intent or status of the account's current subscription.
+    func subscriptionUpdated(_ tx: any SQLExecutor, _ object: StripeObject, machineID: String, at: Date) async throws -> BillingVerdict {
+        guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
+        let current = try await machine.lockedSubscription(userID: userID, tx)
+        if let other = Self.anotherSubscription(current, object) { return .acknowledged(other, user: userID) }
+        switch object.status {
+        case "active", "trialing":
+            // A plan change applies only to a subscription that still grants access: one refunded (ended) stays ended,
+            // though Stripe's own subscription goes on (a switch brought access back and topped up the refunded period).
+            if let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }), let current,
+                plan.id != current.planID, current.isEntitled(at: clock.now())
+            {
+                let item = object.items?.data?.first
+                let end = (item?.current_period_end ?? object.current_period_end).map { Date(timeIntervalSince1970: Double($0)) }
+                let changed = try await applyMachine(
+                    tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .changePlanNow(planID: plan.id, periodEnd: end))
+                _ = try await applyMachine(
+                    tx, provider: .stripe, eventID: machineID + ":renew", userID: userID, at: at,
+                    .setWillRenew(!(object.cancel_at_period_end ?? false)))
+                return changed
+            }
+            return try await applyMachine(
+                tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .setWillRenew(!(object.cancel_at_period_end ?? false)))
+        case "past_due", "unpaid":
+            return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .pastDue)
+        case "canceled", "incomplete_expired":
+            return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .expire)
+        default:
+            return .acknowledged("subscription status \(object.status ?? "missing"): no change", user: userID)
+        }
+    }
+
+    /// `invoice_payment.paid` (API 2025-03-31.basil on): the payment intent that paid an invoice. Its charge names only
+    /// that payment intent, so a subscription period's record (kept under its invoice) now answers to the payment intent
+    /// (which older charges name too); a refund of it that came first applies now. Before, such a refund matched nothing
+    /// and was never applied: access and tokens stayed.
+    func recordInvoicePayment(_ tx: any SQLExecutor, _ object: StripeObject) async throws -> BillingVerdict {
+        guard let invoiceID = object.invoice?.value, let intent = object.payment?.payment_intent?.value else {
+            return .acknowledged("invoice payment without an invoice or a payment intent: no effect")
+        }
+        let updated = try await tx.query(
+            """
+            UPDATE billing_grants SET payment_ref = ?, updated_at_ms = ? WHERE provider = 'stripe' AND kind = 'period' AND payment_ref = ?
+            RETURNING user_id
+            """, [intent, clock.now(), invoiceID])
+        guard let userID = try updated.first?.string("user_id") else {
+            return BillingVerdict(
+                outcome: .unmatched, detail: "no subscription payment recorded for this invoice yet; applied when it is", userID: nil)
+        }
+        try await replayUnmatchedStripe(tx, keys: [intent])
+        return BillingVerdict(outcome: .applied, detail: "invoice \(invoiceID) was paid by \(intent)", userID: userID)
+    }
+
+    /// For an event about a Stripe subscription: nil when it is the account's current subscription, else why it is not
+    /// applied. An event of another subscription (an earlier Stripe one, or the account's App Store subscription or comp
+    /// now) never changes, ends or renews the current one; toggling an old one's renewal moved the account's last event
+    /// time, so a refund of the current one arrived stale.
+    static func anotherSubscription(_ current: Subscription?, _ object: StripeObject) -> String? {
+        guard let current, current.provider != .stripe || current.providerSubscriptionID != object.id else { return nil }
+        return "the event concerns another subscription than the account's current one"
     }
 
     static let unmatched = BillingVerdict(

@@ -125,7 +125,7 @@ public struct BillingService: Sendable {
     /// Stores an event. With a `dedupeKey` already taken, the event is stored as a duplicate and nil is returned.
     func claim(
         _ tx: any SQLExecutor, provider: String, source: String, dedupeKey: String?, externalID: String?, eventType: String?, originalID: String?,
-        environment: String?, signedAt: Date?, raw: String
+        environment: String?, signedAt: Date?, raw: String, recordDuplicate: Bool = true
     ) async throws -> String? {
         let id = FreshID.uuid()
         let digest = hexString(SHA256.hash(data: Data(raw.utf8)))
@@ -135,6 +135,7 @@ public struct BillingService: Sendable {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'processing', ?, ?, ?, ?) ON CONFLICT (dedupe_key) DO NOTHING RETURNING id
             """, [id, provider, source, dedupeKey, externalID, eventType, originalID, environment, signedAt, Self.storable(raw), digest, clock.now()])
         if !rows.isEmpty { return id }
+        guard recordDuplicate else { return nil }
         try await tx.query(
             """
             INSERT INTO billing_events (id, provider, source, external_id, event_type, original_id, environment, verdict, detail, signed_at_ms, raw, raw_sha256, received_at_ms)
@@ -290,6 +291,10 @@ public struct BillingService: Sendable {
                 "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
         else { return nil }
         let userID = try grant.string("user_id")
+        // An erased account's tokens were forfeited with it: nothing to take back, and nothing may be posted to it.
+        guard try await accounts.isActiveUser(userID, tx) else {
+            return BillingVerdict(outcome: .ignored, detail: "the account this purchase was granted to is erased", userID: nil)
+        }
         let tokens = try grant.int("tokens")
         let done = try grant.int("clawed_tokens") + grant.int("shortfall_tokens")
         let target = Share.apply(share, to: tokens)
@@ -336,6 +341,9 @@ public struct BillingService: Sendable {
                 "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
         else { return nil }
         let userID = try grant.string("user_id")
+        guard try await accounts.isActiveUser(userID, tx) else {
+            return BillingVerdict(outcome: .ignored, detail: "the account this purchase was granted to is erased", userID: nil)
+        }
         let clawed = try grant.int("clawed_tokens")
         if clawed > 0 { _ = try await ledger.grant(tx, userID: userID, amountTokens: clawed, bucket: .purchased, reason: "refund_reversed") }
         try await tx.query(

@@ -26,6 +26,97 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// What a refund or a chargeback ended stays ended (an outside reviewer): a plan switch in Stripe's portal after a
+    /// full refund neither brings access back nor tops the refunded period up; a lost dispute takes a pack's tokens back
+    /// as a refund does; an event of another Stripe subscription of the account changes nothing of the current one.
+    @Test(arguments: TestDatabase.engines)
+    func refundsAndChargebacksStay(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            let u = story.user
+            let end = Int64(story.now.timeIntervalSince1970) + 2_592_000
+            let checkout = stripeEvent(
+                "evt_f1", "checkout.session.completed", created: story.now,
+                #"{"id":"cs_f1","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(u)","customer":"cus_f","subscription":"sub_f","invoice":"in_f1","metadata":{"priceId":"price_pro_monthly"}}"#
+            )
+            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            let other = stripeEvent(
+                "evt_f2", "customer.subscription.updated", created: story.now.addingTimeInterval(30),
+                #"{"id":"sub_old","object":"subscription","status":"active","customer":"cus_f","cancel_at_period_end":true,"items":{"data":[{"price":{"id":"price_pro_monthly"},"current_period_end":\#(end)}]}}"#
+            )
+            #expect(try await story.outcome(other, at: story.now.addingTimeInterval(30)) == "acknowledged")
+            #expect(try await client.subscription(story.token).willRenew == true)
+            let refund = stripeEvent(
+                "evt_f3", "charge.refunded", created: story.now.addingTimeInterval(60),
+                #"{"id":"ch_f1","object":"charge","amount":999,"amount_refunded":999,"invoice":"in_f1"}"#)
+            #expect(try await story.outcome(refund, at: story.now.addingTimeInterval(60)) == "applied")
+            #expect(try await client.balance(story.token).subscriptionTokens == 0)
+            let switched = stripeEvent(
+                "evt_f4", "customer.subscription.updated", created: story.now.addingTimeInterval(90),
+                #"{"id":"sub_f","object":"subscription","status":"active","customer":"cus_f","items":{"data":[{"price":{"id":"price_max_monthly"},"current_period_end":\#(end)}]}}"#
+            )
+            _ = try await story.outcome(switched, at: story.now.addingTimeInterval(90))
+            #expect(try await client.subscription(story.token).isEntitled == false)
+            #expect(try await client.balance(story.token).subscriptionTokens == 0)
+            let pack = stripeEvent(
+                "evt_f5", "checkout.session.completed", created: story.now.addingTimeInterval(120),
+                #"{"id":"cs_f5","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(u)","customer":"cus_f","payment_intent":"pi_f5","metadata":{"priceId":"price_tokens_25"}}"#
+            )
+            #expect(try await story.outcome(pack, at: story.now.addingTimeInterval(120)) == "applied")
+            #expect(try await client.balance(story.token).purchasedTokens == 25)
+            let dispute = stripeEvent(
+                "evt_f6", "charge.dispute.funds_withdrawn", created: story.now.addingTimeInterval(150),
+                #"{"id":"dp_f6","object":"dispute","charge":"ch_f5","payment_intent":"pi_f5","amount":499,"status":"needs_response"}"#)
+            #expect(try await story.outcome(dispute, at: story.now.addingTimeInterval(150)) == "applied")
+            #expect(try await client.balance(story.token).purchasedTokens == 0)
+            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
+            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+        }
+    }
+
+    /// On Stripe's API 2025-03-31.basil and later a charge names only its payment intent and an invoice names none:
+    /// `invoice_payment.paid` links them. A full refund of a renewal, arriving before both its invoice and that link,
+    /// is applied once they come (before, it matched nothing for good, and access and the period's tokens stayed).
+    @Test(arguments: TestDatabase.engines)
+    func aRenewalRefundedOnTheBasilAPIIsTakenBack(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            let checkout = stripeEvent(
+                "evt_b1", "checkout.session.completed", created: story.now,
+                #"{"id":"cs_b1","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_b","subscription":"sub_b","invoice":"in_b1","metadata":{"priceId":"price_basic_monthly"}}"#
+            )
+            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            let start = Int64(story.now.timeIntervalSince1970) + 2_592_000
+            let renewedAt = Date(timeIntervalSince1970: Double(start))
+            app.clock.advance(seconds: 2_592_000 + 60)
+            let token = try await client.signIn("stripe@example.com", "correct horse battery").json(AppStoreServerHTTPTests.SignedIn.self).session
+                .token
+            let refund = stripeEvent(
+                "evt_b2", "charge.refunded", created: renewedAt.addingTimeInterval(30),
+                #"{"id":"ch_b2","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_b2"}"#)
+            #expect(try await story.outcome(refund, at: renewedAt.addingTimeInterval(30)) == "unmatched")
+            let renewal = stripeEvent(
+                "evt_b3", "invoice.paid", created: renewedAt,
+                #"{"id":"in_b2","object":"invoice","billing_reason":"subscription_cycle","customer":"cus_b","parent":{"subscription_details":{"subscription":"sub_b"}},"lines":{"data":[{"pricing":{"price_details":{"price":"price_basic_monthly"}},"period":{"start":\#(start),"end":\#(start + 2_592_000)}}]}}"#
+            )
+            #expect(try await story.outcome(renewal, at: renewedAt) == "applied")
+            #expect(try await client.subscription(token).isEntitled)
+            let renewed = try await client.balance(token).subscriptionTokens
+            let paid = stripeEvent(
+                "evt_b4", "invoice_payment.paid", created: renewedAt.addingTimeInterval(5),
+                #"{"id":"inpay_b2","object":"invoice_payment","invoice":"in_b2","payment":{"type":"payment_intent","payment_intent":"pi_b2"},"status":"paid"}"#
+            )
+            #expect(try await story.outcome(paid, at: renewedAt.addingTimeInterval(5)) == "applied")
+            #expect(try await client.subscription(token).isEntitled == false)
+            // The renewal's month is taken back; what the first, unrefunded month left stays.
+            #expect(try await client.balance(token).subscriptionTokens == renewed - 50)
+            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
+            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+        }
+    }
+
     /// A checkout whose Stripe customer belongs to another account is a conflict and binds nothing: not its
     /// subscription either, so that subscription's invoices never start a plan on the account that lost the conflict.
     @Test(arguments: TestDatabase.engines)

@@ -3036,9 +3036,11 @@ paths:
         `checkout.session.completed` / `checkout.session.async_payment_succeeded` (`client_reference_id` = user id; payment
         → token pack by `metadata.priceId` or line item price; subscription → start the plan), `invoice.paid` (a new
         period: rollover and grant), `customer.subscription.updated` (a plan change stays in the period already granted: a
-        bigger plan tops it up to its monthly tokens once, a smaller one grants nothing) / `deleted`, `charge.refunded` (pro-rata, cumulative
-        clawback). Events for a customer, subscription or payment not yet known are stored (`unmatched`) and applied when
-        its checkout completes. An event with a date outside 1970–2100 (`created`, any line's or item's period) is refused
+        bigger plan tops it up to its monthly tokens once, a smaller one grants nothing; only the account's current subscription,
+        and never one a refund ended) / `deleted`, `charge.refunded` (pro-rata, cumulative clawback),
+        `charge.dispute.funds_withdrawn` (as a full refund), `invoice_payment.paid` (API 2025-03-31.basil on: links an
+        invoice's period to the payment intent its charge names). Events for a customer, subscription or payment not yet
+        known are stored (`unmatched`) and applied when its checkout (or, for a refund, its invoice) arrives. An event with a date outside 1970–2100 (`created`, any line's or item's period) is refused
         whole with 400 and stored nowhere.
       parameters:
         - { name: Stripe-Signature, in: header, required: true, schema: { type: string } }
