@@ -101,17 +101,11 @@ public struct Ledger: Sendable {
         try await prepare(tx, userID: userID, now: clock.now()).balances
     }
 
-    /// Purchased tokens the user still has: the purchased bucket plus what pending holds reserved from it (held is not
-    /// spent). Billing attributes spends to purchases from it (oldest purchase first).
+    /// Purchased tokens the user has not used: the purchased bucket. What pending holds reserved from it counts as used:
+    /// a hold is a spend under way, and Billing answers Apple's refund questions from this figure (oldest purchase first),
+    /// so a pack held whole while Apple asked was reported as untouched and refunded in full, then captured.
     public func purchasedUnspent(_ tx: any SQLExecutor, userID: String) async throws -> Int64 {
-        let balance = try await balances(tx, userID: userID).purchasedTokens
-        let held =
-            try await tx.first(
-                """
-                SELECT COALESCE(SUM(p.amount), 0) AS held FROM ledger_hold_parts p JOIN ledger_holds h ON h.id = p.hold_id
-                WHERE h.user_id = ? AND h.status = 'pending' AND p.bucket = 'purchased'
-                """, [userID])?.int("held") ?? 0
-        return balance + held
+        try await balances(tx, userID: userID).purchasedTokens
     }
 
     /// Newest first, at most `limit` (≤ 100), before the `cursor` returned by the previous page.

@@ -15,6 +15,28 @@ import Testing
 
 @Suite("Token ledger over HTTP")
 struct LedgerHTTPTests {
+    /// What a refund question is answered from: purchased tokens a pending hold reserved count as used (an outside
+    /// reviewer held a whole pack while Apple asked, so the pack was reported untouched).
+    @Test(arguments: TestDatabase.engines)
+    func heldPurchasedTokensCountAsUsed(engine: Engine) async throws {
+        try await TestApp.run(engine) { client, app in
+            let token = try await client.signUpAndVerify(app, email: "held@example.com")
+            let user = try await app.userID(token: token)
+            let key = try await app.apiKey(["ledger:write"])
+            _ = try await client.ledger(
+                "/api/ledger/grants", key: key, idempotencyKey: "g1", json: #"{"userId":"\#(user)","amount":100,"bucket":"purchased"}"#)
+            _ = try await client.ledger(
+                "/api/ledger/holds", key: key, idempotencyKey: "h1", json: #"{"userId":"\#(user)","amount":60,"reason":"job","ttlSeconds":60}"#)
+            let ledger = app.dependencies.ledger.ledger
+            let unspent = try await app.dependencies.database.transaction(logger: Logger(label: "test")) { tx in
+                try await ledger.purchasedUnspent(tx, userID: user)
+            }
+            // Whatever the hold took from the pack (after the sign-up bonus) is not reported as unused.
+            let balance = try await client.balance(token)
+            #expect(unspent < 100 && unspent == balance.purchasedTokens && balance.heldTokens == 60)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func grantsSpendsAndIdempotency(engine: Engine) async throws {
         try await TestApp.run(engine) { client, app in
