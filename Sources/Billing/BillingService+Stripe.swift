@@ -294,9 +294,12 @@ extension BillingService {
                 return BillingVerdict(outcome: .ignored, detail: "no plan for price \(priceID ?? "missing")", userID: userID)
             }
             let start = Date(timeIntervalSince1970: Double(event.created))
+            // Nothing paid: a trial (the plan's `trialDays`, status `trialing`), as an App Store free trial is; the first
+            // paid invoice starts the first paid period. Before, a trial checkout was a paid month of access.
+            let trial = session.payment_status == "no_payment_required"
             verdict = try await applyMachine(
                 tx, provider: .stripe, eventID: "checkout:\(sessionID)", userID: userID, at: start,
-                .start(planID: plan.id, periodStart: start, periodEnd: nil, trial: false, willRenew: true),
+                .start(planID: plan.id, periodStart: start, periodEnd: nil, trial: trial, willRenew: true),
                 providerSubscriptionID: session.subscriptionID, providerCustomerID: session.customer?.value)
             if verdict.outcome == .applied || verdict.outcome == .stale {
                 try await recordPeriod(

@@ -117,6 +117,26 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// A checkout that paid nothing (Stripe's trial) starts the plan's trial, as an App Store free trial does: status
+    /// `trialing` until the plan's `trialDays` end, not a paid month of access.
+    @Test(arguments: TestDatabase.engines)
+    func aTrialCheckoutIsATrial(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            let checkout = stripeEvent(
+                "evt_t1", "checkout.session.completed", created: story.now,
+                #"{"id":"cs_t1","object":"checkout.session","mode":"subscription","payment_status":"no_payment_required","client_reference_id":"\#(story.user)","customer":"cus_t","subscription":"sub_t","metadata":{"priceId":"price_basic_monthly"}}"#
+            )
+            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            #expect(try await client.subscription(story.token).status == "trialing")
+            app.clock.advance(seconds: 8 * 86400)
+            let token = try await client.signIn("stripe@example.com", "correct horse battery").json(AppStoreServerHTTPTests.SignedIn.self).session
+                .token
+            #expect(try await client.subscription(token).isEntitled == false, "the 7-day trial is over")
+        }
+    }
+
     /// A checkout whose Stripe customer belongs to another account is a conflict and binds nothing: not its
     /// subscription either, so that subscription's invoices never start a plan on the account that lost the conflict.
     @Test(arguments: TestDatabase.engines)
