@@ -212,9 +212,7 @@ public struct BillingService: Sendable {
         // The binding as stored: an erased account's bindings are deleted with it, so another account's liveness never
         // matters here, and asking (a share lock on that account's row, while the caller's own is held) let two accounts
         // verifying each other's purchases deadlock.
-        let owner = try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?
-            .optionalString("user_id")
-        guard owner == userID else { throw BillingError.boundToAnotherAccount }
+        guard try await storedBinding(tx, provider: provider, externalID: externalID) == userID else { throw BillingError.boundToAnotherAccount }
         return false
     }
 
@@ -224,14 +222,19 @@ public struct BillingService: Sendable {
     /// finds no account is stored as unmatched either before a binding's transaction (whose replay then applies it) or
     /// after it (and finds the account).
     func boundUser(_ tx: any SQLExecutor, provider: String, externalID: String) async throws -> String? {
-        let lookup = "SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?"
-        var user = try await tx.first(lookup, [provider, externalID])?.optionalString("user_id")
+        var user = try await storedBinding(tx, provider: provider, externalID: externalID)
         if user == nil, tx.engine == .postgres {
             try await lockBinding(tx, provider: provider, externalID: externalID)
-            user = try await tx.first(lookup, [provider, externalID])?.optionalString("user_id")
+            user = try await storedBinding(tx, provider: provider, externalID: externalID)
         }
         guard let user else { return nil }
         return try await accounts.isActiveUser(user, tx) ? user : nil
+    }
+
+    /// The account id a provider purchase is bound to, as stored (live or not).
+    func storedBinding(_ tx: any SQLExecutor, provider: String, externalID: String) async throws -> String? {
+        try await tx.first("SELECT user_id FROM billing_accounts WHERE provider = ? AND external_id = ?", [provider, externalID])?
+            .optionalString("user_id")
     }
 
     /// On PostgreSQL, a new binding of a provider id and a lookup that found none take turns (a transaction-scoped

@@ -36,11 +36,7 @@ struct StripeBillingHTTPTests {
             let story = try await StripeStory(client: client, app: app)
             let u = story.user
             let end = Int64(story.now.timeIntervalSince1970) + 2_592_000
-            let checkout = stripeEvent(
-                "evt_f1", "checkout.session.completed", created: story.now,
-                #"{"id":"cs_f1","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(u)","customer":"cus_f","subscription":"sub_f","invoice":"in_f1","metadata":{"priceId":"price_pro_monthly"}}"#
-            )
-            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            #expect(try await story.subscribe("f", price: "price_pro_monthly", invoice: "in_f1") == "applied")
             let other = stripeEvent(
                 "evt_f2", "customer.subscription.updated", created: story.now.addingTimeInterval(30),
                 #"{"id":"sub_old","object":"subscription","status":"active","customer":"cus_f","cancel_at_period_end":true,"items":{"data":[{"price":{"id":"price_pro_monthly"},"current_period_end":\#(end)}]}}"#
@@ -70,8 +66,7 @@ struct StripeBillingHTTPTests {
                 #"{"id":"dp_f6","object":"dispute","charge":"ch_f5","payment_intent":"pi_f5","amount":499,"status":"needs_response"}"#)
             #expect(try await story.outcome(dispute, at: story.now.addingTimeInterval(150)) == "applied")
             #expect(try await client.balance(story.token).purchasedTokens == 0)
-            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
-            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+            #expect(try await story.booksBalance())
         }
     }
 
@@ -83,11 +78,7 @@ struct StripeBillingHTTPTests {
         let fx = try BillingFixture()
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
-            let checkout = stripeEvent(
-                "evt_b1", "checkout.session.completed", created: story.now,
-                #"{"id":"cs_b1","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_b","subscription":"sub_b","invoice":"in_b1","metadata":{"priceId":"price_basic_monthly"}}"#
-            )
-            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            #expect(try await story.subscribe("b", price: "price_basic_monthly", invoice: "in_b1") == "applied")
             let start = Int64(story.now.timeIntervalSince1970) + 2_592_000
             let renewedAt = Date(timeIntervalSince1970: Double(start))
             app.clock.advance(seconds: 2_592_000 + 60)
@@ -112,8 +103,7 @@ struct StripeBillingHTTPTests {
             #expect(try await client.subscription(token).isEntitled == false)
             // The renewal's month is taken back; what the first, unrefunded month left stays.
             #expect(try await client.balance(token).subscriptionTokens == renewed - 50)
-            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
-            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+            #expect(try await story.booksBalance())
         }
     }
 
@@ -124,11 +114,7 @@ struct StripeBillingHTTPTests {
         let fx = try BillingFixture()
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
-            let checkout = stripeEvent(
-                "evt_t1", "checkout.session.completed", created: story.now,
-                #"{"id":"cs_t1","object":"checkout.session","mode":"subscription","payment_status":"no_payment_required","client_reference_id":"\#(story.user)","customer":"cus_t","subscription":"sub_t","metadata":{"priceId":"price_basic_monthly"}}"#
-            )
-            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            #expect(try await story.subscribe("t", price: "price_basic_monthly", paymentStatus: "no_payment_required") == "applied")
             #expect(try await client.subscription(story.token).status == "trialing")
             app.clock.advance(seconds: 8 * 86400)
             let token = try await client.signIn("stripe@example.com", "correct horse battery").json(AppStoreServerHTTPTests.SignedIn.self).session
@@ -169,11 +155,7 @@ struct StripeBillingHTTPTests {
         let fx = try BillingFixture()
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
-            let checkout = stripeEvent(
-                "evt_s1", "checkout.session.completed", created: story.now,
-                #"{"id":"cs_s","object":"checkout.session","mode":"subscription","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_s","subscription":"sub_s","metadata":{"priceId":"price_basic_monthly"}}"#
-            )
-            #expect(try await story.outcome(checkout, at: story.now) == "applied")
+            #expect(try await story.subscribe("s", price: "price_basic_monthly") == "applied")
             #expect(try await client.balance(story.token).subscriptionTokens == 50)
             let end = Int64(story.now.timeIntervalSince1970) + 2_592_000
             for (index, price) in ["price_max_monthly", "price_basic_monthly", "price_max_monthly", "price_pro_monthly", "price_max_monthly"]
@@ -188,8 +170,7 @@ struct StripeBillingHTTPTests {
                 #expect(try await client.subscription(story.token).planId == price.replacingOccurrences(of: "price_", with: ""))
                 #expect(try await client.balance(story.token).subscriptionTokens == 400, "after \(price): the bigger plan's month, once")
             }
-            let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
-            #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+            #expect(try await story.booksBalance())
         }
     }
 }
@@ -212,6 +193,23 @@ struct StripeStory {
     }
 
     func outcome(_ event: String, at date: Date) async throws -> String { try await client.stripe(event, at: date).json(ReceivedBody.self).outcome }
+
+    /// A subscription checkout of this user for `price`, as Stripe sends it (session `cs_<tag>`, customer `cus_<tag>`,
+    /// subscription `sub_<tag>`, event `evt_<tag>`), at the story's start; its outcome.
+    func subscribe(_ tag: String, price: String, paymentStatus: String = "paid", invoice: String? = nil) async throws -> String {
+        let invoiceField = invoice.map { #""invoice":"\#($0)","# } ?? ""
+        let checkout = stripeEvent(
+            "evt_\(tag)", "checkout.session.completed", created: now,
+            #"{"id":"cs_\#(tag)","object":"checkout.session","mode":"subscription","payment_status":"\#(paymentStatus)","client_reference_id":"\#(user)","customer":"cus_\#(tag)","subscription":"sub_\#(tag)",\#(invoiceField)"metadata":{"priceId":"\#(price)"}}"#
+        )
+        return try await outcome(checkout, at: now)
+    }
+
+    /// `ledger verify` finds the books balanced.
+    func booksBalance() async throws -> Bool {
+        let verify = try await client.get("/api/admin/ledger/verify", token: try await app.apiKey(["admin"]))
+        return verify.status == .ok && verify.text.contains(#""ok":true"#)
+    }
 
     /// A refund before its checkout waits; a pack checkout grants once; bad signatures change and store nothing; the
     /// rotated-out secret still verifies.
