@@ -94,7 +94,8 @@ extension BillingService {
                 verdict = clawed
             } else if catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) {
                 verdict = try await applyMachine(
-                    tx, provider: .apple, eventID: "refund:\(transaction.transactionId)", userID: userID, at: at, .refund)
+                    tx, provider: .apple, eventID: "refund:\(transaction.transactionId)", userID: userID, at: at,
+                    .refund(periodKey: transaction.periodKey))
             } else {
                 verdict = BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }

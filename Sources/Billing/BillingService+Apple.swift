@@ -146,7 +146,9 @@ extension BillingService {
             guard catalog.plans.contains(where: { $0.appleProductId == transaction.productId }) else {
                 return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }
-            return try await applyMachine(tx, provider: .apple, eventID: "refund:\(transaction.transactionId)", userID: userID, at: at, .refund)
+            return try await applyMachine(
+                tx, provider: .apple, eventID: "refund:\(transaction.transactionId)", userID: userID, at: at,
+                .refund(periodKey: transaction.periodKey))
         case "CONSUMPTION_REQUEST":
             return try await queueConsumptionRequest(
                 tx, userID: userID, transactionID: transaction.transactionId, notificationUUID: notification.notificationUUID)
@@ -156,7 +158,8 @@ extension BillingService {
                 return BillingVerdict(outcome: .ignored, detail: "no grant recorded for transaction \(transaction.transactionId)", userID: userID)
             }
             return try await applyMachine(
-                tx, provider: .apple, eventID: "refund_reversed:\(transaction.transactionId)", userID: userID, at: at, .reverseRefund)
+                tx, provider: .apple, eventID: "refund_reversed:\(transaction.transactionId)", userID: userID, at: at,
+                .reverseRefund(periodKey: transaction.periodKey, periodEnd: transaction.expiresDate.map(Date.init(epochMilliseconds:))))
         default:
             return .acknowledged("\(type) is stored, no effect", user: userID)
         }
@@ -246,4 +249,9 @@ extension BillingService {
 public struct AppleNotificationBody: Codable, Sendable {
     public let signedPayload: String
     public init(signedPayload: String) { self.signedPayload = signedPayload }
+}
+
+extension AppleTransaction {
+    /// The period this transaction paid for: it starts at the purchase date, as ``BillingService/applyAppleTransaction`` starts it.
+    var periodKey: String { SubscriptionMachine.periodKey(Date(epochMilliseconds: purchaseDate)) }
 }

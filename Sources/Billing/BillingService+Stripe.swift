@@ -338,7 +338,8 @@ extension BillingService {
             guard refunded == amount else {
                 return .acknowledged("partial refund of a subscription payment: access and tokens unchanged", user: userID)
             }
-            return try await applyMachine(tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund)
+            return try await applyMachine(
+                tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund(periodKey: grant.optionalString("period_key")))
         }
         return BillingVerdict(
             outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)

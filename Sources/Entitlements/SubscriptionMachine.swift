@@ -23,10 +23,31 @@ public enum SubscriptionEvent: Sendable, Equatable {
     case pastDue
     /// The subscription ended.
     case expire
-    /// The purchase was refunded or revoked: access ends now and the period's tokens are clawed back.
-    case refund
-    /// A refund was reversed: access and the clawed-back tokens return.
-    case reverseRefund
+    /// A paid period was refunded or revoked: its tokens are clawed back (once per period), and when it is the current
+    /// period, access ends now. `periodKey`: the refunded payment's period (``SubscriptionMachine/periodKey(_:month:)`` of
+    /// its start); nil: the current one.
+    case refund(periodKey: String?)
+    /// A period's refund was reversed: its clawed-back tokens return (once), and access when it is the current period,
+    /// until `periodEnd` (the provider's; nil: the plan's interval from the period's start).
+    case reverseRefund(periodKey: String?, periodEnd: Date?)
+
+    /// When the period an event starts begins (nil: an event that starts none, or a change within the current period).
+    var periodStart: Date? {
+        switch self {
+        case .start(_, let start, _, _, _), .renew(let start, _, _): start
+        case .changePlanNow(_, _, let start): start
+        default: nil
+        }
+    }
+
+    /// The plan an event names.
+    var planID: String? {
+        switch self {
+        case .changePlanNow(let planID, _, _): planID
+        case .renew(_, _, let planID): planID
+        default: nil
+        }
+    }
 
     var kind: String {
         switch self {
@@ -59,7 +80,8 @@ public enum EventOutcome: String, Sendable, Equatable {
 public struct EventResult: Sendable, Equatable {
     public let outcome: EventOutcome
     public let detail: String?
-    /// A refund's clawback (stored in `subscription_events.clawed_tokens`, which a refund reversal gives back).
+    /// A refund's clawback (stored in `subscription_events.clawed_tokens`; a reversal gives back what the period's
+    /// ledger rows record, ``Ledger/restorePeriod``).
     public let clawedTokens: Int64?
 
     init(_ outcome: EventOutcome, _ detail: String? = nil, clawedTokens: Int64? = nil) {
@@ -125,18 +147,14 @@ public struct SubscriptionMachine: Sendable {
         let lastEvent = try await tx.first("SELECT last_event_at_ms FROM subscriptions WHERE user_id = ?", [userID])?.optionalDate("last_event_at_ms")
         var result: EventResult
         if let lastEvent, occurredAt < lastEvent {
-            result = EventResult(.stale)
-            // A paid period is a fact even when it arrives after a newer event: its tokens are granted (once, by
-            // period key), but the newer state (plan flags, status) is kept.
-            if case .renew(let start, _, let planID) = event, let current, start > current.currentPeriodStart,
-                let plan = store.catalog.plan(id: planID ?? current.pendingPlanID ?? current.planID), !plan.isFreeTier
-            {
-                try await startPeriod(tx, userID: userID, plan: plan, start: start)
-                result = EventResult(.stale, "late period: tokens granted, newer state kept")
-            }
+            result = try await late(tx, userID: userID, current: current, event: event, at: occurredAt)
+            try await emitChange(tx, userID: userID, before: current, cause: "\(provider.rawValue).\(event.kind)", now: now)
         } else {
+            // The event names the current subscription (the provider's id for it is the one on record).
+            let same = binding?.subscriptionID != nil && binding?.subscriptionID == current?.providerSubscriptionID
             result = try await transition(
-                tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt, familyShared: familyShared)
+                tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt, familyShared: familyShared,
+                sameSubscription: same)
             if result.outcome == .applied {
                 // Any applied event may change what the yearly drip owes: due again now (``dripYearlyPlans``).
                 try await tx.query(
@@ -174,14 +192,20 @@ public struct SubscriptionMachine: Sendable {
 
     func transition(
         _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date,
-        familyShared: Bool = false
+        familyShared: Bool = false, sameSubscription: Bool = false
     ) async throws -> EventResult {
         switch event {
         case .start, .renew, .changePlanNow:
             try await periodTransition(
-                tx, provider: provider, userID: userID, current: current, event: event, at: at, familyShared: familyShared)
-        case .refund: try await refund(tx, userID: userID, current: current, at: at)
-        case .reverseRefund: try await reverseRefund(tx, userID: userID, current: current, at: at)
+                tx, provider: provider, userID: userID, current: current, event: event, at: at, familyShared: familyShared,
+                sameSubscription: sameSubscription)
+        case .refund(let key): try await refund(tx, userID: userID, current: current, periodKey: key, at: at)
+        case .reverseRefund(let key, let end):
+            try await reverseRefund(
+                tx, userID: userID, current: current, periodKey: key,
+                restoreAccessUntil: end ?? current.flatMap { current in
+                    store.catalog.plan(id: current.planID).map { Self.defaultEnd(start: current.currentPeriodStart, plan: $0, trial: false) }
+                } ?? at, at: at)
         default: try await stateTransition(tx, userID: userID, current: current, event: event)
         }
     }
@@ -190,8 +214,23 @@ public struct SubscriptionMachine: Sendable {
     /// is a family member's through Apple Family Sharing (recorded on the subscription; see ``startPeriod``).
     func periodTransition(
         _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date,
-        familyShared: Bool
+        familyShared: Bool, sameSubscription: Bool
     ) async throws -> EventResult {
+        if let start = event.periodStart {
+            // Its refund arrived first: the period grants neither tokens nor access.
+            if try await ledger.isRefunded(tx, userID: userID, periodKey: Self.periodKey(start)) {
+                return EventResult(.ignored, "the period was refunded before it arrived")
+            }
+            // A period that started before the current one of the same subscription (reconciliation repairs a renewal
+            // months later, when its `at` is new): its tokens are granted, the current period is kept. Before, it moved
+            // the subscription back to it. A start counts only when it names the current subscription.
+            if let current, start < current.currentPeriodStart, event.kind != "start" || sameSubscription {
+                guard try await periodTokensOnly(tx, userID: userID, current: current, planID: event.planID, start: start) else {
+                    return EventResult(.ignored, "an earlier period than the current one, granted before")
+                }
+                return EventResult(.applied, "an earlier period: tokens granted, the current period kept")
+            }
+        }
         switch event {
         case .start(let planID, let start, let end, let trial, let willRenew):
             let plan = try requirePlan(planID)
@@ -247,35 +286,77 @@ public struct SubscriptionMachine: Sendable {
         return EventResult(.applied)
     }
 
-    /// Access ends now and the period's tokens are clawed back (never below zero; the shortfall is noted).
-    func refund(_ tx: any SQLExecutor, userID: String, current: Subscription?, at: Date) async throws -> EventResult {
+    /// An event older than the newest applied one: recorded as stale, the newer state (plan, flags, status) kept. But
+    /// a paid period and a refund are facts whenever they arrive: a late period's tokens are granted (once, by period
+    /// key), a late refund's period is clawed back (and ends access if it is the current period), a late reversal gives
+    /// its period's tokens back (access stays as the newer events left it). Before, a refund older than a
+    /// renewal-status toggle was lost.
+    func late(_ tx: any SQLExecutor, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date) async throws -> EventResult {
+        switch event {
+        case .renew(let start, _, let planID):
+            guard let current, start > current.currentPeriodStart,
+                try await periodTokensOnly(tx, userID: userID, current: current, planID: planID, start: start)
+            else { return EventResult(.stale) }
+            return EventResult(.stale, "late period: tokens granted, newer state kept")
+        case .refund(let key):
+            let result = try await refund(tx, userID: userID, current: current, periodKey: key, at: at)
+            return EventResult(.stale, "late refund: \(result.detail ?? "")", clawedTokens: result.clawedTokens)
+        case .reverseRefund(let key, _):
+            let result = try await reverseRefund(tx, userID: userID, current: current, periodKey: key, restoreAccessUntil: nil, at: at)
+            return EventResult(.stale, "late refund reversal: \(result.detail ?? "")")
+        default:
+            return EventResult(.stale)
+        }
+    }
+
+    /// Grants a paid period's tokens (once, by its key) without touching the subscription's state: a period other than
+    /// the current one. False when nothing was granted (its plan is unknown or free, or it was granted or refunded before).
+    func periodTokensOnly(_ tx: any SQLExecutor, userID: String, current: Subscription, planID: String?, start: Date) async throws -> Bool {
+        guard let plan = store.catalog.plan(id: planID ?? current.pendingPlanID ?? current.planID), !plan.isFreeTier else { return false }
+        return try await startPeriod(tx, userID: userID, plan: plan, start: start)
+    }
+
+    /// The period starting under `periodKey` and its later months (``periodKey(_:month:)``).
+    static func months(_ periodKey: String) -> Ledger.PeriodMonths {
+        Ledger.PeriodMonths(key: periodKey, months: "\(periodKey):month:%")
+    }
+
+    /// A refunded period's tokens are clawed back, once (never below zero; the shortfall is noted). When it is the
+    /// current period, access ends now; a refund of another payment leaves the current period alone.
+    func refund(_ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, at: Date) async throws -> EventResult {
         guard let current else { return EventResult(.ignored, "no subscription") }
-        let granted = try await ledger.periodGrant(tx, userID: userID, periodKey: Self.periodKey(current.currentPeriodStart)) ?? 0
-        var (clawed, shortfall): (Int64, Int64) = (0, 0)
-        if granted > 0 {
-            (clawed, shortfall) = try await ledger.clawback(
-                tx, userID: userID, amountTokens: granted, bucket: .subscription, reason: "refund_clawback")
+        let currentKey = Self.periodKey(current.currentPeriodStart)
+        let key = periodKey ?? currentKey
+        guard let (clawed, shortfall) = try await ledger.refundPeriod(tx, userID: userID, period: Self.months(key), planID: current.planID) else {
+            return EventResult(.ignored, "period \(key) was refunded before, or its refund reversed")
+        }
+        guard key == currentKey else {
+            return EventResult(.applied, "clawed \(clawed) shortfall \(shortfall) (not the current period, which stays)", clawedTokens: clawed)
         }
         try await tx.query(
-            "UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ? WHERE user_id = ?", [false, at, userID])
+            "UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ?, next_drip_at_ms = 0 WHERE user_id = ?",
+            [false, at, userID])
         return EventResult(.applied, "clawed \(clawed) shortfall \(shortfall)", clawedTokens: clawed)
     }
 
-    /// A reversed refund: access and the tokens the last refund clawed back return.
-    func reverseRefund(_ tx: any SQLExecutor, userID: String, current: Subscription?, at: Date) async throws -> EventResult {
+    /// A reversed refund: the tokens its period's refund took return, once. With `restoreAccessUntil` and the current
+    /// period, access returns until then (the provider's period end, else the end of the plan's interval from the period's
+    /// start: a year for a yearly plan); without it (a late reversal), access stays as newer events left it.
+    func reverseRefund(
+        _ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, restoreAccessUntil: Date?, at: Date
+    ) async throws -> EventResult {
         guard let current else { return EventResult(.ignored, "no subscription") }
-        let clawed =
-            try await tx.first(
-                """
-                SELECT clawed_tokens FROM subscription_events WHERE user_id = ? AND kind = 'refund' AND outcome = 'applied'
-                ORDER BY occurred_at_ms DESC LIMIT 1
-                """, [userID])?.optionalInt("clawed_tokens") ?? 0
-        if clawed > 0 {
-            _ = try await ledger.grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed")
+        let currentKey = Self.periodKey(current.currentPeriodStart)
+        let key = periodKey ?? currentKey
+        guard let restored = try await ledger.restorePeriod(tx, userID: userID, period: Self.months(key)) else {
+            return EventResult(.ignored, "period \(key) has no refund to reverse (a refund arriving later takes nothing)")
         }
-        let end = Calendar(identifier: .gregorian).date(byAdding: .month, value: 1, to: current.currentPeriodStart) ?? at
-        try await tx.query("UPDATE subscriptions SET status = 'active', current_period_end_ms = ? WHERE user_id = ?", [max(end, at), userID])
-        return EventResult(.applied, "restored \(clawed)")
+        if key == currentKey, let end = restoreAccessUntil {
+            try await tx.query(
+                "UPDATE subscriptions SET status = 'active', current_period_end_ms = ?, next_drip_at_ms = 0 WHERE user_id = ?",
+                [max(end, at), userID])
+        }
+        return EventResult(.applied, "restored \(restored)")
     }
 
     /// `subscription.updated` with the old and new plan and status, when plan, status, renewal or pending plan changed.

@@ -180,9 +180,10 @@ public struct Ledger: Sendable {
         _ tx: any SQLExecutor, _ state: inout UserState, periodKey: String, planID: String, monthlyTokens: Int64, now: Date
     ) async throws -> Bool {
         let row = try await tx.first(
-            "SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?" + tx.dialect.forUpdate, [state.userID, periodKey])
+            "SELECT granted, refund FROM ledger_period_grants WHERE user_id = ? AND period_key = ?" + tx.dialect.forUpdate, [state.userID, periodKey])
         let granted = try row?.int("granted") ?? monthlyTokens
-        guard monthlyTokens > granted else { return false }
+        // A refunded period is settled: a plan change tops it up no more.
+        guard monthlyTokens > granted, try row?.string("refund") != "refunded" else { return false }
         let difference = monthlyTokens - granted
         let operation = Self.newID()
         try await post(
@@ -209,6 +210,86 @@ public struct Ledger: Sendable {
     public func periodGrant(_ tx: any SQLExecutor, userID: String, periodKey: String) async throws -> Int64? {
         try await tx.first("SELECT granted FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey])?.optionalInt(
             "granted")
+    }
+
+    /// A paid period's months: its key and the keys of its later months (`months`, a SQL `LIKE` pattern; a yearly plan
+    /// is granted a month at a time).
+    public struct PeriodMonths: Sendable {
+        public let key: String
+        public let months: String
+        public init(key: String, months: String) {
+            self.key = key
+            self.months = months
+        }
+    }
+
+    /// A refund of a paid period: takes back what its months granted, never below zero, once. Nil when the period's
+    /// refund was recorded before, or reversed (a reversal may arrive first): then nothing changes. A period not granted
+    /// yet (its refund arrived first) is recorded as refunded with nothing taken, so its grant, arriving later, grants
+    /// nothing (``startPeriod``, ``isRefunded``).
+    public func refundPeriod(
+        _ tx: any SQLExecutor, userID: String, period: PeriodMonths, planID: String
+    ) async throws -> (clawed: Int64, shortfall: Int64)? {
+        try await lockAccountsFirst(tx, userID: userID)
+        let months = try await periodMonths(tx, userID: userID, period)
+        guard months.allSatisfy({ $0.refund == "none" }) else { return nil }
+        guard !months.isEmpty else {
+            try await tx.query(
+                """
+                INSERT INTO ledger_period_grants (user_id, period_key, plan_id, granted, expired, created_at_ms, refund) VALUES (?, ?, ?, 0, 0, ?, 'refunded')
+                """, [userID, period.key, planID, clock.now()])
+            return (0, 0)
+        }
+        let granted = months.reduce(Int64(0)) { $0 + $1.granted }
+        var taken: (clawed: Int64, shortfall: Int64) = (0, 0)
+        if granted > 0 {
+            let result = try await clawback(tx, userID: userID, amountTokens: granted, bucket: .subscription, reason: "refund_clawback")
+            taken = (result.clawedTokens, result.shortfallTokens)
+        }
+        // What was taken, month by month (a reversal gives back exactly this).
+        var left = taken.clawed
+        for month in months {
+            let share = min(left, month.granted)
+            left -= share
+            try await tx.query(
+                "UPDATE ledger_period_grants SET refund = 'refunded', clawed = ? WHERE user_id = ? AND period_key = ?", [share, userID, month.key])
+        }
+        return taken
+    }
+
+    /// A reversed refund of a period: gives back what its refund took, once. Nil when the period has no refund to
+    /// reverse; a period granted but not refunded yet is marked reversed, so its refund, arriving late, takes nothing.
+    public func restorePeriod(_ tx: any SQLExecutor, userID: String, period: PeriodMonths) async throws -> Int64? {
+        try await lockAccountsFirst(tx, userID: userID)
+        let months = try await periodMonths(tx, userID: userID, period)
+        let refunded = months.filter { $0.refund == "refunded" }
+        for month in months where month.refund != "reversed" {
+            try await tx.query(
+                "UPDATE ledger_period_grants SET refund = 'reversed' WHERE user_id = ? AND period_key = ?", [userID, month.key])
+        }
+        guard !refunded.isEmpty else { return nil }
+        let clawed = refunded.reduce(Int64(0)) { $0 + $1.clawed }
+        if clawed > 0 { _ = try await grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed") }
+        return clawed
+    }
+
+    /// Whether the period starting under `periodKey` stands refunded (its refund may have arrived before its grant).
+    public func isRefunded(_ tx: any SQLExecutor, userID: String, periodKey: String) async throws -> Bool {
+        try await tx.first(
+            "SELECT refund FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey]
+        )?.string("refund") == "refunded"
+    }
+
+    /// The recorded months of a period, locked.
+    private func periodMonths(
+        _ tx: any SQLExecutor, userID: String, _ period: PeriodMonths
+    ) async throws -> [(key: String, granted: Int64, refund: String, clawed: Int64)] {
+        try await tx.query(
+            """
+            SELECT period_key, granted, refund, clawed FROM ledger_period_grants WHERE user_id = ? AND (period_key = ? OR period_key LIKE ?)
+            ORDER BY period_key
+            """ + tx.dialect.forUpdate, [userID, period.key, period.months]
+        ).map { (try $0.string("period_key"), try $0.int("granted"), try $0.string("refund"), try $0.int("clawed")) }
     }
 
     /// Takes back up to `amountTokens` from a bucket into the clawback account, never below zero. Returns what

@@ -725,6 +725,33 @@ ALTER TABLE webhook_deliveries ADD COLUMN user_id TEXT;
 CREATE INDEX webhook_deliveries_user ON webhook_deliveries (user_id) WHERE user_id IS NOT NULL;
 
 """#),
+        Migration(version: 37, file: "0037_period_refunds.sql", sql: #"""
+-- Why: a refund named no period. It clawed back whatever period was current when it arrived (a refund of last month's
+-- payment took this month's tokens), a refund older than the account's newest event was lost as stale, and a refund
+-- reversal gave back the latest refund's tokens, as often as it was sent under new ids (a charge refund and its dispute
+-- clawed twice). Each period's months now record their refund: `refunded` once, `reversed` once (also when the reversal
+-- arrives first), and what the refund took.
+ALTER TABLE ledger_period_grants ADD COLUMN refund TEXT NOT NULL DEFAULT 'none' CHECK (refund IN ('none', 'refunded', 'reversed'));
+ALTER TABLE ledger_period_grants ADD COLUMN clawed BIGINT NOT NULL DEFAULT 0;
+-- Refunds applied before this migration clawed the period current then and expired the subscription: an expired
+-- subscription whose latest applied refund was not reversed after it has its current period marked refunded, with what
+-- that refund took, so a reversal gives it back and a dispute of the same payment takes nothing more.
+UPDATE ledger_period_grants SET refund = 'refunded', clawed = COALESCE((
+    SELECT e.clawed_tokens FROM subscription_events e
+    WHERE e.user_id = ledger_period_grants.user_id AND e.kind = 'refund' AND e.outcome = 'applied'
+    ORDER BY e.occurred_at_ms DESC LIMIT 1), 0)
+WHERE EXISTS (
+    SELECT 1 FROM subscriptions s
+    WHERE s.user_id = ledger_period_grants.user_id AND s.status = 'expired'
+    AND ledger_period_grants.period_key = 'period:' || s.current_period_start_ms
+    AND EXISTS (
+        SELECT 1 FROM subscription_events r
+        WHERE r.user_id = s.user_id AND r.kind = 'refund' AND r.outcome = 'applied'
+        AND NOT EXISTS (
+            SELECT 1 FROM subscription_events v
+            WHERE v.user_id = s.user_id AND v.kind = 'reverse_refund' AND v.outcome = 'applied' AND v.occurred_at_ms > r.occurred_at_ms)));
+
+"""#),
     ]
     /// `migrations/sqlite/*.sql`: SQLite's version of a shared migration, or a migration only SQLite needs.
     static let sqliteOverrides: [Migration] = [

@@ -423,7 +423,8 @@ struct AppleLifecycle {
         return t4
     }
 
-    /// A refund ends access and claws the period's tokens back (never below zero); its reversal restores both; then expiry.
+    /// A refund ends access and claws the period's tokens back (never below zero); its reversal restores both; then expiry;
+    /// then a late refund of an earlier month.
     func refundReversalAndExpiry(at t4: Date) async throws {
         let before = try await client.balance(token).subscriptionTokens
         let refund = try fx.notification(
@@ -449,6 +450,16 @@ struct AppleLifecycle {
             "PRICE_INCREASE", subtype: "PENDING", uuid: "n-12", signed: t4.addingTimeInterval(400),
             transaction: try txn("9003", "com.yourapp.max.monthly", t4))
         #expect(try await outcome(price) == "acknowledged")
+        // A refund of an earlier month, signed before the newer events (so stale): that month's tokens still go back,
+        // once (before, a stale refund was lost).
+        let held = try await client.balance(token).subscriptionTokens
+        let t1 = t0.addingTimeInterval(30 * day)
+        let lateRefund = try fx.notification(
+            "REFUND", uuid: "n-13", signed: t1.addingTimeInterval(50), transaction: try txn("9001", "com.yourapp.basic.monthly", t1))
+        #expect(held >= 50)
+        #expect(try await outcome(lateRefund) == "stale")
+        #expect(held - (try await client.balance(token).subscriptionTokens) == 50)
+        #expect(try await client.subscription(token).isEntitled == false)
     }
 
     /// Bad notifications: 400, nothing applied, nothing stored (anyone can send them).
@@ -473,6 +484,6 @@ struct AppleLifecycle {
         let stored = try await app.rows(
             "SELECT verdict, COUNT(*) AS n FROM billing_events WHERE provider = 'apple' AND source = 'notification' GROUP BY verdict")
         let counts = Dictionary(uniqueKeysWithValues: try stored.map { (try $0.string("verdict"), try $0.int("n")) })
-        #expect(counts["rejected"] == nil && counts["duplicate"] == 3 && counts["stale"] == 1)
+        #expect(counts["rejected"] == nil && counts["duplicate"] == 3 && counts["stale"] == 2)
     }
 }

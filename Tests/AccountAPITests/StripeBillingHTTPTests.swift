@@ -70,6 +70,41 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// A refund of last month's invoice, after the renewal, takes back last month's tokens and leaves this month's
+    /// period and access alone (before, it clawed the current period and ended the subscription); a dispute of the same
+    /// charge then takes nothing more (before, a second clawback).
+    @Test(arguments: TestDatabase.engines)
+    func aRefundOfAnEarlierInvoiceTakesBackOnlyItsMonth(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            #expect(try await story.subscribe("e", price: "price_basic_monthly", invoice: "in_e1") == "applied")
+            let (start, renewedAt, token) = try await story.aMonthLater()
+            let renewal = StripeStory.renewal("e", invoice: "in_e2", price: "price_basic_monthly", start: start)
+            #expect(try await story.outcome(renewal, at: renewedAt) == "applied")
+            #expect(try await client.balance(token).subscriptionTokens == 100)
+            // As on API basil: the first invoice's payment names its payment intent, which the charge and dispute carry.
+            let paid = stripeEvent(
+                "evt_e5", "invoice_payment.paid", created: story.now.addingTimeInterval(5),
+                #"{"id":"inpay_e1","object":"invoice_payment","invoice":"in_e1","payment":{"type":"payment_intent","payment_intent":"pi_e1"},"status":"paid"}"#
+            )
+            #expect(try await story.outcome(paid, at: renewedAt.addingTimeInterval(10)) == "applied")
+            let refund = stripeEvent(
+                "evt_e3", "charge.refunded", created: renewedAt.addingTimeInterval(30),
+                #"{"id":"ch_e1","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_e1"}"#)
+            #expect(try await story.outcome(refund, at: renewedAt.addingTimeInterval(30)) == "applied")
+            #expect(try await client.subscription(token).isEntitled)
+            #expect(try await client.balance(token).subscriptionTokens == 50)
+            let dispute = stripeEvent(
+                "evt_e4", "charge.dispute.funds_withdrawn", created: renewedAt.addingTimeInterval(60),
+                #"{"id":"dp_e4","object":"dispute","charge":"ch_e1","payment_intent":"pi_e1","amount":499,"status":"needs_response"}"#)
+            #expect(try await story.outcome(dispute, at: renewedAt.addingTimeInterval(60)) == "ignored")
+            #expect(try await client.subscription(token).isEntitled)
+            #expect(try await client.balance(token).subscriptionTokens == 50)
+            #expect(try await story.booksBalance())
+        }
+    }
+
     /// On Stripe's API 2025-03-31.basil and later a charge names only its payment intent and an invoice names none:
     /// `invoice_payment.paid` links them. A full refund of a renewal, arriving before both its invoice and that link,
     /// is applied once they come (before, it matched nothing for good, and access and the period's tokens stayed).
@@ -79,19 +114,12 @@ struct StripeBillingHTTPTests {
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
             #expect(try await story.subscribe("b", price: "price_basic_monthly", invoice: "in_b1") == "applied")
-            let start = Int64(story.now.timeIntervalSince1970) + 2_592_000
-            let renewedAt = Date(timeIntervalSince1970: Double(start))
-            app.clock.advance(seconds: 2_592_000 + 60)
-            let token = try await client.signIn("stripe@example.com", "correct horse battery").json(AppStoreServerHTTPTests.SignedIn.self).session
-                .token
+            let (start, renewedAt, token) = try await story.aMonthLater()
             let refund = stripeEvent(
                 "evt_b2", "charge.refunded", created: renewedAt.addingTimeInterval(30),
                 #"{"id":"ch_b2","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_b2"}"#)
             #expect(try await story.outcome(refund, at: renewedAt.addingTimeInterval(30)) == "unmatched")
-            let renewal = stripeEvent(
-                "evt_b3", "invoice.paid", created: renewedAt,
-                #"{"id":"in_b2","object":"invoice","billing_reason":"subscription_cycle","customer":"cus_b","parent":{"subscription_details":{"subscription":"sub_b"}},"lines":{"data":[{"pricing":{"price_details":{"price":"price_basic_monthly"}},"period":{"start":\#(start),"end":\#(start + 2_592_000)}}]}}"#
-            )
+            let renewal = StripeStory.renewal("b", invoice: "in_b2", price: "price_basic_monthly", start: start, event: "evt_b3")
             #expect(try await story.outcome(renewal, at: renewedAt) == "applied")
             #expect(try await client.subscription(token).isEntitled)
             let renewed = try await client.balance(token).subscriptionTokens
@@ -203,6 +231,23 @@ struct StripeStory {
             #"{"id":"cs_\#(tag)","object":"checkout.session","mode":"subscription","payment_status":"\#(paymentStatus)","client_reference_id":"\#(user)","customer":"cus_\#(tag)","subscription":"sub_\#(tag)",\#(invoiceField)"metadata":{"priceId":"\#(price)"}}"#
         )
         return try await outcome(checkout, at: now)
+    }
+
+    /// A month on: the clock passes the first period's end and the user signs in again (the session idled out). The
+    /// renewal's start (Unix seconds, and as a date) and the new session's token.
+    func aMonthLater() async throws -> (start: Int64, renewedAt: Date, token: String) {
+        let start = Int64(now.timeIntervalSince1970) + 2_592_000
+        app.clock.advance(seconds: 2_592_000 + 60)
+        let token = try await client.signIn("stripe@example.com", "correct horse battery").json(AppStoreServerHTTPTests.SignedIn.self).session.token
+        return (start, Date(timeIntervalSince1970: Double(start)), token)
+    }
+
+    /// The `invoice.paid` of a monthly renewal of `sub_<tag>` (customer `cus_<tag>`) starting at `start`, as Stripe sends it.
+    static func renewal(_ tag: String, invoice: String, price: String, start: Int64, event: String? = nil) -> String {
+        stripeEvent(
+            event ?? "evt_\(tag)2", "invoice.paid", created: Date(timeIntervalSince1970: Double(start)),
+            #"{"id":"\#(invoice)","object":"invoice","billing_reason":"subscription_cycle","customer":"cus_\#(tag)","parent":{"subscription_details":{"subscription":"sub_\#(tag)"}},"lines":{"data":[{"pricing":{"price_details":{"price":"\#(price)"}},"period":{"start":\#(start),"end":\#(start + 2_592_000)}}]}}"#
+        )
     }
 
     /// `ledger verify` finds the books balanced.

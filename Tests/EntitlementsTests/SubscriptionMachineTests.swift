@@ -123,17 +123,192 @@ struct SubscriptionMachineTests {
                 try await w.ledger.spend(tx, userID: "u", amountTokens: 100, reason: "generation")
             }
             #expect(try await w.tokens().subscriptionTokens == 50)
-            #expect(try await w.apply("r", .refund) == .applied)
+            #expect(try await w.apply("r", .refund(periodKey: nil)) == .applied)
             #expect(try await w.tokens().subscriptionTokens == 0)
             #expect(try await w.plan() == "free")
             let detail = try await db.withConnection(logger: TestDatabase.logger) { tx in
                 try await tx.first("SELECT detail FROM subscription_events WHERE event_id = 'r'")?.optionalString("detail")
             }
             #expect(detail == "clawed 50 shortfall 100")
-            #expect(try await w.apply("r", .refund) == .duplicate)
-            #expect(try await w.apply("rr", .reverseRefund) == .applied)
+            #expect(try await w.apply("r", .refund(periodKey: nil)) == .duplicate)
+            #expect(try await w.apply("rr", .reverseRefund(periodKey: nil, periodEnd: nil)) == .applied)
             #expect(try await w.tokens().subscriptionTokens == 50)
             #expect(try await w.plan() == "pro_monthly")
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
+        }
+    }
+
+    /// A refund names its period: an earlier one's tokens are taken back and the current period stays; each period is
+    /// refunded once and reversed once, whatever the event ids (a refund and a dispute of one payment); a reversal that
+    /// arrives before its refund makes the refund take nothing.
+    @Test(arguments: TestDatabase.engines)
+    func refundsNameTheirPeriodAndCountOnce(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let first = w.t0
+            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: first, periodEnd: nil, trial: false, willRenew: true))
+            w.clock.advance(seconds: 31 * 86_400)
+            let second = w.clock.now()
+            #expect(try await w.apply("n", .renew(periodStart: second, periodEnd: second.addingTimeInterval(30 * 86_400))) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            let firstKey = SubscriptionMachine.periodKey(first)
+            #expect(try await w.apply("r1", .refund(periodKey: firstKey)) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 150)
+            #expect(try await w.plan() == "pro_monthly")
+            #expect(try await w.apply("r2", .refund(periodKey: firstKey)) == .ignored)
+            #expect(try await w.tokens().subscriptionTokens == 150)
+            #expect(try await w.apply("v1", .reverseRefund(periodKey: firstKey, periodEnd: nil)) == .applied)
+            #expect(try await w.apply("v2", .reverseRefund(periodKey: firstKey, periodEnd: nil)) == .ignored)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            // The reversal of the current period's refund arrives first: the refund, arriving after, takes nothing.
+            let secondKey = SubscriptionMachine.periodKey(second)
+            #expect(try await w.apply("v3", .reverseRefund(periodKey: secondKey, periodEnd: nil)) == .ignored)
+            #expect(try await w.apply("r3", .refund(periodKey: secondKey)) == .ignored)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            #expect(try await w.plan() == "pro_monthly")
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
+        }
+    }
+
+    /// A refund applied before migration 0037 (which clawed the period current then) is carried over: its reversal gives
+    /// back what it took, and a second refund of the period (a dispute of the same payment) takes nothing more.
+    @Test(arguments: TestDatabase.engines)
+    func refundsFromBeforeTheMigrationAreCarriedOver(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            _ = try await db.migrate(db.engine.migrations.filter { $0.version < 37 }, logger: TestDatabase.logger)
+            let start: Int64 = 1_700_000_000_000
+            try await db.transaction(logger: TestDatabase.logger) { tx in
+                try await tx.query(
+                    "INSERT INTO users (id, email, name, email_verified, role, prompt_enhancement_enabled, created_at_ms, updated_at_ms) VALUES ('u', 'u@x.com', 'U', ?, 'user', ?, 0, 0)",
+                    [true, true])
+                for (id, kind, at, clawed) in [("old", "refund", start + 10, Int64(120)), ("p-u", "refund", start + 5, Int64(7))] {
+                    try await tx.query(
+                        """
+                        INSERT INTO subscription_events (provider, event_id, user_id, kind, occurred_at_ms, outcome, detail, recorded_at_ms, clawed_tokens)
+                        VALUES ('apple', ?, 'u', ?, ?, 'applied', 'old', ?, ?)
+                        """, [id, kind, at, at, clawed])
+                }
+                try await tx.query(
+                    """
+                    INSERT INTO subscriptions (user_id, plan_id, status, provider, current_period_start_ms, current_period_end_ms, will_renew, updated_at_ms)
+                    VALUES ('u', 'pro_monthly', 'expired', 'apple', ?, ?, ?, 0)
+                    """, [start, start + 10, false])
+                for key in ["period:\(start)", "period:\(start - 1)"] {
+                    try await tx.query(
+                        "INSERT INTO ledger_period_grants (user_id, period_key, plan_id, granted, expired, created_at_ms) VALUES ('u', ?, 'pro_monthly', 150, 0, 0)",
+                        [key])
+                }
+            }
+            _ = try await db.migrate(db.engine.migrations, logger: TestDatabase.logger)
+            let rows = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.query("SELECT period_key, refund, clawed FROM ledger_period_grants ORDER BY period_key").map {
+                    "\(try $0.string("period_key"))=\(try $0.string("refund"))/\(try $0.int("clawed"))"
+                }
+            }
+            #expect(rows == ["period:\(start - 1)=none/0", "period:\(start)=refunded/120"])
+        }
+    }
+
+    /// A refund that arrives before its period (a renewal delivered late) keeps the period from granting tokens or access
+    /// when it comes; a late reversal gives the tokens back but leaves access as a newer expiry left it.
+    @Test(arguments: TestDatabase.engines)
+    func refundsAndReversalsOutOfOrderChangeOnlyWhatTheyMay(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let start = w.t0
+            let day: TimeInterval = 86_400
+            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            let next = start.addingTimeInterval(30 * day)
+            #expect(
+                try await w.apply("r-next", .refund(periodKey: SubscriptionMachine.periodKey(next)), at: start.addingTimeInterval(60)) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 150)
+            #expect(try await w.apply("n", .renew(periodStart: next, periodEnd: next.addingTimeInterval(30 * day)), at: next) == .ignored)
+            #expect(try await w.tokens().subscriptionTokens == 150)
+            #expect(try await w.subscription()?.currentPeriodStart.epochMilliseconds == start.epochMilliseconds)
+            // The current period: refunded, then expired by a newer event, then the refund's reversal arrives late.
+            let key = SubscriptionMachine.periodKey(start)
+            #expect(try await w.apply("r", .refund(periodKey: key), at: start.addingTimeInterval(100)) == .applied)
+            #expect(try await w.apply("x", .expire, at: start.addingTimeInterval(300)) == .applied)
+            #expect(try await w.apply("v", .reverseRefund(periodKey: key, periodEnd: nil), at: start.addingTimeInterval(200)) == .stale)
+            #expect(try await w.tokens().subscriptionTokens == 150)
+            #expect(try await w.plan() == "free")
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
+        }
+    }
+
+    /// A refund older than the account's newest event (a renewal-status toggle after it) is still a refund: before, it
+    /// was recorded as stale and lost, and access and the period's tokens stayed.
+    @Test(arguments: TestDatabase.engines)
+    func aLateRefundOfTheCurrentPeriodStillEndsIt(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let start = w.t0
+            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            #expect(try await w.apply("t", .setWillRenew(false), at: start.addingTimeInterval(20)) == .applied)
+            #expect(try await w.apply("r", .refund(periodKey: SubscriptionMachine.periodKey(start)), at: start.addingTimeInterval(10)) == .stale)
+            #expect(try await w.tokens().subscriptionTokens == 0)
+            #expect(try await w.plan() == "free")
+            let detail = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await tx.first("SELECT detail FROM subscription_events WHERE event_id = 'r'")?.optionalString("detail")
+            }
+            #expect(detail == "late refund: clawed 150 shortfall 0")
+        }
+    }
+
+    /// A renewal of an earlier month repaired later (reconciliation applies it with a new `at`) grants that month's tokens
+    /// once and keeps the current period: before, it moved the subscription back to the old month, whose end had passed.
+    @Test(arguments: TestDatabase.engines)
+    func aRepairedEarlierRenewalKeepsTheCurrentPeriod(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let start = w.t0
+            let day: TimeInterval = 86_400
+            _ = try await w.apply("s", .start(planID: "basic_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            w.clock.advance(seconds: 61 * day)
+            let current = start.addingTimeInterval(60 * day)
+            #expect(try await w.apply("n2", .renew(periodStart: current, periodEnd: current.addingTimeInterval(30 * day))) == .applied)
+            let before = try await w.tokens().subscriptionTokens
+            let missed = start.addingTimeInterval(30 * day)
+            #expect(try await w.apply("n1", .renew(periodStart: missed, periodEnd: missed.addingTimeInterval(30 * day))) == .applied)
+            #expect(try await w.apply("n1-again", .renew(periodStart: missed, periodEnd: missed.addingTimeInterval(30 * day))) == .ignored)
+            #expect(try await w.subscription()?.currentPeriodStart.epochMilliseconds == current.epochMilliseconds)
+            #expect(try await w.plan() == "basic_monthly")
+            let granted = try await db.withConnection(logger: TestDatabase.logger) { tx in
+                try await w.ledger.periodGrant(tx, userID: "u", periodKey: SubscriptionMachine.periodKey(missed))
+            }
+            #expect(granted == 50)
+            #expect(try await w.tokens().subscriptionTokens >= before)
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
+        }
+    }
+
+    /// A yearly plan's refund takes back every month the drip granted, and its reversal gives them back with access to
+    /// the end of the year and the drip going on (before: month 0 only, and access to the end of the first month).
+    @Test(arguments: TestDatabase.engines)
+    func aYearlyRefundCoversItsMonths(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let start = w.t0
+            _ = try await w.apply("s", .start(planID: "pro_yearly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            w.clock.advance(seconds: 32 * 86_400)
+            _ = try await w.machine.dripYearlyPlans(db, limit: 10, logger: TestDatabase.logger)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            #expect(try await w.apply("r", .refund(periodKey: nil)) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 0)
+            #expect(try await w.plan() == "free")
+            #expect(try await w.apply("v", .reverseRefund(periodKey: nil, periodEnd: nil)) == .applied)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            #expect(try await w.plan() == "pro_yearly")
+            let yearOn = Calendar(identifier: .gregorian).date(byAdding: .year, value: 1, to: start)
+            #expect(try await w.subscription()?.currentPeriodEnd.epochMilliseconds == yearOn?.epochMilliseconds)
+            // The drip goes on after the reversal: the next month's tokens come.
+            w.clock.advance(seconds: 31 * 86_400)
+            _ = try await w.machine.dripYearlyPlans(db, limit: 10, logger: TestDatabase.logger)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            #expect(
+                try await db.withConnection(logger: TestDatabase.logger) { tx in
+                    try await w.ledger.periodGrant(tx, userID: "u", periodKey: SubscriptionMachine.periodKey(start, month: 2))
+                } == 150)
             #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
         }
     }
