@@ -146,6 +146,8 @@ extension BillingService {
             guard let userID = try await stripeOwner(tx, object) else { return Self.unmatched }
             guard let invoiceID = object.id else { return BillingVerdict(outcome: .ignored, detail: "invoice without id", userID: userID) }
             if let reason = object.billing_reason, reason == "subscription_create" || reason == "subscription_update" {
+                // Before API basil the invoice names its payment intent, the one thing a dispute of it names.
+                if let intent = object.payment_intent?.value { _ = try await linkPayment(tx, invoiceID: invoiceID, intent: intent) }
                 return .acknowledged("\(reason) invoice: the checkout or plan change already started the period", user: userID)
             }
             guard let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
@@ -160,8 +162,11 @@ extension BillingService {
             let verdict = try await applyMachine(
                 tx, provider: .stripe, eventID: "invoice:\(invoiceID)", userID: userID, at: at, event, providerSubscriptionID: object.subscriptionID)
             if verdict.outcome == .applied || verdict.outcome == .stale {
+                // Kept under the payment intent where the invoice names it (before API basil), which a refund and a
+                // dispute of the charge both name; else under the invoice, until `invoice_payment.paid` names it.
                 try await recordPeriod(
-                    tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id, paymentRef: invoiceID, start: start)
+                    tx, provider: "stripe", sourceID: "invoice:\(invoiceID)", userID: userID, planID: plan.id,
+                    paymentRef: object.payment_intent?.value ?? invoiceID, start: start)
                 // A refund or the payment's record that arrived before this invoice (stored as unmatched) applies now.
                 try await replayUnmatchedStripe(tx, keys: [invoiceID, object.payment_intent?.value])
             }
@@ -226,17 +231,25 @@ extension BillingService {
         guard let invoiceID = object.invoice?.value, let intent = object.payment?.payment_intent?.value else {
             return .acknowledged("invoice payment without an invoice or a payment intent: no effect")
         }
+        guard let userID = try await linkPayment(tx, invoiceID: invoiceID, intent: intent) else {
+            return BillingVerdict(
+                outcome: .unmatched, detail: "no subscription payment recorded for this invoice yet; applied when it is", userID: nil)
+        }
+        return BillingVerdict(outcome: .applied, detail: "invoice \(invoiceID) was paid by \(intent)", userID: userID)
+    }
+
+    /// Keys the period recorded under `invoiceID` by the payment intent that paid it (a refund names either, a lost
+    /// dispute only the payment intent), then applies a refund or dispute of it that came first. The period's user, or
+    /// nil when none is recorded under the invoice (yet).
+    func linkPayment(_ tx: any SQLExecutor, invoiceID: String, intent: String) async throws -> String? {
         let updated = try await tx.query(
             """
             UPDATE billing_grants SET payment_ref = ?, updated_at_ms = ? WHERE provider = 'stripe' AND kind = 'period' AND payment_ref = ?
             RETURNING user_id
             """, [intent, clock.now(), invoiceID])
-        guard let userID = try updated.first?.string("user_id") else {
-            return BillingVerdict(
-                outcome: .unmatched, detail: "no subscription payment recorded for this invoice yet; applied when it is", userID: nil)
-        }
+        guard let userID = try updated.first?.string("user_id") else { return nil }
         try await replayUnmatchedStripe(tx, keys: [intent])
-        return BillingVerdict(outcome: .applied, detail: "invoice \(invoiceID) was paid by \(intent)", userID: userID)
+        return userID
     }
 
     /// For an event about a Stripe subscription: nil when it is the account's current subscription, else why it is not

@@ -360,6 +360,10 @@ public struct BillingService: Sendable {
         _ tx: any SQLExecutor, provider: SubscriptionProvider, eventID: String, userID: String, at: Date, _ event: SubscriptionEvent,
         providerSubscriptionID: String? = nil, providerCustomerID: String? = nil, familyShared: Bool = false
     ) async throws -> BillingVerdict {
+        // An erased account's subscription ended with it: no event changes it, and nothing may be posted to its ledger.
+        guard try await accounts.isActiveUser(userID, tx) else {
+            return BillingVerdict(outcome: .ignored, detail: "the account this subscription belonged to is erased", userID: nil)
+        }
         let result = try await machine.apply(
             tx, provider: provider, eventID: eventID, userID: userID, occurredAt: at, event: event,
             binding: ProviderBinding(subscriptionID: providerSubscriptionID, customerID: providerCustomerID), familyShared: familyShared)

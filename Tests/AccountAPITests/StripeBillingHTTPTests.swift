@@ -105,6 +105,54 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// A refund of an erased account's subscription payment changes nothing: before, it was applied to the erased
+    /// account (a clawback event about it, its period rows marked).
+    @Test(arguments: TestDatabase.engines)
+    func aRefundForAnErasedAccountPostsNothing(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            #expect(try await story.subscribe("x", price: "price_basic_monthly", invoice: "in_x1") == "applied")
+            let erased = try await client.send(.delete, "/api/user/me", token: story.token, json: #"{"password":"correct horse battery"}"#)
+            #expect(erased.status == .noContent)
+            let refund = stripeEvent(
+                "evt_x2", "charge.refunded", created: story.now.addingTimeInterval(30),
+                #"{"id":"ch_x1","object":"charge","amount":499,"amount_refunded":499,"invoice":"in_x1"}"#)
+            #expect(try await story.outcome(refund, at: story.now.addingTimeInterval(30)) == "ignored")
+            let marked = try await app.rows("SELECT refund FROM ledger_period_grants WHERE user_id = ?", [story.user])
+            #expect(try marked.map { try $0.string("refund") } == ["none"])
+            #expect(try await story.booksBalance())
+        }
+    }
+
+    /// Before Stripe's API basil an invoice names its payment intent, and a lost dispute names only that: a dispute of
+    /// the first invoice and of a renewal each take back their own month (before, neither matched anything, for good).
+    @Test(arguments: TestDatabase.engines)
+    func lostDisputesOfSubscriptionPaymentsAreTakenBack(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            #expect(try await story.subscribe("d", price: "price_basic_monthly", invoice: "in_d1") == "applied")
+            let first = StripeStory.renewal(
+                "d", invoice: "in_d1", price: "price_basic_monthly", start: Int64(story.now.timeIntervalSince1970), event: "evt_d1",
+                reason: "subscription_create", intent: "pi_d1")
+            #expect(try await story.outcome(first, at: story.now) == "acknowledged")
+            let (start, renewedAt, token) = try await story.aMonthLater()
+            let renewal = StripeStory.renewal("d", invoice: "in_d2", price: "price_basic_monthly", start: start, intent: "pi_d2")
+            #expect(try await story.outcome(renewal, at: renewedAt) == "applied")
+            #expect(try await client.balance(token).subscriptionTokens == 100)
+            for (n, intent, left, entitled) in [(1, "pi_d1", Int64(50), true), (2, "pi_d2", 0, false)] {
+                let dispute = stripeEvent(
+                    "evt_dd\(n)", "charge.dispute.funds_withdrawn", created: renewedAt.addingTimeInterval(Double(30 * n)),
+                    #"{"id":"dp_d\#(n)","object":"dispute","charge":"ch_d\#(n)","payment_intent":"\#(intent)","amount":499,"status":"lost"}"#)
+                #expect(try await story.outcome(dispute, at: renewedAt.addingTimeInterval(Double(30 * n))) == "applied")
+                #expect(try await client.balance(token).subscriptionTokens == left)
+                #expect(try await client.subscription(token).isEntitled == entitled)
+            }
+            #expect(try await story.booksBalance())
+        }
+    }
+
     /// On Stripe's API 2025-03-31.basil and later a charge names only its payment intent and an invoice names none:
     /// `invoice_payment.paid` links them. A full refund of a renewal, arriving before both its invoice and that link,
     /// is applied once they come (before, it matched nothing for good, and access and the period's tokens stayed).
@@ -243,10 +291,15 @@ struct StripeStory {
     }
 
     /// The `invoice.paid` of a monthly renewal of `sub_<tag>` (customer `cus_<tag>`) starting at `start`, as Stripe sends it.
-    static func renewal(_ tag: String, invoice: String, price: String, start: Int64, event: String? = nil) -> String {
-        stripeEvent(
+    /// `reason` `subscription_create` is the first invoice's; `intent`: the payment intent it names (APIs before basil).
+    static func renewal(
+        _ tag: String, invoice: String, price: String, start: Int64, event: String? = nil, reason: String = "subscription_cycle",
+        intent: String? = nil
+    ) -> String {
+        let paidBy = intent.map { #""payment_intent":"\#($0)","# } ?? ""
+        return stripeEvent(
             event ?? "evt_\(tag)2", "invoice.paid", created: Date(timeIntervalSince1970: Double(start)),
-            #"{"id":"\#(invoice)","object":"invoice","billing_reason":"subscription_cycle","customer":"cus_\#(tag)","parent":{"subscription_details":{"subscription":"sub_\#(tag)"}},"lines":{"data":[{"pricing":{"price_details":{"price":"\#(price)"}},"period":{"start":\#(start),"end":\#(start + 2_592_000)}}]}}"#
+            #"{"id":"\#(invoice)","object":"invoice","billing_reason":"\#(reason)",\#(paidBy)"customer":"cus_\#(tag)","parent":{"subscription_details":{"subscription":"sub_\#(tag)"}},"lines":{"data":[{"pricing":{"price_details":{"price":"\#(price)"}},"period":{"start":\#(start),"end":\#(start + 2_592_000)}}]}}"#
         )
     }
 
