@@ -5,20 +5,23 @@
 -- arrives first), and what the refund took.
 ALTER TABLE ledger_period_grants ADD COLUMN refund TEXT NOT NULL DEFAULT 'none' CHECK (refund IN ('none', 'refunded', 'reversed'));
 ALTER TABLE ledger_period_grants ADD COLUMN clawed BIGINT NOT NULL DEFAULT 0;
--- Refunds applied before this migration clawed the period current then and expired the subscription: an expired
--- subscription whose latest applied refund was not reversed after it has its current period marked refunded, with what
--- that refund took, so a reversal gives it back and a dispute of the same payment takes nothing more.
-UPDATE ledger_period_grants SET refund = 'refunded', clawed = COALESCE((
+-- Refunds applied before this migration clawed the period current then and expired the subscription. Where that is
+-- still the account's state (expired, the latest applied refund neither reversed nor followed by a new period), the
+-- current period and its months are marked refunded, what the refund took on the period's own row, so a reversal gives
+-- it back and a dispute of the same payment takes nothing more. Older refunds cannot be placed and stay unmarked.
+UPDATE ledger_period_grants SET refund = 'refunded', clawed = CASE WHEN period_key LIKE '%:month:%' THEN 0 ELSE COALESCE((
     SELECT e.clawed_tokens FROM subscription_events e
     WHERE e.user_id = ledger_period_grants.user_id AND e.kind = 'refund' AND e.outcome = 'applied'
-    ORDER BY e.occurred_at_ms DESC LIMIT 1), 0)
+    ORDER BY e.occurred_at_ms DESC LIMIT 1), 0) END
 WHERE EXISTS (
     SELECT 1 FROM subscriptions s
     WHERE s.user_id = ledger_period_grants.user_id AND s.status = 'expired'
-    AND ledger_period_grants.period_key = 'period:' || s.current_period_start_ms
+    AND (ledger_period_grants.period_key = 'period:' || s.current_period_start_ms
+        OR ledger_period_grants.period_key LIKE 'period:' || s.current_period_start_ms || ':month:%')
     AND EXISTS (
         SELECT 1 FROM subscription_events r
         WHERE r.user_id = s.user_id AND r.kind = 'refund' AND r.outcome = 'applied'
         AND NOT EXISTS (
-            SELECT 1 FROM subscription_events v
-            WHERE v.user_id = s.user_id AND v.kind = 'reverse_refund' AND v.outcome = 'applied' AND v.occurred_at_ms > r.occurred_at_ms)));
+            SELECT 1 FROM subscription_events later
+            WHERE later.user_id = s.user_id AND later.outcome = 'applied' AND later.occurred_at_ms > r.occurred_at_ms
+            AND later.kind IN ('reverse_refund', 'start', 'renew', 'change_plan_now'))));

@@ -220,6 +220,10 @@ extension BillingService {
         _ tx: any SQLExecutor, userID: String, type: String, subtype: String?, transaction: AppleTransaction
     ) async throws -> BillingVerdict? {
         if Self.periodTypes.contains(type) || (type == "DID_CHANGE_RENEWAL_PREF" && subtype == "UPGRADE") { return nil }
+        // A refund or its reversal of the account's own purchase names its own period: it takes back or gives back that
+        // period's tokens whichever subscription is current now (and changes access only when its period is the current
+        // one). Shared access revoked touches only a subscription that came from it.
+        if ["REFUND", "REVOKE", "REFUND_REVERSED"].contains(type) && !transaction.isFamilyShared { return nil }
         guard !catalog.tokenPacks.contains(where: { $0.appleProductId == transaction.productId }),
             let current = try await machine.lockedSubscription(userID: userID, tx), let bound = current.providerSubscriptionID,
             bound != transaction.originalTransactionId

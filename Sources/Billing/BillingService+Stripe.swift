@@ -183,9 +183,12 @@ extension BillingService {
         case "charge.refunded":
             return try await refundCharge(tx, object, machineID: machineID, at: at)
         case "charge.dispute.funds_withdrawn":
-            // A chargeback the bank decided for the customer takes back what the charge granted, as a full refund does
+            // A dispute withdrew the charge's funds: what the charge granted is taken back, as a full refund does
             // (Stripe sends no `charge.refunded` for it). The dispute carries the charge's payment intent and amount.
             return try await refundCharge(tx, object, machineID: machineID, at: at)
+        case "charge.dispute.funds_reinstated":
+            // The merchant won the dispute: the funds, and what the dispute took back, return.
+            return try await reinstateCharge(tx, object, machineID: machineID, at: at)
         default:
             return .acknowledged("\(event.type) is stored, no effect")
         }
@@ -353,6 +356,26 @@ extension BillingService {
             }
             return try await applyMachine(
                 tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund(periodKey: grant.optionalString("period_key")))
+        }
+        return BillingVerdict(
+            outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
+    }
+
+    /// A dispute the merchant won (`charge.dispute.funds_reinstated`): a token pack's clawed tokens, or the subscription
+    /// period its withdrawal took back (tokens, and access if it is the current period), return once.
+    func reinstateCharge(_ tx: any SQLExecutor, _ dispute: StripeObject, machineID: String, at: Date) async throws -> BillingVerdict {
+        for ref in [dispute.payment_intent?.value, dispute.invoice?.value].compactMap({ $0 }) {
+            guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else {
+                continue
+            }
+            let userID = try grant.string("user_id")
+            if try grant.string("kind") == "tokens" {
+                return try await restorePack(tx, provider: "stripe", sourceID: try grant.string("source_id"))
+                    ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
+            }
+            return try await applyMachine(
+                tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
+                .reverseRefund(periodKey: grant.optionalString("period_key"), periodEnd: nil))
         }
         return BillingVerdict(
             outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)

@@ -70,7 +70,8 @@ public enum EventOutcome: String, Sendable, Equatable {
     case applied
     /// The same provider event id was applied before: nothing happened again.
     case duplicate
-    /// Older than the newest applied event: recorded, not applied.
+    /// Older than the newest applied event: recorded, its state change not applied (a late period's tokens and a late
+    /// refund's clawback still are: see the detail).
     case stale
     /// Makes no sense in the current state (e.g. renew with no subscription): recorded, not applied.
     case ignored
@@ -324,10 +325,14 @@ public struct SubscriptionMachine: Sendable {
     /// A refunded period's tokens are clawed back, once (never below zero; the shortfall is noted). When it is the
     /// current period, access ends now; a refund of another payment leaves the current period alone.
     func refund(_ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, at: Date) async throws -> EventResult {
-        guard let current else { return EventResult(.ignored, "no subscription") }
-        let currentKey = Self.periodKey(current.currentPeriodStart)
-        let key = periodKey ?? currentKey
-        guard let (clawed, shortfall) = try await ledger.refundPeriod(tx, userID: userID, period: Self.months(key), planID: current.planID) else {
+        let currentKey = current.map { Self.periodKey($0.currentPeriodStart) }
+        // With no subscription yet, a named period is still recorded as refunded: its purchase, verified later from a
+        // transaction signed before the refund, grants nothing.
+        guard let key = periodKey ?? currentKey else { return EventResult(.ignored, "no subscription") }
+        guard
+            let (clawed, shortfall) = try await ledger.refundPeriod(
+                tx, userID: userID, period: Self.months(key), planID: current?.planID ?? store.catalog.freePlan.id)
+        else {
             return EventResult(.ignored, "period \(key) was refunded before, or its refund reversed")
         }
         guard key == currentKey else {
@@ -345,11 +350,13 @@ public struct SubscriptionMachine: Sendable {
     func reverseRefund(
         _ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, restoreAccessUntil: Date?, at: Date
     ) async throws -> EventResult {
-        guard let current else { return EventResult(.ignored, "no subscription") }
-        let currentKey = Self.periodKey(current.currentPeriodStart)
-        let key = periodKey ?? currentKey
-        guard let restored = try await ledger.restorePeriod(tx, userID: userID, period: Self.months(key)) else {
-            return EventResult(.ignored, "period \(key) has no refund to reverse (a refund arriving later takes nothing)")
+        let currentKey = current.map { Self.periodKey($0.currentPeriodStart) }
+        guard let key = periodKey ?? currentKey else { return EventResult(.ignored, "no subscription") }
+        let restored: Int64
+        switch try await ledger.restorePeriod(tx, userID: userID, period: Self.months(key)) {
+        case .restored(let tokens): restored = tokens
+        case .markedReversed: return EventResult(.applied, "period \(key) had no refund to reverse: a refund of it arriving later takes nothing")
+        case .unchanged: return EventResult(.ignored, "period \(key) has no refund to reverse")
         }
         if key == currentKey, let end = restoreAccessUntil {
             try await tx.query(

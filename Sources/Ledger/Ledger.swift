@@ -257,20 +257,35 @@ public struct Ledger: Sendable {
         return taken
     }
 
-    /// A reversed refund of a period: gives back what its refund took, once. Nil when the period has no refund to
-    /// reverse; a period granted but not refunded yet is marked reversed, so its refund, arriving late, takes nothing.
-    public func restorePeriod(_ tx: any SQLExecutor, userID: String, period: PeriodMonths) async throws -> Int64? {
+    /// What reversing a period's refund did.
+    public enum PeriodRestore: Sendable, Equatable {
+        /// The refund's clawback was given back.
+        case restored(Int64)
+        /// Not refunded (yet): marked reversed, so its refund, arriving late, takes nothing.
+        case markedReversed
+        /// Reversed before, or no such period: nothing changed.
+        case unchanged
+    }
+
+    /// A reversed refund of a period: gives back what its refund took, once; a period granted but not refunded yet is
+    /// marked reversed, so its refund, arriving late, takes nothing.
+    public func restorePeriod(_ tx: any SQLExecutor, userID: String, period: PeriodMonths) async throws -> PeriodRestore {
         try await lockAccountsFirst(tx, userID: userID)
         let months = try await periodMonths(tx, userID: userID, period)
         let refunded = months.filter { $0.refund == "refunded" }
-        for month in months where month.refund != "reversed" {
+        // A refund that came before its period left a placeholder: gone with the refund, so the period's grant, if it
+        // comes now, grants.
+        try await tx.query(
+            "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded' AND granted = 0 AND expired = 0 AND clawed = 0",
+            [userID, period.key])
+        for month in months where month.refund != "reversed" && !(month.key == period.key && month.granted == 0 && month.refund == "refunded") {
             try await tx.query(
                 "UPDATE ledger_period_grants SET refund = 'reversed' WHERE user_id = ? AND period_key = ?", [userID, month.key])
         }
-        guard !refunded.isEmpty else { return nil }
+        guard !refunded.isEmpty else { return months.contains { $0.refund == "none" } ? .markedReversed : .unchanged }
         let clawed = refunded.reduce(Int64(0)) { $0 + $1.clawed }
         if clawed > 0 { _ = try await grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed") }
-        return clawed
+        return .restored(clawed)
     }
 
     /// Whether the period starting under `periodKey` stands refunded (its refund may have arrived before its grant).

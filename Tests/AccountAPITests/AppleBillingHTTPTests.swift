@@ -207,6 +207,37 @@ struct AppleBillingHTTPTests {
         }
     }
 
+    /// A refund of a subscription the account has since replaced (another purchase chain, current now) takes back that
+    /// purchase's month and leaves the current subscription alone; before, it was dropped as "another purchase".
+    @Test(arguments: TestDatabase.engines)
+    func aRefundOfAnEarlierPurchaseChainTakesBackItsMonth(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            var token = try await client.signUpAndVerify(app, email: "chains@example.com")
+            let user = try await app.userID(token: token)
+            let t0 = app.clock.now()
+            let first = try fx.transaction(
+                id: "7000", original: "7000", product: "com.yourapp.basic.monthly", purchase: t0, expires: t0.addingTimeInterval(86_400), token: user)
+            #expect(try await client.appleVerify(token, first).json(VerifyBody.self).outcome == "applied")
+            let t1 = t0.addingTimeInterval(2 * 86_400)
+            app.clock.set(t1)
+            token = try await client.signIn("chains@example.com", "correct horse battery").json(SeedSignInResponse.self).session.token
+            let second = try fx.transaction(
+                id: "7100", original: "7100", product: "com.yourapp.pro.monthly", purchase: t1, expires: t1.addingTimeInterval(30 * 86_400),
+                token: user)
+            #expect(try await client.appleVerify(token, second).json(VerifyBody.self).outcome == "applied")
+            let before = try await client.balance(token).subscriptionTokens
+            let refunded = try fx.transaction(
+                id: "7000", original: "7000", product: "com.yourapp.basic.monthly", purchase: t0, expires: t0.addingTimeInterval(86_400), token: user,
+                revoked: t1)
+            let refund = try fx.notification("REFUND", signed: t1.addingTimeInterval(60), transaction: refunded)
+            #expect(try await client.appleNotify(refund).json(ReceivedBody.self).outcome == "applied")
+            #expect(before - (try await client.balance(token).subscriptionTokens) == 50)
+            let now = try await client.subscription(token)
+            #expect(now.planId == "pro_monthly" && now.isEntitled)
+        }
+    }
+
     @Test(arguments: TestDatabase.engines)
     func applePackRefundClawsBackWhatIsLeftAndRecordsTheShortfall(engine: Engine) async throws {
         let fx = try BillingFixture()

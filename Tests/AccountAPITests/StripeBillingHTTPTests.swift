@@ -125,8 +125,9 @@ struct StripeBillingHTTPTests {
         }
     }
 
-    /// Before Stripe's API basil an invoice names its payment intent, and a lost dispute names only that: a dispute of
-    /// the first invoice and of a renewal each take back their own month (before, neither matched anything, for good).
+    /// Before Stripe's API basil an invoice names its payment intent, and a dispute names only that: funds withdrawn by a
+    /// dispute of the first invoice and of a renewal each take back their own month (before, neither matched anything, for
+    /// good); a dispute the merchant won (funds reinstated) gives its month back.
     @Test(arguments: TestDatabase.engines)
     func lostDisputesOfSubscriptionPaymentsAreTakenBack(engine: Engine) async throws {
         let fx = try BillingFixture()
@@ -149,6 +150,13 @@ struct StripeBillingHTTPTests {
                 #expect(try await client.balance(token).subscriptionTokens == left)
                 #expect(try await client.subscription(token).isEntitled == entitled)
             }
+            // The merchant won the second dispute: the month's tokens and access return.
+            let won = stripeEvent(
+                "evt_dd3", "charge.dispute.funds_reinstated", created: renewedAt.addingTimeInterval(90),
+                #"{"id":"dp_d2","object":"dispute","charge":"ch_d2","payment_intent":"pi_d2","amount":499,"status":"won"}"#)
+            #expect(try await story.outcome(won, at: renewedAt.addingTimeInterval(90)) == "applied")
+            #expect(try await client.balance(token).subscriptionTokens == 50)
+            #expect(try await client.subscription(token).isEntitled)
             #expect(try await story.booksBalance())
         }
     }

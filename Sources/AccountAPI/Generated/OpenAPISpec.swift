@@ -3004,8 +3004,10 @@ paths:
         once per `notificationUUID` and applies it in the same transaction: SUBSCRIBED, DID_RENEW, OFFER_REDEEMED,
         DID_CHANGE_RENEWAL_PREF (UPGRADE now, DOWNGRADE at renewal), DID_CHANGE_RENEWAL_STATUS, DID_FAIL_TO_RENEW (GRACE_PERIOD
         keeps access until `gracePeriodExpiresDate`), GRACE_PERIOD_EXPIRED, EXPIRED, REFUND / REVOKE (claw back, never below
-        zero), REFUND_REVERSED, ONE_TIME_CHARGE, TEST; other types are stored and acknowledged. 200 only after the effect is
-        committed; an older notification never overwrites newer state (`outcome: stale`); an unknown account is stored
+        zero; a subscription refund takes back the refunded transaction's period once, and ends access only if it is the
+        current one), REFUND_REVERSED (gives back what that refund took, once), ONE_TIME_CHARGE, TEST; other types are stored
+        and acknowledged. 200 only after the effect is committed; an older notification never overwrites newer state
+        (`outcome: stale`; a late refund's clawback still applies); an unknown account is stored
         (`unmatched`) and applied when the purchase is verified. A family member's notification (FAMILY_SHARED) applies to
         the member who verified that shared purchase, never by its `appAccountToken`; its REVOKE ends only the member's
         shared access. Verification failure → 400; database down → 503 so Apple retries.
@@ -3037,8 +3039,9 @@ paths:
         → token pack by `metadata.priceId` or line item price; subscription → start the plan), `invoice.paid` (a new
         period: rollover and grant), `customer.subscription.updated` (a plan change stays in the period already granted: a
         bigger plan tops it up to its monthly tokens once, a smaller one grants nothing; only the account's current subscription,
-        and never one a refund ended) / `deleted`, `charge.refunded` (pro-rata, cumulative clawback),
-        `charge.dispute.funds_withdrawn` (as a full refund), `invoice_payment.paid` (API 2025-03-31.basil on: links an
+        and never one a refund ended) / `deleted`, `charge.refunded` (pro-rata, cumulative clawback; a subscription
+        payment's period once), `charge.dispute.funds_withdrawn` (as a full refund), `charge.dispute.funds_reinstated` (a won
+        dispute: what the withdrawal took returns), `invoice_payment.paid` (API 2025-03-31.basil on: links an
         invoice's period to the payment intent its charge names). Events for a customer, subscription or payment not yet
         known are stored (`unmatched`) and applied when its checkout (or, for a refund, its invoice) arrives. An event with a date outside 1970–2100 (`created`, any line's or item's period) is refused
         whole with 400 and stored nowhere.
