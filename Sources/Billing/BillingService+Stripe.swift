@@ -147,7 +147,10 @@ extension BillingService {
             guard let invoiceID = object.id else { return BillingVerdict(outcome: .ignored, detail: "invoice without id", userID: userID) }
             if let reason = object.billing_reason, reason == "subscription_create" || reason == "subscription_update" {
                 // Before API basil the invoice names its payment intent, the one thing a dispute of it names.
-                if let intent = object.payment_intent?.value { _ = try await linkPayment(tx, invoiceID: invoiceID, intent: intent) }
+                // Its period not recorded yet (the checkout comes later): stored, and replayed by the checkout.
+                if let intent = object.payment_intent?.value, try await linkPayment(tx, invoiceID: invoiceID, intent: intent) == nil {
+                    return Self.unmatched
+                }
                 return .acknowledged("\(reason) invoice: the checkout or plan change already started the period", user: userID)
             }
             guard let priceID = object.firstPriceID, let plan = catalog.plans.first(where: { $0.stripePriceId == priceID }) else {
@@ -185,7 +188,7 @@ extension BillingService {
         case "charge.dispute.funds_withdrawn":
             // A dispute withdrew the charge's funds: what the charge granted is taken back, as a full refund does
             // (Stripe sends no `charge.refunded` for it). The dispute carries the charge's payment intent and amount.
-            return try await refundCharge(tx, object, machineID: machineID, at: at)
+            return try await refundCharge(tx, object, machineID: machineID, at: at, dispute: object.id ?? machineID)
         case "charge.dispute.funds_reinstated":
             // The merchant won the dispute: the funds, and what the dispute took back, return.
             return try await reinstateCharge(tx, object, machineID: machineID, at: at)
@@ -336,8 +339,11 @@ extension BillingService {
     }
 
     /// A refund takes back, pro rata and cumulatively, what the refunded payment granted: a token pack's tokens,
-    /// or (fully refunded) a subscription period through the state machine.
-    func refundCharge(_ tx: any SQLExecutor, _ charge: StripeObject, machineID: String, at: Date) async throws -> BillingVerdict {
+    /// or (fully refunded) a subscription period through the state machine. `dispute`: the dispute whose withdrawal this
+    /// is (recorded with what it takes, all its reinstatement gives back).
+    func refundCharge(
+        _ tx: any SQLExecutor, _ charge: StripeObject, machineID: String, at: Date, dispute: String? = nil
+    ) async throws -> BillingVerdict {
         let refs = [charge.payment_intent?.value, charge.invoice?.value].compactMap { $0 }
         guard !refs.isEmpty, let amount = charge.amount, amount > 0 else { return .acknowledged("charge without payment reference or amount") }
         for ref in refs {
@@ -348,21 +354,22 @@ extension BillingService {
             let sourceID = try grant.string("source_id")
             let userID = try grant.string("user_id")
             if try grant.string("kind") == "tokens" {
-                return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: Share.of(refunded, in: amount))
+                return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: Share.of(refunded, in: amount), disputed: dispute != nil)
                     ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
             }
             guard refunded == amount else {
                 return .acknowledged("partial refund of a subscription payment: access and tokens unchanged", user: userID)
             }
             return try await applyMachine(
-                tx, provider: .stripe, eventID: machineID, userID: userID, at: at, .refund(periodKey: grant.optionalString("period_key")))
+                tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
+                .refund(periodKey: grant.optionalString("period_key"), dispute: dispute.map { "stripe:\($0)" }))
         }
         return BillingVerdict(
             outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
     }
 
-    /// A dispute the merchant won (`charge.dispute.funds_reinstated`): a token pack's clawed tokens, or the subscription
-    /// period its withdrawal took back (tokens, and access if it is the current period), return once.
+    /// A dispute the merchant won (`charge.dispute.funds_reinstated`): what its own withdrawal took back returns, once (a
+    /// pack's tokens; a period's tokens, and access if it is the current period); never what a refund took.
     func reinstateCharge(_ tx: any SQLExecutor, _ dispute: StripeObject, machineID: String, at: Date) async throws -> BillingVerdict {
         for ref in [dispute.payment_intent?.value, dispute.invoice?.value].compactMap({ $0 }) {
             guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else {
@@ -370,12 +377,11 @@ extension BillingService {
             }
             let userID = try grant.string("user_id")
             if try grant.string("kind") == "tokens" {
-                return try await restorePack(tx, provider: "stripe", sourceID: try grant.string("source_id"))
-                    ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
+                return try await restoreDisputed(tx, sourceID: try grant.string("source_id"), userID: userID)
             }
             return try await applyMachine(
                 tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
-                .reverseRefund(periodKey: grant.optionalString("period_key"), periodEnd: nil))
+                .reverseRefund(periodKey: grant.optionalString("period_key"), periodEnd: nil, dispute: "stripe:\(dispute.id ?? machineID)"))
         }
         return BillingVerdict(
             outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)

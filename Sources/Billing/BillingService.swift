@@ -288,7 +288,8 @@ public struct BillingService: Sendable {
 
     /// Claws back a share (thousandths of a percent, 100000 = all) of what a token purchase granted, cumulatively:
     /// a second partial refund takes only the difference; never below zero, the shortfall is recorded.
-    func clawPack(_ tx: any SQLExecutor, provider: String, sourceID: String, share: Int64) async throws -> BillingVerdict? {
+    /// `disputed`: a dispute's withdrawal, whose take is also recorded as `disputed_tokens` (``restoreDisputed``).
+    func clawPack(_ tx: any SQLExecutor, provider: String, sourceID: String, share: Int64, disputed: Bool = false) async throws -> BillingVerdict? {
         guard
             let grant = try await tx.first(
                 "SELECT * FROM billing_grants WHERE provider = ? AND source_id = ? AND kind = 'tokens'" + tx.dialect.forUpdate, [provider, sourceID])
@@ -305,8 +306,10 @@ public struct BillingService: Sendable {
         let (clawed, shortfall) = try await ledger.clawback(
             tx, userID: userID, amountTokens: target - done, bucket: .purchased, reason: "refund_clawback")
         try await tx.query(
-            "UPDATE billing_grants SET clawed_tokens = clawed_tokens + ?, shortfall_tokens = shortfall_tokens + ?, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
-            [clawed, shortfall, clock.now(), provider, sourceID])
+            """
+            UPDATE billing_grants SET clawed_tokens = clawed_tokens + ?, shortfall_tokens = shortfall_tokens + ?, disputed_tokens = disputed_tokens + ?,
+            updated_at_ms = ? WHERE provider = ? AND source_id = ?
+            """, [clawed, shortfall, disputed ? clawed : 0, clock.now(), provider, sourceID])
         return BillingVerdict(outcome: .applied, detail: "clawed \(clawed) shortfall \(shortfall) of \(tokens)", userID: userID)
     }
 
@@ -353,6 +356,24 @@ public struct BillingService: Sendable {
             "UPDATE billing_grants SET clawed_tokens = 0, shortfall_tokens = 0, updated_at_ms = ? WHERE provider = ? AND source_id = ?",
             [clock.now(), provider, sourceID])
         return BillingVerdict(outcome: .applied, detail: "restored \(clawed)", userID: userID)
+    }
+
+    /// A won dispute of a Stripe pack purchase: what the dispute's withdrawal took (`disputed_tokens`) returns, once; what
+    /// a refund took stays taken.
+    func restoreDisputed(_ tx: any SQLExecutor, sourceID: String, userID: String) async throws -> BillingVerdict {
+        guard try await accounts.isActiveUser(userID, tx) else {
+            return BillingVerdict(outcome: .ignored, detail: "the account this purchase was granted to is erased", userID: nil)
+        }
+        let row = try await tx.first(
+            "SELECT disputed_tokens FROM billing_grants WHERE provider = 'stripe' AND source_id = ?" + tx.dialect.forUpdate, [sourceID])
+        let disputed = try row?.int("disputed_tokens") ?? 0
+        guard disputed > 0 else { return BillingVerdict(outcome: .ignored, detail: "the dispute took nothing back", userID: userID) }
+        _ = try await ledger.grant(tx, userID: userID, amountTokens: disputed, bucket: .purchased, reason: "refund_reversed")
+        try await tx.query(
+            """
+            UPDATE billing_grants SET clawed_tokens = clawed_tokens - ?, disputed_tokens = 0, updated_at_ms = ? WHERE provider = 'stripe' AND source_id = ?
+            """, [disputed, clock.now(), sourceID])
+        return BillingVerdict(outcome: .applied, detail: "restored \(disputed) a dispute took", userID: userID)
     }
 
     /// Applies one subscription event through the state machine and maps its outcome to a verdict.

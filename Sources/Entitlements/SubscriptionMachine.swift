@@ -26,10 +26,11 @@ public enum SubscriptionEvent: Sendable, Equatable {
     /// A paid period was refunded or revoked: its tokens are clawed back (once per period), and when it is the current
     /// period, access ends now. `periodKey`: the refunded payment's period (``SubscriptionMachine/periodKey(_:month:)`` of
     /// its start); nil: the current one.
-    case refund(periodKey: String?)
+    case refund(periodKey: String?, dispute: String? = nil)
     /// A period's refund was reversed: its clawed-back tokens return (once), and access when it is the current period,
-    /// until `periodEnd` (the provider's; nil: the plan's interval from the period's start).
-    case reverseRefund(periodKey: String?, periodEnd: Date?)
+    /// until `periodEnd` (the provider's; nil: the plan's interval from the period's start). `dispute`: a won dispute,
+    /// which gives back only what its own withdrawal (``refund(periodKey:dispute:)``) took.
+    case reverseRefund(periodKey: String?, periodEnd: Date?, dispute: String? = nil)
 
     /// When the period an event starts begins (nil: an event that starts none, or a change within the current period).
     var periodStart: Date? {
@@ -85,10 +86,19 @@ public struct EventResult: Sendable, Equatable {
     /// ledger rows record, ``Ledger/restorePeriod``).
     public let clawedTokens: Int64?
 
-    init(_ outcome: EventOutcome, _ detail: String? = nil, clawedTokens: Int64? = nil) {
+    /// False for a refund or reversal of a period other than the current one: it moves no state, so it does not become
+    /// the newest event later ones are ordered against.
+    let ordersState: Bool
+    /// The event is not used up: a period ignored because its refund came first applies when it comes again (from
+    /// reconciliation) once the refund is reversed.
+    let releasesClaim: Bool
+
+    init(_ outcome: EventOutcome, _ detail: String? = nil, clawedTokens: Int64? = nil, ordersState: Bool = true, releasesClaim: Bool = false) {
         self.outcome = outcome
         self.detail = detail
         self.clawedTokens = clawedTokens
+        self.ordersState = ordersState
+        self.releasesClaim = releasesClaim
     }
 }
 
@@ -158,16 +168,22 @@ public struct SubscriptionMachine: Sendable {
                 sameSubscription: same)
             if result.outcome == .applied {
                 // Any applied event may change what the yearly drip owes: due again now (``dripYearlyPlans``).
+                // A refund or reversal of another period than the current one leaves the ordering alone: the current
+                // period's own events, signed before it, are not stale.
                 try await tx.query(
                     "UPDATE subscriptions SET last_event_at_ms = ?, updated_at_ms = ?, next_drip_at_ms = 0 WHERE user_id = ?",
-                    [occurredAt, now, userID])
+                    [result.ordersState ? occurredAt : lastEvent ?? occurredAt, now, userID])
                 if let binding { try await bind(tx, userID: userID, binding) }
                 try await emitChange(tx, userID: userID, before: current, cause: "\(provider.rawValue).\(event.kind)", now: now)
             }
         }
-        try await tx.query(
-            "UPDATE subscription_events SET outcome = ?, detail = ?, clawed_tokens = ? WHERE provider = ? AND event_id = ?",
-            [result.outcome.rawValue, result.detail, result.clawedTokens, provider.rawValue, eventID])
+        if result.releasesClaim {
+            try await tx.query("DELETE FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])
+        } else {
+            try await tx.query(
+                "UPDATE subscription_events SET outcome = ?, detail = ?, clawed_tokens = ? WHERE provider = ? AND event_id = ?",
+                [result.outcome.rawValue, result.detail, result.clawedTokens, provider.rawValue, eventID])
+        }
         return EventResult(result.outcome, result.detail ?? "\(event.kind) \(result.outcome.rawValue)", clawedTokens: result.clawedTokens)
     }
 
@@ -200,13 +216,10 @@ public struct SubscriptionMachine: Sendable {
             try await periodTransition(
                 tx, provider: provider, userID: userID, current: current, event: event, at: at, familyShared: familyShared,
                 sameSubscription: sameSubscription)
-        case .refund(let key): try await refund(tx, userID: userID, current: current, periodKey: key, at: at)
-        case .reverseRefund(let key, let end):
+        case .refund(let key, let dispute): try await refund(tx, userID: userID, current: current, periodKey: key, dispute: dispute, at: at)
+        case .reverseRefund(let key, let end, let dispute):
             try await reverseRefund(
-                tx, userID: userID, current: current, periodKey: key,
-                restoreAccessUntil: end ?? current.flatMap { current in
-                    store.catalog.plan(id: current.planID).map { Self.defaultEnd(start: current.currentPeriodStart, plan: $0, trial: false) }
-                } ?? at, at: at)
+                tx, userID: userID, current: current, periodKey: key, dispute: dispute, restoreAccessUntil: accessEnd(end, current) ?? at, at: at)
         default: try await stateTransition(tx, userID: userID, current: current, event: event)
         }
     }
@@ -220,7 +233,9 @@ public struct SubscriptionMachine: Sendable {
         if let start = event.periodStart {
             // Its refund arrived first: the period grants neither tokens nor access.
             if try await ledger.isRefunded(tx, userID: userID, periodKey: Self.periodKey(start)) {
-                return EventResult(.ignored, "the period was refunded before it arrived")
+                return EventResult(
+                    .ignored, "the period was refunded before it arrived (applied if it comes again after the refund is reversed)",
+                    releasesClaim: true)
             }
             // A period that started before the current one of the same subscription (reconciliation repairs a renewal
             // months later, when its `at` is new): its tokens are granted, the current period is kept. Before, it moved
@@ -299,11 +314,20 @@ public struct SubscriptionMachine: Sendable {
                 try await periodTokensOnly(tx, userID: userID, current: current, planID: planID, start: start)
             else { return EventResult(.stale) }
             return EventResult(.stale, "late period: tokens granted, newer state kept")
-        case .refund(let key):
-            let result = try await refund(tx, userID: userID, current: current, periodKey: key, at: at)
+        case .refund(let key, let dispute):
+            let result = try await refund(tx, userID: userID, current: current, periodKey: key, dispute: dispute, at: at)
             return EventResult(.stale, "late refund: \(result.detail ?? "")", clawedTokens: result.clawedTokens)
-        case .reverseRefund(let key, _):
-            let result = try await reverseRefund(tx, userID: userID, current: current, periodKey: key, restoreAccessUntil: nil, at: at)
+        case .reverseRefund(let key, let end, let dispute):
+            // Access returns to a subscription the refund left expired, unless a newer event changed its state (an expiry,
+            // a lapse, a new period); newer renewal toggles and pending plan changes do not count.
+            let newer = try await tx.first(
+                """
+                SELECT event_id FROM subscription_events WHERE user_id = ? AND outcome = 'applied' AND occurred_at_ms > ?
+                AND kind NOT IN ('set_will_renew', 'change_plan_at_renewal', 'reverse_refund') LIMIT 1
+                """, [userID, at])
+            let until = current?.status == .expired && newer == nil ? accessEnd(end, current) : nil
+            let result = try await reverseRefund(
+                tx, userID: userID, current: current, periodKey: key, dispute: dispute, restoreAccessUntil: until, at: at)
             return EventResult(.stale, "late refund reversal: \(result.detail ?? "")")
         default:
             return EventResult(.stale)
@@ -317,6 +341,15 @@ public struct SubscriptionMachine: Sendable {
         return try await startPeriod(tx, userID: userID, plan: plan, start: start)
     }
 
+    /// Where access returns to when a refund is reversed: the provider's period end, else the plan's interval from the
+    /// current period's start (a year for a yearly plan).
+    func accessEnd(_ providerEnd: Date?, _ current: Subscription?) -> Date? {
+        providerEnd
+            ?? current.flatMap { current in
+                store.catalog.plan(id: current.planID).map { Self.defaultEnd(start: current.currentPeriodStart, plan: $0, trial: false) }
+            }
+    }
+
     /// The period starting under `periodKey` and its later months (``periodKey(_:month:)``).
     static func months(_ periodKey: String) -> Ledger.PeriodMonths {
         Ledger.PeriodMonths(key: periodKey, months: "\(periodKey):month:%")
@@ -324,19 +357,22 @@ public struct SubscriptionMachine: Sendable {
 
     /// A refunded period's tokens are clawed back, once (never below zero; the shortfall is noted). When it is the
     /// current period, access ends now; a refund of another payment leaves the current period alone.
-    func refund(_ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, at: Date) async throws -> EventResult {
+    func refund(
+        _ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, dispute: String?, at: Date
+    ) async throws -> EventResult {
         let currentKey = current.map { Self.periodKey($0.currentPeriodStart) }
         // With no subscription yet, a named period is still recorded as refunded: its purchase, verified later from a
         // transaction signed before the refund, grants nothing.
         guard let key = periodKey ?? currentKey else { return EventResult(.ignored, "no subscription") }
         guard
             let (clawed, shortfall) = try await ledger.refundPeriod(
-                tx, userID: userID, period: Self.months(key), planID: current?.planID ?? store.catalog.freePlan.id)
+                tx, userID: userID, period: Self.months(key), planID: current?.planID ?? store.catalog.freePlan.id, dispute: dispute)
         else {
             return EventResult(.ignored, "period \(key) was refunded before, or its refund reversed")
         }
         guard key == currentKey else {
-            return EventResult(.applied, "clawed \(clawed) shortfall \(shortfall) (not the current period, which stays)", clawedTokens: clawed)
+            return EventResult(
+                .applied, "clawed \(clawed) shortfall \(shortfall) (not the current period, which stays)", clawedTokens: clawed, ordersState: false)
         }
         try await tx.query(
             "UPDATE subscriptions SET status = 'expired', will_renew = ?, current_period_end_ms = ?, next_drip_at_ms = 0 WHERE user_id = ?",
@@ -348,14 +384,16 @@ public struct SubscriptionMachine: Sendable {
     /// period, access returns until then (the provider's period end, else the end of the plan's interval from the period's
     /// start: a year for a yearly plan); without it (a late reversal), access stays as newer events left it.
     func reverseRefund(
-        _ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, restoreAccessUntil: Date?, at: Date
+        _ tx: any SQLExecutor, userID: String, current: Subscription?, periodKey: String?, dispute: String?, restoreAccessUntil: Date?, at: Date
     ) async throws -> EventResult {
         let currentKey = current.map { Self.periodKey($0.currentPeriodStart) }
         guard let key = periodKey ?? currentKey else { return EventResult(.ignored, "no subscription") }
         let restored: Int64
-        switch try await ledger.restorePeriod(tx, userID: userID, period: Self.months(key)) {
+        switch try await ledger.restorePeriod(tx, userID: userID, period: Self.months(key), dispute: dispute) {
         case .restored(let tokens): restored = tokens
-        case .markedReversed: return EventResult(.applied, "period \(key) had no refund to reverse: a refund of it arriving later takes nothing")
+        case .markedReversed:
+            return EventResult(
+                .applied, "period \(key) had no refund to reverse: a refund of it arriving later takes nothing", ordersState: key == currentKey)
         case .unchanged: return EventResult(.ignored, "period \(key) has no refund to reverse")
         }
         if key == currentKey, let end = restoreAccessUntil {
@@ -363,7 +401,7 @@ public struct SubscriptionMachine: Sendable {
                 "UPDATE subscriptions SET status = 'active', current_period_end_ms = ?, next_drip_at_ms = 0 WHERE user_id = ?",
                 [max(end, at), userID])
         }
-        return EventResult(.applied, "restored \(restored)")
+        return EventResult(.applied, "restored \(restored)", ordersState: key == currentKey)
     }
 
     /// `subscription.updated` with the old and new plan and status, when plan, status, renewal or pending plan changed.

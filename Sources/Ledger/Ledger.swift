@@ -183,7 +183,7 @@ public struct Ledger: Sendable {
             "SELECT granted, refund FROM ledger_period_grants WHERE user_id = ? AND period_key = ?" + tx.dialect.forUpdate, [state.userID, periodKey])
         let granted = try row?.int("granted") ?? monthlyTokens
         // A refunded period is settled: a plan change tops it up no more.
-        guard monthlyTokens > granted, try row?.string("refund") != "refunded" else { return false }
+        guard monthlyTokens > granted, try row?.string("refund") == "none" || row?.string("refund") == "reversed" else { return false }
         let difference = monthlyTokens - granted
         let operation = Self.newID()
         try await post(
@@ -223,12 +223,13 @@ public struct Ledger: Sendable {
         }
     }
 
-    /// A refund of a paid period: takes back what its months granted, never below zero, once. Nil when the period's
-    /// refund was recorded before, or reversed (a reversal may arrive first): then nothing changes. A period not granted
-    /// yet (its refund arrived first) is recorded as refunded with nothing taken, so its grant, arriving later, grants
-    /// nothing (``startPeriod``, ``isRefunded``).
+    /// A refund of a paid period: takes back what its months granted, never below zero, once. `dispute`: the dispute
+    /// whose withdrawal this is (its reinstatement gives back only what it took). Nil when the period's refund was
+    /// recorded before, or reversed (a reversal may arrive first): then nothing changes. A period not granted yet (its
+    /// refund arrived first) is recorded as `refunded_early` with nothing taken, so its grant, arriving later, grants
+    /// nothing (``startPeriod``, ``isRefunded``) until the refund is reversed.
     public func refundPeriod(
-        _ tx: any SQLExecutor, userID: String, period: PeriodMonths, planID: String
+        _ tx: any SQLExecutor, userID: String, period: PeriodMonths, planID: String, dispute: String? = nil
     ) async throws -> (clawed: Int64, shortfall: Int64)? {
         try await lockAccountsFirst(tx, userID: userID)
         let months = try await periodMonths(tx, userID: userID, period)
@@ -236,8 +237,9 @@ public struct Ledger: Sendable {
         guard !months.isEmpty else {
             try await tx.query(
                 """
-                INSERT INTO ledger_period_grants (user_id, period_key, plan_id, granted, expired, created_at_ms, refund) VALUES (?, ?, ?, 0, 0, ?, 'refunded')
-                """, [userID, period.key, planID, clock.now()])
+                INSERT INTO ledger_period_grants (user_id, period_key, plan_id, granted, expired, created_at_ms, refund, refunded_by)
+                VALUES (?, ?, ?, 0, 0, ?, 'refunded_early', ?)
+                """, [userID, period.key, planID, clock.now(), dispute])
             return (0, 0)
         }
         let granted = months.reduce(Int64(0)) { $0 + $1.granted }
@@ -252,7 +254,8 @@ public struct Ledger: Sendable {
             let share = min(left, month.granted)
             left -= share
             try await tx.query(
-                "UPDATE ledger_period_grants SET refund = 'refunded', clawed = ? WHERE user_id = ? AND period_key = ?", [share, userID, month.key])
+                "UPDATE ledger_period_grants SET refund = 'refunded', clawed = ?, refunded_by = ? WHERE user_id = ? AND period_key = ?",
+                [share, dispute, userID, month.key])
         }
         return taken
     }
@@ -263,48 +266,63 @@ public struct Ledger: Sendable {
         case restored(Int64)
         /// Not refunded (yet): marked reversed, so its refund, arriving late, takes nothing.
         case markedReversed
-        /// Reversed before, or no such period: nothing changed.
+        /// Reversed before, or no such period, or (a dispute) not taken by that dispute: nothing changed.
         case unchanged
     }
 
     /// A reversed refund of a period: gives back what its refund took, once; a period granted but not refunded yet is
-    /// marked reversed, so its refund, arriving late, takes nothing.
-    public func restorePeriod(_ tx: any SQLExecutor, userID: String, period: PeriodMonths) async throws -> PeriodRestore {
+    /// marked reversed, so its refund, arriving late, takes nothing. A refund that came before the grant is forgotten,
+    /// so the grant, if it comes now, grants. `dispute`: a won dispute, which gives back only what its own withdrawal
+    /// took, and leaves the period as if never refunded (a refund may still take it).
+    public func restorePeriod(_ tx: any SQLExecutor, userID: String, period: PeriodMonths, dispute: String? = nil) async throws -> PeriodRestore {
         try await lockAccountsFirst(tx, userID: userID)
         let months = try await periodMonths(tx, userID: userID, period)
-        let refunded = months.filter { $0.refund == "refunded" }
-        // A refund that came before its period left a placeholder: gone with the refund, so the period's grant, if it
-        // comes now, grants.
-        try await tx.query(
-            "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded' AND granted = 0 AND expired = 0 AND clawed = 0",
-            [userID, period.key])
-        for month in months where month.refund != "reversed" && !(month.key == period.key && month.granted == 0 && month.refund == "refunded") {
+        if let dispute {
+            let taken = months.filter { $0.refund != "none" && $0.refund != "reversed" && $0.refundedBy == dispute }
+            guard !taken.isEmpty else { return .unchanged }
             try await tx.query(
-                "UPDATE ledger_period_grants SET refund = 'reversed' WHERE user_id = ? AND period_key = ?", [userID, month.key])
+                "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded_early'", [userID, period.key])
+            for month in taken where month.refund == "refunded" {
+                try await tx.query(
+                    "UPDATE ledger_period_grants SET refund = 'none', clawed = 0, refunded_by = NULL WHERE user_id = ? AND period_key = ?",
+                    [userID, month.key])
+            }
+            return .restored(try await giveBack(tx, userID: userID, taken.reduce(Int64(0)) { $0 + $1.clawed }))
+        }
+        try await tx.query(
+            "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded_early'", [userID, period.key])
+        let refunded = months.filter { $0.refund == "refunded" || $0.refund == "refunded_early" }
+        for month in months where month.refund == "none" || month.refund == "refunded" {
+            try await tx.query("UPDATE ledger_period_grants SET refund = 'reversed' WHERE user_id = ? AND period_key = ?", [userID, month.key])
         }
         guard !refunded.isEmpty else { return months.contains { $0.refund == "none" } ? .markedReversed : .unchanged }
-        let clawed = refunded.reduce(Int64(0)) { $0 + $1.clawed }
-        if clawed > 0 { _ = try await grant(tx, userID: userID, amountTokens: clawed, bucket: .subscription, reason: "refund_reversed") }
-        return .restored(clawed)
+        return .restored(try await giveBack(tx, userID: userID, refunded.reduce(Int64(0)) { $0 + $1.clawed }))
+    }
+
+    private func giveBack(_ tx: any SQLExecutor, userID: String, _ tokens: Int64) async throws -> Int64 {
+        if tokens > 0 { _ = try await grant(tx, userID: userID, amountTokens: tokens, bucket: .subscription, reason: "refund_reversed") }
+        return tokens
     }
 
     /// Whether the period starting under `periodKey` stands refunded (its refund may have arrived before its grant).
     public func isRefunded(_ tx: any SQLExecutor, userID: String, periodKey: String) async throws -> Bool {
-        try await tx.first(
-            "SELECT refund FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey]
-        )?.string("refund") == "refunded"
+        let refund = try await tx.first("SELECT refund FROM ledger_period_grants WHERE user_id = ? AND period_key = ?", [userID, periodKey])?
+            .string("refund")
+        return refund == "refunded" || refund == "refunded_early"
     }
 
     /// The recorded months of a period, locked.
     private func periodMonths(
         _ tx: any SQLExecutor, userID: String, _ period: PeriodMonths
-    ) async throws -> [(key: String, granted: Int64, refund: String, clawed: Int64)] {
+    ) async throws -> [(key: String, granted: Int64, refund: String, clawed: Int64, refundedBy: String?)] {
         try await tx.query(
             """
-            SELECT period_key, granted, refund, clawed FROM ledger_period_grants WHERE user_id = ? AND (period_key = ? OR period_key LIKE ?)
+            SELECT period_key, granted, refund, clawed, refunded_by FROM ledger_period_grants WHERE user_id = ? AND (period_key = ? OR period_key LIKE ?)
             ORDER BY period_key
             """ + tx.dialect.forUpdate, [userID, period.key, period.months]
-        ).map { (try $0.string("period_key"), try $0.int("granted"), try $0.string("refund"), try $0.int("clawed")) }
+        ).map {
+            (try $0.string("period_key"), try $0.int("granted"), try $0.string("refund"), try $0.int("clawed"), $0.optionalString("refunded_by"))
+        }
     }
 
     /// Takes back up to `amountTokens` from a bucket into the clawback account, never below zero. Returns what

@@ -730,9 +730,14 @@ CREATE INDEX webhook_deliveries_user ON webhook_deliveries (user_id) WHERE user_
 -- payment took this month's tokens), a refund older than the account's newest event was lost as stale, and a refund
 -- reversal gave back the latest refund's tokens, as often as it was sent under new ids (a charge refund and its dispute
 -- clawed twice). Each period's months now record their refund: `refunded` once, `reversed` once (also when the reversal
--- arrives first), and what the refund took.
-ALTER TABLE ledger_period_grants ADD COLUMN refund TEXT NOT NULL DEFAULT 'none' CHECK (refund IN ('none', 'refunded', 'reversed'));
+-- arrives first), what the refund took, and which dispute took it (a won dispute gives back only what it took, never
+-- what a refund took). `refunded_early`: the refund came before the period's grant, which then grants nothing.
+-- A pack's `disputed_tokens`: what a dispute's withdrawal took of it, all a won dispute gives back.
+ALTER TABLE ledger_period_grants ADD COLUMN refund TEXT NOT NULL DEFAULT 'none'
+    CHECK (refund IN ('none', 'refunded', 'refunded_early', 'reversed'));
 ALTER TABLE ledger_period_grants ADD COLUMN clawed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ledger_period_grants ADD COLUMN refunded_by TEXT;
+ALTER TABLE billing_grants ADD COLUMN disputed_tokens BIGINT NOT NULL DEFAULT 0;
 -- Refunds applied before this migration clawed the period current then and expired the subscription. Where that is
 -- still the account's state (expired, the latest applied refund neither reversed nor followed by a new period), the
 -- current period and its months are marked refunded, what the refund took on the period's own row, so a reversal gives

@@ -133,11 +133,7 @@ struct StripeBillingHTTPTests {
         let fx = try BillingFixture()
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
-            #expect(try await story.subscribe("d", price: "price_basic_monthly", invoice: "in_d1") == "applied")
-            let first = StripeStory.renewal(
-                "d", invoice: "in_d1", price: "price_basic_monthly", start: Int64(story.now.timeIntervalSince1970), event: "evt_d1",
-                reason: "subscription_create", intent: "pi_d1")
-            #expect(try await story.outcome(first, at: story.now) == "acknowledged")
+            try await story.subscribePaidBy("d")
             let (start, renewedAt, token) = try await story.aMonthLater()
             let renewal = StripeStory.renewal("d", invoice: "in_d2", price: "price_basic_monthly", start: start, intent: "pi_d2")
             #expect(try await story.outcome(renewal, at: renewedAt) == "applied")
@@ -157,6 +153,54 @@ struct StripeBillingHTTPTests {
             #expect(try await story.outcome(won, at: renewedAt.addingTimeInterval(90)) == "applied")
             #expect(try await client.balance(token).subscriptionTokens == 50)
             #expect(try await client.subscription(token).isEntitled)
+            #expect(try await story.booksBalance())
+        }
+    }
+
+    /// A won dispute (funds reinstated) gives back only what its own withdrawal took: a period withdrawn and reinstated
+    /// is still taken by a later refund; a dispute after a refund takes nothing, so winning it gives nothing; a pack's
+    /// partial refund stays taken when a dispute of the rest is won (before, a won dispute gave back the refund's take too).
+    @Test(arguments: TestDatabase.engines)
+    func aWonDisputeGivesBackOnlyWhatItTook(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            try await story.subscribePaidBy("w")
+            var second = 10.0
+            func send(_ type: String, _ object: String) async throws -> String {
+                second += 10
+                let at = story.now.addingTimeInterval(second)
+                return try await story.outcome(stripeEvent("evt_w\(Int(second))", type, created: at, object), at: at)
+            }
+            func state() async throws -> (Int, Bool) {
+                (try await client.balance(story.token).subscriptionTokens, try await client.subscription(story.token).isEntitled)
+            }
+            let dispute1 = #"{"id":"dp_w1","object":"dispute","charge":"ch_w1","payment_intent":"pi_w1","amount":499}"#
+            #expect(try await send("charge.dispute.funds_withdrawn", dispute1) == "applied")
+            #expect(try await state() == (0, false))
+            #expect(try await send("charge.dispute.funds_reinstated", dispute1) == "applied")
+            #expect(try await state() == (50, true))
+            #expect(
+                try await send("charge.refunded", #"{"id":"ch_w1","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_w1"}"#)
+                    == "applied")
+            #expect(try await state() == (0, false))
+            let dispute2 = #"{"id":"dp_w2","object":"dispute","charge":"ch_w1","payment_intent":"pi_w1","amount":499}"#
+            #expect(try await send("charge.dispute.funds_withdrawn", dispute2) == "ignored")
+            #expect(try await send("charge.dispute.funds_reinstated", dispute2) == "ignored")
+            #expect(try await state() == (0, false))
+            let pack =
+                #"{"id":"cs_wp","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_w","payment_intent":"pi_wp","metadata":{"priceId":"price_tokens_25"}}"#
+            #expect(try await send("checkout.session.completed", pack) == "applied")
+            #expect(
+                try await send("charge.refunded", #"{"id":"ch_wp","object":"charge","amount":400,"amount_refunded":200,"payment_intent":"pi_wp"}"#)
+                    == "applied")
+            let left = try await client.balance(story.token).purchasedTokens
+            #expect(left < 25 && left > 0)
+            let dispute3 = #"{"id":"dp_w3","object":"dispute","charge":"ch_wp","payment_intent":"pi_wp","amount":400}"#
+            #expect(try await send("charge.dispute.funds_withdrawn", dispute3) == "applied")
+            #expect(try await client.balance(story.token).purchasedTokens == 0)
+            #expect(try await send("charge.dispute.funds_reinstated", dispute3) == "applied")
+            #expect(try await client.balance(story.token).purchasedTokens == left)
             #expect(try await story.booksBalance())
         }
     }
@@ -309,6 +353,16 @@ struct StripeStory {
             event ?? "evt_\(tag)2", "invoice.paid", created: Date(timeIntervalSince1970: Double(start)),
             #"{"id":"\#(invoice)","object":"invoice","billing_reason":"\#(reason)",\#(paidBy)"customer":"cus_\#(tag)","parent":{"subscription_details":{"subscription":"sub_\#(tag)"}},"lines":{"data":[{"pricing":{"price_details":{"price":"\#(price)"}},"period":{"start":\#(start),"end":\#(start + 2_592_000)}}]}}"#
         )
+    }
+
+    /// A basic monthly checkout (``subscribe``, invoice `in_<tag>1`) whose first invoice names its payment intent
+    /// `pi_<tag>1`, as before API basil.
+    func subscribePaidBy(_ tag: String) async throws {
+        #expect(try await subscribe(tag, price: "price_basic_monthly", invoice: "in_\(tag)1") == "applied")
+        let first = Self.renewal(
+            tag, invoice: "in_\(tag)1", price: "price_basic_monthly", start: Int64(now.timeIntervalSince1970), event: "evt_\(tag)1",
+            reason: "subscription_create", intent: "pi_\(tag)1")
+        #expect(try await outcome(first, at: now) == "acknowledged")
     }
 
     /// `ledger verify` finds the books balanced.

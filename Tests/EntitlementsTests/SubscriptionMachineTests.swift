@@ -251,15 +251,34 @@ struct SubscriptionMachineTests {
             #expect(try await w.tokens().subscriptionTokens == 0)
             #expect(try await w.plan() == "free")
             #expect(try await w.apply("v", .reverseRefund(periodKey: key, periodEnd: nil)) == .applied)
-            #expect(try await w.apply("s2", start1) == .applied)
+            // The same purchase event, delivered again (reconciliation), now applies: the ignored delivery did not use it up.
+            #expect(try await w.apply("s1", start1) == .applied)
             #expect(try await w.tokens().subscriptionTokens == 150)
             #expect(try await w.plan() == "pro_monthly")
             #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
         }
     }
 
+    /// A refund of an earlier period does not become the newest event: the current subscription's own event signed
+    /// before it still applies (before, it arrived stale and the renewal's period never became current).
+    @Test(arguments: TestDatabase.engines)
+    func aRefundOfAnEarlierPeriodDoesNotMakeTheCurrentOnesEventsStale(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let start = w.t0
+            let day: TimeInterval = 86_400
+            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            let next = start.addingTimeInterval(30 * day)
+            w.clock.set(next.addingTimeInterval(60))
+            let old = SubscriptionMachine.periodKey(start.addingTimeInterval(-30 * day))
+            #expect(try await w.apply("r", .refund(periodKey: old), at: next.addingTimeInterval(30)) == .applied)
+            #expect(try await w.apply("n", .renew(periodStart: next, periodEnd: next.addingTimeInterval(30 * day)), at: next) == .applied)
+            #expect(try await w.subscription()?.currentPeriodStart.epochMilliseconds == next.epochMilliseconds)
+        }
+    }
+
     /// A refund older than the account's newest event (a renewal-status toggle after it) is still a refund: before, it
-    /// was recorded as stale and lost, and access and the period's tokens stayed.
+    /// was recorded as stale and lost, and access and the period's tokens stayed. Its late reversal gives both back.
     @Test(arguments: TestDatabase.engines)
     func aLateRefundOfTheCurrentPeriodStillEndsIt(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
@@ -274,6 +293,13 @@ struct SubscriptionMachineTests {
                 try await tx.first("SELECT detail FROM subscription_events WHERE event_id = 'r'")?.optionalString("detail")
             }
             #expect(detail == "late refund: clawed 150 shortfall 0")
+            // Its reversal, late too (still older than the toggle): tokens and access return, as nothing newer ended it.
+            #expect(
+                try await w.apply(
+                    "v", .reverseRefund(periodKey: SubscriptionMachine.periodKey(start), periodEnd: nil), at: start.addingTimeInterval(15))
+                    == .stale)
+            #expect(try await w.tokens().subscriptionTokens == 150)
+            #expect(try await w.plan() == "pro_monthly")
         }
     }
 
