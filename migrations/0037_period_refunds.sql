@@ -4,12 +4,17 @@
 -- clawed twice). Each period's months now record their refund: `refunded` once, `reversed` once (also when the reversal
 -- arrives first), what the refund took, and which dispute took it (a won dispute gives back only what it took, never
 -- what a refund took). `refunded_early`: the refund came before the period's grant, which then grants nothing.
--- A pack's `disputed_tokens`: what a dispute's withdrawal took of it, all a won dispute gives back.
+-- A pack's `disputed_tokens` and `disputed_shortfall`: what a dispute's withdrawal took of it and could not take, both
+-- undone when the dispute is won.
 ALTER TABLE ledger_period_grants ADD COLUMN refund TEXT NOT NULL DEFAULT 'none'
     CHECK (refund IN ('none', 'refunded', 'refunded_early', 'reversed'));
 ALTER TABLE ledger_period_grants ADD COLUMN clawed BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ledger_period_grants ADD COLUMN refunded_by TEXT;
 ALTER TABLE billing_grants ADD COLUMN disputed_tokens BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE billing_grants ADD COLUMN disputed_shortfall BIGINT NOT NULL DEFAULT 0;
+-- Whether an applied event changed the subscription's state (a refund of another period, or an earlier period's tokens,
+-- did not): a late refund reversal restores access unless a newer one did.
+ALTER TABLE subscription_events ADD COLUMN orders_state BOOLEAN NOT NULL DEFAULT TRUE;
 -- Refunds applied before this migration clawed the period current then and expired the subscription. Where that is
 -- still the account's state (expired, the latest applied refund neither reversed nor followed by a new period), the
 -- current period and its months are marked refunded, what the refund took on the period's own row, so a reversal gives

@@ -148,7 +148,9 @@ extension BillingService {
             if let reason = object.billing_reason, reason == "subscription_create" || reason == "subscription_update" {
                 // Before API basil the invoice names its payment intent, the one thing a dispute of it names.
                 // Its period not recorded yet (the checkout comes later): stored, and replayed by the checkout.
-                if let intent = object.payment_intent?.value, try await linkPayment(tx, invoiceID: invoiceID, intent: intent) == nil {
+                if let intent = object.payment_intent?.value, try await linkPayment(tx, invoiceID: invoiceID, intent: intent) == nil,
+                    reason == "subscription_create"
+                {
                     return Self.unmatched
                 }
                 return .acknowledged("\(reason) invoice: the checkout or plan change already started the period", user: userID)

@@ -308,8 +308,8 @@ public struct BillingService: Sendable {
         try await tx.query(
             """
             UPDATE billing_grants SET clawed_tokens = clawed_tokens + ?, shortfall_tokens = shortfall_tokens + ?, disputed_tokens = disputed_tokens + ?,
-            updated_at_ms = ? WHERE provider = ? AND source_id = ?
-            """, [clawed, shortfall, disputed ? clawed : 0, clock.now(), provider, sourceID])
+            disputed_shortfall = disputed_shortfall + ?, updated_at_ms = ? WHERE provider = ? AND source_id = ?
+            """, [clawed, shortfall, disputed ? clawed : 0, disputed ? shortfall : 0, clock.now(), provider, sourceID])
         return BillingVerdict(outcome: .applied, detail: "clawed \(clawed) shortfall \(shortfall) of \(tokens)", userID: userID)
     }
 
@@ -365,14 +365,18 @@ public struct BillingService: Sendable {
             return BillingVerdict(outcome: .ignored, detail: "the account this purchase was granted to is erased", userID: nil)
         }
         let row = try await tx.first(
-            "SELECT disputed_tokens FROM billing_grants WHERE provider = 'stripe' AND source_id = ?" + tx.dialect.forUpdate, [sourceID])
+            "SELECT disputed_tokens, disputed_shortfall FROM billing_grants WHERE provider = 'stripe' AND source_id = ?" + tx.dialect.forUpdate,
+            [sourceID])
         let disputed = try row?.int("disputed_tokens") ?? 0
-        guard disputed > 0 else { return BillingVerdict(outcome: .ignored, detail: "the dispute took nothing back", userID: userID) }
-        _ = try await ledger.grant(tx, userID: userID, amountTokens: disputed, bucket: .purchased, reason: "refund_reversed")
+        let shortfall = try row?.int("disputed_shortfall") ?? 0
+        guard disputed > 0 || shortfall > 0 else { return BillingVerdict(outcome: .ignored, detail: "the dispute took nothing back", userID: userID) }
+        if disputed > 0 { _ = try await ledger.grant(tx, userID: userID, amountTokens: disputed, bucket: .purchased, reason: "refund_reversed") }
+        // What the dispute could not take (spent) is no longer counted as taken: a later refund of the pack takes it.
         try await tx.query(
             """
-            UPDATE billing_grants SET clawed_tokens = clawed_tokens - ?, disputed_tokens = 0, updated_at_ms = ? WHERE provider = 'stripe' AND source_id = ?
-            """, [disputed, clock.now(), sourceID])
+            UPDATE billing_grants SET clawed_tokens = clawed_tokens - ?, shortfall_tokens = shortfall_tokens - ?, disputed_tokens = 0,
+            disputed_shortfall = 0, updated_at_ms = ? WHERE provider = 'stripe' AND source_id = ?
+            """, [disputed, shortfall, clock.now(), sourceID])
         return BillingVerdict(outcome: .applied, detail: "restored \(disputed) a dispute took", userID: userID)
     }
 

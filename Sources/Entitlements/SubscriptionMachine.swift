@@ -181,8 +181,8 @@ public struct SubscriptionMachine: Sendable {
             try await tx.query("DELETE FROM subscription_events WHERE provider = ? AND event_id = ?", [provider.rawValue, eventID])
         } else {
             try await tx.query(
-                "UPDATE subscription_events SET outcome = ?, detail = ?, clawed_tokens = ? WHERE provider = ? AND event_id = ?",
-                [result.outcome.rawValue, result.detail, result.clawedTokens, provider.rawValue, eventID])
+                "UPDATE subscription_events SET outcome = ?, detail = ?, clawed_tokens = ?, orders_state = ? WHERE provider = ? AND event_id = ?",
+                [result.outcome.rawValue, result.detail, result.clawedTokens, result.ordersState, provider.rawValue, eventID])
         }
         return EventResult(result.outcome, result.detail ?? "\(event.kind) \(result.outcome.rawValue)", clawedTokens: result.clawedTokens)
     }
@@ -244,7 +244,7 @@ public struct SubscriptionMachine: Sendable {
                 guard try await periodTokensOnly(tx, userID: userID, current: current, planID: event.planID, start: start) else {
                     return EventResult(.ignored, "an earlier period than the current one, granted before")
                 }
-                return EventResult(.applied, "an earlier period: tokens granted, the current period kept")
+                return EventResult(.applied, "an earlier period: tokens granted, the current period kept", ordersState: false)
             }
         }
         switch event {
@@ -308,6 +308,11 @@ public struct SubscriptionMachine: Sendable {
     /// its period's tokens back (access stays as the newer events left it). Before, a refund older than a
     /// renewal-status toggle was lost.
     func late(_ tx: any SQLExecutor, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date) async throws -> EventResult {
+        // A period whose refund came first is not used up here either (``periodTransition``).
+        if let start = event.periodStart, try await ledger.isRefunded(tx, userID: userID, periodKey: Self.periodKey(start)) {
+            return EventResult(
+                .stale, "the period was refunded before it arrived (applied if it comes again after the refund is reversed)", releasesClaim: true)
+        }
         switch event {
         case .renew(let start, _, let planID):
             guard let current, start > current.currentPeriodStart,
@@ -322,7 +327,7 @@ public struct SubscriptionMachine: Sendable {
             // a lapse, a new period); newer renewal toggles and pending plan changes do not count.
             let newer = try await tx.first(
                 """
-                SELECT event_id FROM subscription_events WHERE user_id = ? AND outcome = 'applied' AND occurred_at_ms > ?
+                SELECT event_id FROM subscription_events WHERE user_id = ? AND outcome = 'applied' AND occurred_at_ms > ? AND orders_state
                 AND kind NOT IN ('set_will_renew', 'change_plan_at_renewal', 'reverse_refund') LIMIT 1
                 """, [userID, at])
             let until = current?.status == .expired && newer == nil ? accessEnd(end, current) : nil

@@ -196,11 +196,21 @@ struct StripeBillingHTTPTests {
                     == "applied")
             let left = try await client.balance(story.token).purchasedTokens
             #expect(left < 25 && left > 0)
+            // 10 of what is left are spent (after every other bucket), so the dispute takes the rest and records 10 it
+            // could not take.
+            let others = try await client.balance(story.token)
+            let spend = try await client.ledger(
+                "/api/ledger/spend", key: try await app.apiKey(["ledger:write"]), idempotencyKey: "w-spend",
+                json: #"{"userId":"\#(story.user)","amount":\#(others.bonusTokens + others.subscriptionTokens + 10),"reason":"generation"}"#)
+            #expect(spend.status == .ok)
             let dispute3 = #"{"id":"dp_w3","object":"dispute","charge":"ch_wp","payment_intent":"pi_wp","amount":400}"#
             #expect(try await send("charge.dispute.funds_withdrawn", dispute3) == "applied")
             #expect(try await client.balance(story.token).purchasedTokens == 0)
             #expect(try await send("charge.dispute.funds_reinstated", dispute3) == "applied")
-            #expect(try await client.balance(story.token).purchasedTokens == left)
+            #expect(try await client.balance(story.token).purchasedTokens == left - 10)
+            // Won back, the shortfall no longer counts as taken: only the partial refund's take stays recorded.
+            let grant = try await app.rows("SELECT clawed_tokens, shortfall_tokens FROM billing_grants WHERE source_id = 'checkout:cs_wp'")
+            #expect(try grant.map { "\(try $0.int("clawed_tokens"))/\(try $0.int("shortfall_tokens"))" } == ["\(25 - left)/0"])
             #expect(try await story.booksBalance())
         }
     }

@@ -24,6 +24,12 @@ struct SubscriptionMachineTests {
                 try await machine.apply(tx, provider: .apple, eventID: id, userID: user, occurredAt: at ?? clock.now(), event: event).outcome
             }
         }
+        /// A pro monthly subscription started now (event "s"); its start.
+        func startPro() async throws -> Date {
+            let start = t0
+            _ = try await apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            return start
+        }
         func plan(_ user: String = "u") async throws -> String {
             try await db.withConnection(logger: TestDatabase.logger) { tx in try await store.currentPlan(userID: user, now: clock.now(), tx).id }
         }
@@ -216,9 +222,8 @@ struct SubscriptionMachineTests {
     func refundsAndReversalsOutOfOrderChangeOnlyWhatTheyMay(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
-            let start = w.t0
+            let start = try await w.startPro()
             let day: TimeInterval = 86_400
-            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
             let next = start.addingTimeInterval(30 * day)
             #expect(
                 try await w.apply("r-next", .refund(periodKey: SubscriptionMachine.periodKey(next)), at: start.addingTimeInterval(60)) == .applied)
@@ -265,9 +270,8 @@ struct SubscriptionMachineTests {
     func aRefundOfAnEarlierPeriodDoesNotMakeTheCurrentOnesEventsStale(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
-            let start = w.t0
+            let start = try await w.startPro()
             let day: TimeInterval = 86_400
-            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
             let next = start.addingTimeInterval(30 * day)
             w.clock.set(next.addingTimeInterval(60))
             let old = SubscriptionMachine.periodKey(start.addingTimeInterval(-30 * day))
@@ -277,14 +281,45 @@ struct SubscriptionMachineTests {
         }
     }
 
+    /// A renewal that arrives late (older than a newer toggle) for a period whose refund came first is not used up
+    /// either: after the reversal, the same renewal grants. A late reversal restores access although a refund of another
+    /// period came after it (that refund changed no state).
+    @Test(arguments: TestDatabase.engines)
+    func lateEventsAroundARefundFirstPeriod(engine: Engine) async throws {
+        try await TestDatabase.with(engine) { db, _ in
+            let w = try await Self.world(db)
+            let start = try await w.startPro()
+            let day: TimeInterval = 86_400
+            let next = start.addingTimeInterval(30 * day)
+            let nextKey = SubscriptionMachine.periodKey(next)
+            let renewal = SubscriptionEvent.renew(periodStart: next, periodEnd: next.addingTimeInterval(30 * day))
+            #expect(try await w.apply("r", .refund(periodKey: nextKey), at: start.addingTimeInterval(60)) == .applied)
+            #expect(try await w.apply("t", .setWillRenew(false), at: start.addingTimeInterval(100)) == .applied)
+            #expect(try await w.apply("n", renewal, at: start.addingTimeInterval(80)) == .stale)
+            #expect(try await w.apply("v", .reverseRefund(periodKey: nextKey, periodEnd: nil), at: start.addingTimeInterval(90)) == .stale)
+            #expect(try await w.apply("n", renewal, at: start.addingTimeInterval(80)) == .stale)
+            #expect(try await w.tokens().subscriptionTokens == 300)
+            // The current period refunded (t110), an older period refunded after it (t130), a toggle (t140); the current
+            // refund's reversal, signed at t120, arrives last: access returns.
+            let key = SubscriptionMachine.periodKey(start)
+            #expect(try await w.apply("r1", .refund(periodKey: key), at: start.addingTimeInterval(110)) == .applied)
+            #expect(try await w.plan() == "free")
+            let older = SubscriptionMachine.periodKey(start.addingTimeInterval(-30 * day))
+            #expect(try await w.apply("r0", .refund(periodKey: older), at: start.addingTimeInterval(130)) == .applied)
+            #expect(try await w.apply("t2", .setWillRenew(true), at: start.addingTimeInterval(140)) == .applied)
+            #expect(try await w.apply("v1", .reverseRefund(periodKey: key, periodEnd: nil), at: start.addingTimeInterval(120)) == .stale)
+            #expect(try await w.plan() == "pro_monthly")
+            #expect(try await db.withConnection(logger: TestDatabase.logger) { try await w.ledger.verify($0) }.ok)
+        }
+    }
+
     /// A refund older than the account's newest event (a renewal-status toggle after it) is still a refund: before, it
     /// was recorded as stale and lost, and access and the period's tokens stayed. Its late reversal gives both back.
     @Test(arguments: TestDatabase.engines)
     func aLateRefundOfTheCurrentPeriodStillEndsIt(engine: Engine) async throws {
         try await TestDatabase.with(engine) { db, _ in
             let w = try await Self.world(db)
-            let start = w.t0
-            _ = try await w.apply("s", .start(planID: "pro_monthly", periodStart: start, periodEnd: nil, trial: false, willRenew: true))
+            let start = try await w.startPro()
             #expect(try await w.apply("t", .setWillRenew(false), at: start.addingTimeInterval(20)) == .applied)
             #expect(try await w.apply("r", .refund(periodKey: SubscriptionMachine.periodKey(start)), at: start.addingTimeInterval(10)) == .stale)
             #expect(try await w.tokens().subscriptionTokens == 0)
