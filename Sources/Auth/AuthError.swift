@@ -8,6 +8,9 @@ public enum AuthError: Error, Equatable, Sendable {
     case secondFactorRequired
     /// A password check behind a valid session failed (change-password, erasure, PIN changes): not a sign-out.
     case invalidPassword
+    /// The action needs a recent authentication (``AuthPolicy/recentAuthenticationSeconds``): confirm the password with
+    /// `POST /api/auth/reauthenticate` (or sign in again), then retry.
+    case reauthenticationRequired
     case emailNotVerified
     /// Locked after too many failures; retry after the given seconds.
     case accountLocked(retryAfterSeconds: Int)

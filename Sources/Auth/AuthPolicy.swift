@@ -35,8 +35,13 @@ public struct AuthPolicy: Sendable {
     /// Wrong PINs in a row that lock a profile, and for how long.
     public var pinAttemptsMax = 5
     public var pinLockSeconds: Double = 15 * 60
-    /// A session whose password proof is younger than this may change PINs without `currentPassword`.
+    /// A session whose sign-in or password confirmation is younger than this is a *recent authentication*: it may change
+    /// PINs without `currentPassword`, an operator's may make lasting access (API keys, webhook endpoints), and an account
+    /// without a password proves presence by it (``isRecent(authenticatedAt:now:)``).
     public var recentAuthenticationSeconds: Double = 10 * 60
+
+    /// Whether a session authenticated at `authenticatedAt` counts as a recent authentication at `now`.
+    public func isRecent(authenticatedAt: Date, now: Date) -> Bool { now.timeIntervalSince(authenticatedAt) <= recentAuthenticationSeconds }
 
     public init() {}
 

@@ -34,9 +34,6 @@ extension AuthService {
         }
     }
 
-    /// How recent a sign-in must be to stand in for a password (accounts without one).
-    static let recentSignInSeconds: Double = 600
-
     func hasPassword(userID: String, logger: Logger) async throws -> Bool {
         try await database.withConnection(logger: logger) { tx in
             try await users.passwordHash(tx, id: userID) != nil

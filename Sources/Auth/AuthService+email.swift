@@ -106,13 +106,4 @@ extension AuthService {
             return .success((try await loadUser(tx, id: session.user.id), newEmail))
         }
     }
-
-    /// A password check behind a session, or for an account without a password a sign-in within the last 10 minutes.
-    func requirePresence(_ session: AuthenticatedSession, password: String, client: ClientInfo, logger: Logger) async throws {
-        if try await hasPassword(userID: session.user.id, logger: logger) {
-            try await passwords.require(password, of: session.user, ip: client.ip, logger: logger)
-        } else if clock.now().timeIntervalSince(session.authenticatedAt) > Self.recentSignInSeconds {
-            throw AuthError.forbidden("Sign in again (with Apple or a passkey), then retry within 10 minutes.")
-        }
-    }
 }

@@ -219,8 +219,13 @@ extension AuthService {
 extension AuthService {
     /// An operator clears a user's two-factor codes (the user lost the app and the recovery codes), audited, and the user
     /// is told. Returns false when the user had none.
-    public func resetTOTP(userID: String, actor: String, ip: String?, logger: Logger) async throws -> Bool {
+    /// `authorise` runs first in the transaction (the operator's credential must still allow it).
+    public func resetTOTP(
+        userID: String, actor: String, ip: String?, authorise: @escaping @Sendable (any SQLExecutor) async throws -> Void = { _ in },
+        logger: Logger
+    ) async throws -> Bool {
         let email: String? = try await database.transaction(logger: logger) { tx in
+            try await authorise(tx)
             let now = clock.now()
             guard !(try await tx.query("DELETE FROM totp_factors WHERE user_id = ? RETURNING user_id", [userID])).isEmpty else { return nil }
             try await tx.query("DELETE FROM recovery_codes WHERE user_id = ?", [userID])

@@ -346,48 +346,48 @@ extension BillingService {
     func refundCharge(
         _ tx: any SQLExecutor, _ charge: StripeObject, machineID: String, at: Date, dispute: String? = nil
     ) async throws -> BillingVerdict {
-        let refs = [charge.payment_intent?.value, charge.invoice?.value].compactMap { $0 }
-        guard !refs.isEmpty, let amount = charge.amount, amount > 0 else { return .acknowledged("charge without payment reference or amount") }
-        for ref in refs {
-            guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else {
-                continue
-            }
-            let refunded = min(charge.amount_refunded ?? amount, amount)
-            let sourceID = try grant.string("source_id")
-            let userID = try grant.string("user_id")
-            if try grant.string("kind") == "tokens" {
-                return try await clawPack(tx, provider: "stripe", sourceID: sourceID, share: Share.of(refunded, in: amount), disputed: dispute != nil)
-                    ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
-            }
-            guard refunded == amount else {
-                return .acknowledged("partial refund of a subscription payment: access and tokens unchanged", user: userID)
-            }
-            return try await applyMachine(
-                tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
-                .refund(periodKey: grant.optionalString("period_key"), dispute: dispute.map { "stripe:\($0)" }))
+        guard charge.payment_intent != nil || charge.invoice != nil, let amount = charge.amount, amount > 0 else {
+            return .acknowledged("charge without payment reference or amount")
         }
-        return BillingVerdict(
-            outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
+        guard let grant = try await recordedGrant(tx, paidBy: charge) else { return Self.paymentNotRecordedYet }
+        let refunded = min(charge.amount_refunded ?? amount, amount)
+        let userID = try grant.string("user_id")
+        if try grant.string("kind") == "tokens" {
+            return try await clawPack(
+                tx, provider: "stripe", sourceID: try grant.string("source_id"), share: Share.of(refunded, in: amount), disputed: dispute != nil)
+                ?? BillingVerdict(outcome: .ignored, detail: "no grant", userID: userID)
+        }
+        guard refunded == amount else {
+            return .acknowledged("partial refund of a subscription payment: access and tokens unchanged", user: userID)
+        }
+        return try await applyMachine(
+            tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
+            .refund(periodKey: grant.optionalString("period_key"), dispute: dispute.map { "stripe:\($0)" }))
     }
 
     /// A dispute the merchant won (`charge.dispute.funds_reinstated`): what its own withdrawal took back returns, once (a
     /// pack's tokens; a period's tokens, and access if it is the current period); never what a refund took.
     func reinstateCharge(_ tx: any SQLExecutor, _ dispute: StripeObject, machineID: String, at: Date) async throws -> BillingVerdict {
-        for ref in [dispute.payment_intent?.value, dispute.invoice?.value].compactMap({ $0 }) {
-            guard let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else {
-                continue
-            }
-            let userID = try grant.string("user_id")
-            if try grant.string("kind") == "tokens" {
-                return try await restoreDisputed(tx, sourceID: try grant.string("source_id"), userID: userID)
-            }
-            return try await applyMachine(
-                tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
-                .reverseRefund(periodKey: grant.optionalString("period_key"), periodEnd: nil, dispute: "stripe:\(dispute.id ?? machineID)"))
+        guard let grant = try await recordedGrant(tx, paidBy: dispute) else { return Self.paymentNotRecordedYet }
+        let userID = try grant.string("user_id")
+        if try grant.string("kind") == "tokens" {
+            return try await restoreDisputed(tx, sourceID: try grant.string("source_id"), userID: userID)
         }
-        return BillingVerdict(
-            outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
+        return try await applyMachine(
+            tx, provider: .stripe, eventID: machineID, userID: userID, at: at,
+            .reverseRefund(periodKey: grant.optionalString("period_key"), periodEnd: nil, dispute: "stripe:\(dispute.id ?? machineID)"))
     }
+
+    /// The purchase a charge or dispute paid for: the grant recorded under its payment intent, else under its invoice.
+    func recordedGrant(_ tx: any SQLExecutor, paidBy object: StripeObject) async throws -> SQLRow? {
+        for ref in [object.payment_intent?.value, object.invoice?.value].compactMap({ $0 }) {
+            if let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) { return grant }
+        }
+        return nil
+    }
+
+    static let paymentNotRecordedYet = BillingVerdict(
+        outcome: .unmatched, detail: "no purchase recorded for this payment yet; applied when its checkout completes", userID: nil)
 
     /// Stripe events stored as unmatched for these ids, applied now (oldest first).
     func replayUnmatchedStripe(_ tx: any SQLExecutor, keys: [String?]) async throws {

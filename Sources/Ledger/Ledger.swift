@@ -280,8 +280,7 @@ public struct Ledger: Sendable {
         if let dispute {
             let taken = months.filter { $0.refund != "none" && $0.refund != "reversed" && $0.refundedBy == dispute }
             guard !taken.isEmpty else { return .unchanged }
-            try await tx.query(
-                "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded_early'", [userID, period.key])
+            try await dropRefundFirstPlaceholder(tx, userID: userID, period)
             for month in taken where month.refund == "refunded" {
                 try await tx.query(
                     "UPDATE ledger_period_grants SET refund = 'none', clawed = 0, refunded_by = NULL WHERE user_id = ? AND period_key = ?",
@@ -289,14 +288,19 @@ public struct Ledger: Sendable {
             }
             return .restored(try await giveBack(tx, userID: userID, taken.reduce(Int64(0)) { $0 + $1.clawed }))
         }
-        try await tx.query(
-            "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded_early'", [userID, period.key])
+        try await dropRefundFirstPlaceholder(tx, userID: userID, period)
         let refunded = months.filter { $0.refund == "refunded" || $0.refund == "refunded_early" }
         for month in months where month.refund == "none" || month.refund == "refunded" {
             try await tx.query("UPDATE ledger_period_grants SET refund = 'reversed' WHERE user_id = ? AND period_key = ?", [userID, month.key])
         }
         guard !refunded.isEmpty else { return months.contains { $0.refund == "none" } ? .markedReversed : .unchanged }
         return .restored(try await giveBack(tx, userID: userID, refunded.reduce(Int64(0)) { $0 + $1.clawed }))
+    }
+
+    /// A reversal undoes the row a refund that came before its period wrote (``refundPeriod``), so the period grants again.
+    private func dropRefundFirstPlaceholder(_ tx: any SQLExecutor, userID: String, _ period: PeriodMonths) async throws {
+        try await tx.query(
+            "DELETE FROM ledger_period_grants WHERE user_id = ? AND period_key = ? AND refund = 'refunded_early'", [userID, period.key])
     }
 
     private func giveBack(_ tx: any SQLExecutor, userID: String, _ tokens: Int64) async throws -> Int64 {

@@ -24,8 +24,14 @@ public struct WebhookService: Sendable {
         self.settings = settings
     }
 
+    /// A check of the caller's credential that runs first in a write's transaction.
+    public typealias Authorisation = @Sendable (any SQLExecutor) async throws -> Void
+
     /// Creates an endpoint; returns it and its secret (the only time the secret is shown).
-    public func create(_ input: WebhookEndpointInput, actor: String, ip: String?, logger: Logger) async throws -> (WebhookEndpoint, secret: String) {
+    /// `authorise` runs first in the write's transaction (the caller's credential must still allow it).
+    public func create(
+        _ input: WebhookEndpointInput, actor: String, ip: String?, authorise: @escaping Authorisation = { _ in }, logger: Logger
+    ) async throws -> (WebhookEndpoint, secret: String) {
         guard let url = input.url else { throw WebhookError.invalid("Field 'url' is required.") }
         guard let requested = input.events else { throw WebhookError.invalid("Field 'events' is required.") }
         try await check(url: url)
@@ -34,6 +40,7 @@ public struct WebhookService: Sendable {
         let secret = WebhookSigner.newSecret()
         let sealed = try box.seal(secret)
         let endpoint = try await database.transaction(logger: logger) { tx in
+            try await authorise(tx)
             // Parallel creates count one at a time (SQLite's writer lock does this already). The creation time is read
             // after the wait: the endpoint takes the events from then on, and a time from before a long wait would
             // claim events that fan-out passes went through while it waited.
@@ -67,10 +74,13 @@ public struct WebhookService: Sendable {
     }
 
     /// Changes what the input names. `enabled: true` turns a disabled endpoint back on.
-    public func update(id: String, _ input: WebhookEndpointInput, actor: String, ip: String?, logger: Logger) async throws -> WebhookEndpoint {
+    public func update(
+        id: String, _ input: WebhookEndpointInput, actor: String, ip: String?, authorise: @escaping Authorisation = { _ in }, logger: Logger
+    ) async throws -> WebhookEndpoint {
         if let url = input.url { try await check(url: url) }
         let description = try input.description.map { try Self.checked(description: $0) }
         return try await database.transaction(logger: logger) { tx in
+            try await authorise(tx)
             let now = clock.now()
             let current = try await load(tx, id: id, now: now)
             let threshold = input.balanceLowThreshold ?? current.balanceLowThreshold
@@ -110,10 +120,13 @@ public struct WebhookService: Sendable {
     }
 
     /// A new secret; the previous one keeps signing beside it for ``WebhookSettings/rotationOverlapSeconds``.
-    public func rotateSecret(id: String, actor: String, ip: String?, logger: Logger) async throws -> (WebhookEndpoint, secret: String) {
+    public func rotateSecret(
+        id: String, actor: String, ip: String?, authorise: @escaping Authorisation = { _ in }, logger: Logger
+    ) async throws -> (WebhookEndpoint, secret: String) {
         let secret = WebhookSigner.newSecret()
         let sealed = try box.seal(secret)
         let endpoint = try await database.transaction(logger: logger) { tx in
+            try await authorise(tx)
             let now = clock.now()
             _ = try await load(tx, id: id, now: now)
             try await tx.query(

@@ -23,12 +23,12 @@ extension ConsoleController {
     /// Creates a key; its secret is on the result page once and never again.
     @Sendable func createKey(_ request: Request, context: AppRequestContext) async throws -> Response {
         let op = try await gate.require(request, context)
-        let form = try await gate.form(request, context, from: op)
+        let (form, authorise) = try await gate.lastingAccessForm(request, context, from: op)
         let scopes = try form.required("scopes", label: "Scopes").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }
         let (key, secret) = try await apiKeys.create(
             name: try form.required("name", label: "Name"), scopes: scopes, actor: op.actor, ip: context.clientIP, createdBy: .session(op.session),
-            logger: context.logger)
+            authorise: authorise, logger: context.logger)
         return try await pages.result(
             "API key created", ["Key \(key.name) (\(key.id)) with scopes \(key.scopes.sorted().joined(separator: ", "))."], secret: secret, op: op,
             auth: auth, back: "/console/keys", backLabel: "API keys", logger: context.logger)

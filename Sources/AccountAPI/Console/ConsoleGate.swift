@@ -62,6 +62,30 @@ struct ConsoleGate: Sendable {
         return form
     }
 
+    /// A form that makes lasting access (an API key, a webhook secret, clearing someone's second factor): as
+    /// ``form(_:_:from:)``, and the session must have signed in recently or confirm it is the operator in the form, as
+    /// `/api/auth/reauthenticate` does (`password`, and `code` when two-factor codes are on). Returns the form and the
+    /// check to run again in the write's transaction.
+    func lastingAccessForm(
+        _ request: Request, _ context: AppRequestContext, from op: ConsoleOperator
+    ) async throws -> (form: ConsoleForm, authorise: AuthService.Authorisation) {
+        let form = try await form(request, context, from: op)
+        if let password = form.secret("password") {
+            let factor = try SecondFactor.from(code: form.text("code"), recoveryCode: form.text("recoveryCode"), required: false)
+            _ = try await auth.reauthenticate(op.session, password: password, factor: factor, client: context.client(request), logger: context.logger)
+        }
+        do {
+            try await auth.requireRecentAuthentication(op.session, logger: context.logger)
+        } catch AuthError.reauthenticationRequired {
+            throw Problem(
+                .forbidden, code: "reauthentication_required",
+                detail:
+                    "You signed in more than 10 minutes ago: enter your password (and two-factor code) in the form to confirm it is you, then send it again."
+            )
+        }
+        return (form, auth.recentlyAuthenticated(op.session))
+    }
+
     /// A posted `multipart/form-data` form (image uploads): the same origin and CSRF checks, its size bounded by `limit`.
     func multipart(_ request: Request, _ context: AppRequestContext, from op: ConsoleOperator, limit: Int) async throws -> [Multipart.Part] {
         try Self.checkOrigin(request)
@@ -241,6 +265,12 @@ struct ConsoleForm: Sendable {
     /// A field's trimmed text; nil when absent or empty.
     func text(_ name: String) -> String? {
         guard let value = fields[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !value.isEmpty else { return nil }
+        return value
+    }
+
+    /// A field exactly as sent (a password: spaces are part of it), nil when absent or empty.
+    func secret(_ name: String) -> String? {
+        guard let value = fields[name], !value.isEmpty else { return nil }
         return value
     }
 

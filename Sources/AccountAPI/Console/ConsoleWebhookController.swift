@@ -106,9 +106,9 @@ struct ConsoleWebhookController: Sendable {
 
     @Sendable func rotate(_ request: Request, context: AppRequestContext) async throws -> Response {
         let op = try await gate.require(request, context)
-        _ = try await gate.form(request, context, from: op)
+        let authorise = try await gate.lastingAccessForm(request, context, from: op).authorise
         let id = try context.pathParameter("id")
-        let (_, secret) = try await webhooks.rotateSecret(id: id, actor: op.actor, ip: context.clientIP, logger: context.logger)
+        let (_, secret) = try await webhooks.rotateSecret(id: id, actor: op.actor, ip: context.clientIP, authorise: authorise, logger: context.logger)
         return try await result(
             "Secret rotated", ["The endpoint signs with the new secret now; the old one keeps verifying for a while (see docs/webhooks.md)."],
             secret: secret, op: op, back: back(id), backLabel: "Back to the endpoint", context: context)

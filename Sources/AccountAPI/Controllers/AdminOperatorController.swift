@@ -48,12 +48,12 @@ struct AdminOperatorController: Sendable {
     }
 
     @Sendable func createKey(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<CreatedKeyJSON> {
-        let credential = try await authenticator.operatorCredential(request, context)
+        let access = try await authenticator.operatorMakingAccess(request, context)
         var request = request
         let body = try await request.decodeJSON(CreateKeyRequest.self, context: context)
         let (key, secret) = try await apiKeys.create(
-            name: body.name, scopes: body.scopes, expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), actor: credential.actor,
-            ip: context.clientIP, createdBy: credential, logger: context.logger)
+            name: body.name, scopes: body.scopes, expiresAt: try ISODate.parse(body.expiresAt, field: "expiresAt"), actor: access.actor,
+            ip: context.clientIP, createdBy: access.credential, authorise: access.authorise, logger: context.logger)
         return JSONResponse(CreatedKeyJSON(key: secret, apiKey: APIKeyJSON(key)), status: .created)
     }
 

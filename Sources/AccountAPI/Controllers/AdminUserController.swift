@@ -129,10 +129,12 @@ struct AdminUserController: Sendable {
     }
 
     /// Clears the user's two-factor codes (lost app and recovery codes); 404 when there were none.
+    /// Clearing someone's second factor weakens their account for good: lasting access, as an API key is.
     @Sendable func resetMFA(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let actor = try await authenticator.requireOperator(request, context)
+        let access = try await authenticator.operatorMakingAccess(request, context)
         let userID = try await authenticator.existingUser(context)
-        guard try await auth.resetTOTP(userID: userID, actor: actor, ip: context.clientIP, logger: context.logger) else {
+        guard try await auth.resetTOTP(userID: userID, actor: access.actor, ip: context.clientIP, authorise: access.authorise, logger: context.logger)
+        else {
             throw Problem.notFound("This user has no two-factor codes.")
         }
         return Response(status: .noContent)

@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import Hummingbird
 import Webhooks
@@ -41,11 +42,12 @@ struct AdminWebhookController: Sendable {
     }
 
     @Sendable func create(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookEndpointWithSecretJSON> {
-        let actor = try await authenticator.requireOperator(request, context)
+        let access = try await authenticator.operatorMakingAccess(request, context)
         var request = request
         let body = try await request.decodeJSON(EndpointRequest.self, context: context)
         if body.input.enabled == false { throw Problem.validation("A new endpoint is enabled; turn it off with PATCH afterwards.") }
-        let (endpoint, secret) = try await webhooks.create(body.input, actor: actor, ip: context.clientIP, logger: context.logger)
+        let (endpoint, secret) = try await webhooks.create(
+            body.input, actor: access.actor, ip: context.clientIP, authorise: access.authorise, logger: context.logger)
         return JSONResponse(WebhookEndpointWithSecretJSON(endpoint: WebhookEndpointJSON(endpoint), secret: secret), status: .created)
     }
 
@@ -59,12 +61,19 @@ struct AdminWebhookController: Sendable {
         return JSONResponse(WebhookEndpointJSON(try await webhooks.endpoint(id: try context.pathParameter("id"), logger: context.logger)))
     }
 
+    /// Pointing an endpoint at another URL, choosing its events or turning it back on changes what is sent where: lasting
+    /// access, as a new endpoint is.
     @Sendable func update(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookEndpointJSON> {
         let actor = try await authenticator.requireOperator(request, context)
         var request = request
         let body = try await request.decodeJSON(EndpointRequest.self, context: context)
+        let input = body.input
+        var authorise: WebhookService.Authorisation = { _ in }
+        if input.url != nil || input.events != nil || input.enabled == true {
+            authorise = try await authenticator.operatorMakingAccess(request, context).authorise
+        }
         let endpoint = try await webhooks.update(
-            id: try context.pathParameter("id"), body.input, actor: actor, ip: context.clientIP, logger: context.logger)
+            id: try context.pathParameter("id"), input, actor: actor, ip: context.clientIP, authorise: authorise, logger: context.logger)
         return JSONResponse(WebhookEndpointJSON(endpoint))
     }
 
@@ -77,9 +86,9 @@ struct AdminWebhookController: Sendable {
     }
 
     @Sendable func rotate(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<WebhookEndpointWithSecretJSON> {
-        let actor = try await authenticator.requireOperator(request, context)
+        let access = try await authenticator.operatorMakingAccess(request, context)
         let (endpoint, secret) = try await webhooks.rotateSecret(
-            id: try context.pathParameter("id"), actor: actor, ip: context.clientIP, logger: context.logger)
+            id: try context.pathParameter("id"), actor: access.actor, ip: context.clientIP, authorise: access.authorise, logger: context.logger)
         return JSONResponse(WebhookEndpointWithSecretJSON(endpoint: WebhookEndpointJSON(endpoint), secret: secret))
     }
 

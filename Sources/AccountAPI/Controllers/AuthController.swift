@@ -15,9 +15,11 @@ struct AuthController: Sendable {
     struct SignInRequest: Decodable { let email: String; let password: String }
     struct ResetPasswordRequest: Decodable { let email: String; let code: String; let newPassword: String }
     struct ChangePasswordRequest: Decodable { let currentPassword: String; let newPassword: String }
+    struct ReauthenticateRequest: Decodable { let password: String; let code: String?; let recoveryCode: String? }
 
     // Responses.
     struct Message: Encodable, Sendable { var success = true; let message: String }
+    struct ReauthenticatedResponse: Encodable, Sendable { var success = true; let message: String; let recentUntil: String }
     struct SignUpResponse: Encodable, Sendable { let success: Bool; let message: String; let requiresVerification: Bool }
     struct VerifyOTPResponse: Encodable, Sendable {
         let success: Bool; let message: String; let user: User; let welcomeTokens: Int; let session: SessionJSON
@@ -43,6 +45,7 @@ struct AuthController: Sendable {
         router.post("/api/auth/forgot-password", use: forgotPassword)
         router.post("/api/auth/reset-password", use: resetPassword)
         router.post("/api/auth/change-password", use: changePassword)
+        router.post("/api/auth/reauthenticate", use: reauthenticate)
     }
 
     @Sendable func signUp(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<SignUpResponse> {
@@ -132,6 +135,17 @@ struct AuthController: Sendable {
         try await auth.changePassword(
             session, currentPassword: body.currentPassword, newPassword: body.newPassword, client: context.client(request), logger: context.logger)
         return JSONResponse(Message(message: "Password changed; your other sessions were signed out."))
+    }
+
+    /// Confirms the password behind the session, which makes its authentication recent (see `AuthService+presence`).
+    @Sendable func reauthenticate(_ request: Request, context: AppRequestContext) async throws -> JSONResponse<ReauthenticatedResponse> {
+        let session = try await authenticator.session(request, context)
+        var request = request
+        let body = try await request.decodeJSON(ReauthenticateRequest.self, context: context)
+        let factor = try SecondFactor.from(code: body.code, recoveryCode: body.recoveryCode, required: false)
+        let until = try await auth.reauthenticate(
+            session, password: body.password, factor: factor, client: context.client(request), logger: context.logger)
+        return JSONResponse(ReauthenticatedResponse(message: "Password confirmed.", recentUntil: ISODate.string(until)))
     }
 }
 

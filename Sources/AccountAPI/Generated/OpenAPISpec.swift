@@ -1109,6 +1109,49 @@ paths:
         "403": { $ref: "#/components/responses/PasswordCheckFailed" }
         "429": { $ref: "#/components/responses/RateLimited" }
         "503": { $ref: "#/components/responses/Unavailable" }
+  /api/auth/reauthenticate:
+    post:
+      tags: [auth]
+      operationId: reauthenticate
+      summary: Confirm the password behind the session (owner profile only), which makes its authentication recent for 10 minutes.
+      description: >-
+        Actions that make lasting access from an operator's session (API keys, webhook endpoints and secrets) and PIN
+        changes without `currentPassword` need a sign-in or a confirmation within the last 10 minutes. It asks what a sign-in
+        asks: the password (the address's sign-in budget: waits, then a 15-minute lock) and, with two-factor codes on, a code
+        or recovery code (their own budget; a wrong one is 400 `invalid_otp`). An account without a password signs in again
+        instead (403). Audited (`reauthenticated`).
+      security: [{ session: [] }]
+      x-owner-profile-required: true
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [password]
+              properties:
+                password: { type: string, maxLength: 1024, description: "At most 1,024 bytes (longer: 400, nothing spent)." }
+                code: { type: string, description: A TOTP code; required with `password` when two-factor codes are on (else 403 `mfa_required`). }
+                recoveryCode: { type: string, description: Instead of `code`. }
+      responses:
+        "413": { $ref: "#/components/responses/TooLarge" }
+        "415": { $ref: "#/components/responses/UnsupportedMediaType" }
+        "200":
+          description: Confirmed.
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [success, message, recentUntil]
+                properties:
+                  success: { type: boolean }
+                  message: { type: string }
+                  recentUntil: { type: string, format: date-time, description: Until when the session counts as recently authenticated. }
+        "400": { $ref: "#/components/responses/BadRequest" }
+        "401": { $ref: "#/components/responses/Unauthorized" }
+        "403": { $ref: "#/components/responses/PasswordCheckFailed" }
+        "429": { $ref: "#/components/responses/RateLimited" }
+        "503": { $ref: "#/components/responses/Unavailable" }
   /api/user/me:
     get:
       tags: [account]
@@ -1829,6 +1872,7 @@ paths:
       tags: [operators, auth]
       operationId: adminResetMFA
       summary: Clear a user's two-factor codes (lost app and recovery codes); audited, and the user is mailed.
+      description: "It weakens the account for good: from an operator's session it needs a recent authentication (403 `reauthentication_required`; `POST /api/auth/reauthenticate`)."
       security: [{ session: [] }, { apiKey: [] }]
       parameters:
         - { name: userId, in: path, required: true, schema: { type: string } }
@@ -1836,7 +1880,7 @@ paths:
         "204": { description: Cleared; the next sign-in needs only the password. }
         "401": { $ref: "#/components/responses/Unauthorized" }
         "403":
-          description: "`forbidden` (not an operator) or `mfa_required`."
+          description: "`forbidden` (not an operator), `mfa_required` or `reauthentication_required`."
           content:
             application/problem+json:
               schema: { $ref: "#/components/schemas/Problem" }
@@ -3108,7 +3152,7 @@ paths:
       tags: [operators]
       operationId: adminCreateApiKey
       summary: Create a service API key (audited); the key is shown once.
-      description: Only the key's SHA-256 is stored. Every request checks the key in the database, so expiry and revocation apply at once on every node.
+      description: "Only the key's SHA-256 is stored. Every request checks the key in the database, so expiry and revocation apply at once on every node. An operator's session must have signed in or confirmed its password (`POST /api/auth/reauthenticate`) within the last 10 minutes, else 403 `reauthentication_required`; an API key with scope `admin` needs nothing more."
       security: [{ session: [] }, { apiKey: [] }]
       requestBody:
         required: true
@@ -3205,7 +3249,7 @@ paths:
         The URL must be https (http only to a loopback host with `WEBHOOKS_ALLOW_HTTP=true`), without credentials or a
         fragment, at most 2,048 bytes, and its host must resolve to public addresses only (unless inside
         `WEBHOOKS_ALLOWED_NETWORKS`); it is checked now and again before every try. An endpoint receives events that
-        happen after it was created. At most 50 endpoints. See docs/webhooks.md.
+        happen after it was created. At most 50 endpoints. See docs/webhooks.md. An operator's session must have signed in or confirmed its password (`POST /api/auth/reauthenticate`) within the last 10 minutes, else 403 `reauthentication_required`; an API key with scope `admin` needs nothing more.
       security: [{ session: [] }, { apiKey: [] }]
       requestBody:
         required: true
@@ -3261,7 +3305,7 @@ paths:
       tags: [operators, webhooks]
       operationId: adminUpdateWebhook
       summary: Change an endpoint (audited); absent fields stay, `null` clears `description` or `balanceLowThreshold`.
-      description: "`enabled: true` turns a disabled endpoint (an operator's, or after a 410) back on; `enabled: false` stops it: queued deliveries wait, and events meanwhile are not queued for it."
+      description: "`enabled: true` turns a disabled endpoint (an operator's, or after a 410) back on; `enabled: false` stops it: queued deliveries wait, and events meanwhile are not queued for it. A change of `url` or `events`, or `enabled: true`, changes what is sent where: from an operator's session it needs a recent authentication, as creating an endpoint does (403 `reauthentication_required`)."
       security: [{ session: [] }, { apiKey: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
@@ -3299,6 +3343,7 @@ paths:
       tags: [operators, webhooks]
       operationId: adminRotateWebhookSecret
       summary: A new signing secret, shown once (audited); the previous one keeps signing beside it for 24 hours.
+      description: "From an operator's session it needs a recent authentication, as creating an endpoint does (403 `reauthentication_required`)."
       security: [{ session: [] }, { apiKey: [] }]
       parameters:
         - { name: id, in: path, required: true, schema: { type: string } }
@@ -3467,7 +3512,7 @@ components:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
     Forbidden:
-      description: "`forbidden` (an API key without the scope, or a profile that may not), `profile_limit_reached`, `subscription_required`, `profile_selection_required`, `session_required` (an API key on a user's endpoint) or `api_key_required` (a user's session on a service endpoint)."
+      description: "`forbidden` (an API key without the scope, or a profile that may not), `reauthentication_required` (an operator's session making lasting access without a recent sign-in: POST /api/auth/reauthenticate first), `profile_limit_reached`, `subscription_required`, `profile_selection_required`, `session_required` (an API key on a user's endpoint) or `api_key_required` (a user's session on a service endpoint)."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
@@ -3492,7 +3537,7 @@ components:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
     PasswordCheckFailed:
-      description: "`invalid_password` (the current password is wrong; the session stays signed in) or `owner_profile_required`."
+      description: "`invalid_password` (the current password is wrong; the session stays signed in), `owner_profile_required`, or `forbidden` (an account without a password, for `/api/auth/reauthenticate`: sign in again)."
       content:
         application/problem+json:
           schema: { $ref: "#/components/schemas/Problem" }
@@ -3547,7 +3592,7 @@ components:
             profile_selection_required, pack_exists, already_exists, pack_locked, sticker_exists,
             upload_quota_exceeded, already_reversed, not_reversible, invalid_identity_token, mfa_required, feature_not_in_plan,
             profile_restricted, allowance_exceeded, purchase_request_resolved, content_restricted, hold_awaiting_approval,
-            offer_not_eligible]
+            offer_not_eligible, reauthentication_required]
       additionalProperties: true
     EmailRequest:
       type: object

@@ -16,6 +16,12 @@ extension AuthError {
                 .forbidden, code: "mfa_required", detail: "Two-factor codes are on: send 'code' (from the authenticator app) or 'recoveryCode' too.")
         case .invalidPassword:
             Problem(.forbidden, code: "invalid_password", detail: "The current password given is not correct; the session stays signed in.")
+        case .reauthenticationRequired:
+            Problem(
+                .forbidden, code: "reauthentication_required",
+                detail:
+                    "This makes lasting access and needs a recent sign-in: confirm your password with POST /api/auth/reauthenticate (or sign in again), then retry within 10 minutes."
+            )
         case .emailNotVerified:
             Problem(.forbidden, code: "email_not_verified", detail: "Verify your email address first; POST /api/auth/resend-otp sends a new code.")
         case .accountLocked(let seconds):

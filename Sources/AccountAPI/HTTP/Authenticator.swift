@@ -81,6 +81,25 @@ struct Authenticator: Sendable {
         return .session(session)
     }
 
+    /// An operator making lasting access (an API key, a webhook endpoint or its secret): a session must also have signed in
+    /// or confirmed its password recently (403 `reauthentication_required`), checked now and again in the write's
+    /// transaction (`authorise`), so that a stolen session cannot leave a credential behind that outlives it. A key is a
+    /// credential already.
+    func operatorMakingAccess(_ request: Request, _ context: AppRequestContext) async throws -> LastingAccess {
+        let credential = try await operatorCredential(request, context)
+        guard case .session(let session) = credential else { return LastingAccess(credential: credential, authorise: { _ in }) }
+        let authorise = auth.recentlyAuthenticated(session)
+        try await auth.requireRecentAuthentication(session, logger: context.logger)
+        return LastingAccess(credential: credential, authorise: authorise)
+    }
+
+    struct LastingAccess: Sendable {
+        let credential: APIKeyService.Creator
+        /// Runs first in the write's transaction.
+        let authorise: AuthService.Authorisation
+        var actor: String { credential.actor }
+    }
+
     /// A live API key carrying `scope`: missing or unknown → 401, a user's live session → 403 `api_key_required`, a key
     /// without the scope → 403 `forbidden`.
     func requireScope(_ scope: String, _ request: Request, _ context: AppRequestContext) async throws -> APIKey {

@@ -69,7 +69,7 @@ public struct APIKeyService: Sendable {
     /// way makes nothing, so a stolen credential cannot leave a key behind that outlives it.
     public func create(
         name: String, scopes: [String], expiresAt: Date? = nil, actor: String = "cli", ip: String? = nil, createdBy creator: Creator = .commandLine,
-        logger: Logger
+        authorise: @escaping @Sendable (any SQLExecutor) async throws -> Void = { _ in }, logger: Logger
     ) async throws -> (APIKey, secret: String) {
         var expiresAt = expiresAt
         if case .key(let parent) = creator {
@@ -95,6 +95,7 @@ public struct APIKeyService: Sendable {
         if let expiry, expiry <= clock.now() { throw AuthError.validation("Field 'expiresAt' must be in the future.") }
         let secret = Self.prefix + SecretHasher.base64url(SecureRandom.bytes(32))
         let key = try await database.transaction(logger: logger) { tx in
+            try await authorise(tx)
             let now = clock.now()
             let id = FreshID.uuid()
             // The parent is locked while its child is written (a revocation waits, then takes the child too), and a parent

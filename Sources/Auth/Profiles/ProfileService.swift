@@ -353,7 +353,7 @@ public struct ProfileService: Sendable {
             throw AuthError.forbidden("Only the account owner (the default profile) can manage profiles; switch to it first.")
         }
         guard settingPIN else { return true }
-        if clock.now().timeIntervalSince(session.authenticatedAt) <= policy.recentAuthenticationSeconds { return true }
+        if policy.isRecent(authenticatedAt: session.authenticatedAt, now: clock.now()) { return true }
         guard let currentPassword else {
             throw AuthError.forbidden("Changing a PIN needs currentPassword in the body (or a sign-in within the last 10 minutes).")
         }

@@ -113,6 +113,12 @@ struct SessionStore: Sendable {
         ).map { $0.optionalString("selected_profile_id") }
     }
 
+    /// When the live session last signed in or confirmed its password (nil: revoked or gone).
+    func authenticatedAt(_ tx: any SQLExecutor, sessionID: String) async throws -> Date? {
+        try await tx.first("SELECT authenticated_at_ms FROM sessions WHERE id = ? AND revoked_at_ms IS NULL", [sessionID])?.date(
+            "authenticated_at_ms")
+    }
+
     /// The session's user showed their password now (a recent authentication for sensitive actions); false when the
     /// session was revoked meanwhile.
     @discardableResult
