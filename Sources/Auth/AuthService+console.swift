@@ -85,9 +85,7 @@ extension AuthService {
             let user = try await loadUser(tx, id: userID)
             guard user.role == "admin" else { return .failure(.forbidden("This account is not an operator (role admin).")) }
             if hasFactor {
-                let typed = (code ?? "").filter { !$0.isWhitespace }
-                let factor: SecondFactor = typed.count == 6 && typed.allSatisfy { $0.isASCII && $0.isNumber } ? .code(typed) : .recoveryCode(typed)
-                guard !typed.isEmpty, try await useSecondFactor(tx, userID: userID, factor: factor, now: now) else {
+                guard let factor = SecondFactor.typed(code ?? ""), try await useSecondFactor(tx, userID: userID, factor: factor, now: now) else {
                     return .failure(wrongFactor(factorAttempt))
                 }
                 try await AttemptBudget.clear(tx, key: keys.secondFactor(userID: userID))

@@ -20,6 +20,13 @@ public enum SignInOutcome: Sendable {
 public enum SecondFactor: Sendable {
     case code(String)
     case recoveryCode(String)
+
+    /// What an operator typed into the console's one field: six digits are a code, anything else a recovery code.
+    public static func typed(_ text: String) -> SecondFactor? {
+        let typed = text.filter { !$0.isWhitespace }
+        guard !typed.isEmpty else { return nil }
+        return typed.count == 6 && typed.allSatisfy { $0.isASCII && $0.isNumber } ? .code(typed) : .recoveryCode(typed)
+    }
 }
 
 extension AuthService {
@@ -160,8 +167,9 @@ extension AuthService {
     }
 
     /// When the account's two-factor codes were turned on (nil: they are off).
-    func secondFactorEnabledAt(_ tx: any SQLExecutor, userID: String) async throws -> Date? {
-        try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?", [userID])?.optionalDate("enabled_at_ms")
+    func secondFactorEnabledAt(_ tx: any SQLExecutor, userID: String, lock: Bool = false) async throws -> Date? {
+        try await tx.first("SELECT enabled_at_ms FROM totp_factors WHERE user_id = ?" + (lock ? tx.dialect.forUpdate : ""), [userID])?
+            .optionalDate("enabled_at_ms")
     }
 
     /// Whether the session showed a second factor (sign-in with TOTP, or enabling it in this session).

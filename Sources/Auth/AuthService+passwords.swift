@@ -78,7 +78,12 @@ extension AuthService {
             guard try await users.passwordHash(tx, id: session.user.id, liveOnly: true, lock: true) == checkedHash else {
                 return .failure(.invalidPassword)
             }
-            guard try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now) else { return .failure(.unauthorized) }
+            // The password makes the session a recent sign-in only where it is all a sign-in asks: with two-factor codes on,
+            // that takes POST /api/auth/reauthenticate with a code (a stolen session must not make keys this way).
+            let passwordIsAll = try await secondFactorEnabledAt(tx, userID: session.user.id) == nil
+            guard try await sessions.markAuthenticated(tx, sessionID: session.sessionID, now: now, recent: passwordIsAll) else {
+                return .failure(.unauthorized)
+            }
             try await users.setPasswordHash(tx, id: session.user.id, newHash, now: now)
             try await signOutEverywhere(tx, userID: session.user.id, except: session.sessionID, now: now)
             try await AuditLog.record(tx, at: now, actor: session.user.id, action: "password_changed", subject: session.user.id, ip: client.ip)

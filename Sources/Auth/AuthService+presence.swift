@@ -7,9 +7,11 @@ import Storage
 /// both on ``AuthPolicy/isRecent(authenticatedAt:now:)``:
 /// - ``requirePresence(_:password:client:logger:)``: the password now (email change, two-factor and passkey changes,
 ///   unlinking, erasure); an account without one shows a recent sign-in instead;
-/// - ``requireRecentAuthentication(_:logger:)``: a recent sign-in or password confirmation
-///   (``reauthenticate(_:password:client:logger:)``, `POST /api/auth/reauthenticate`), for an operator's session making
-///   lasting access (API keys, webhook endpoints and their secrets). PIN changes take either (`ProfileService`).
+/// - ``requireRecentAuthentication(_:logger:)`` and ``recentOperator(_:)``: a recent sign-in or confirmation
+///   (``reauthenticate(_:password:factor:client:logger:)``, `POST /api/auth/reauthenticate`: what a sign-in asks), for an
+///   operator's session making lasting access (API keys, webhook endpoints and their secrets, clearing someone's
+///   two-factor codes). PIN changes take either (`ProfileService`). Changing the password makes a session recent only
+///   where the password is all a sign-in asks.
 extension AuthService {
     /// A check of the caller's credential that another module runs first in its write's transaction.
     public typealias Authorisation = @Sendable (any SQLExecutor) async throws -> Void
@@ -23,19 +25,26 @@ extension AuthService {
         }
     }
 
-    /// The session signed in or confirmed its password recently; else 403 `reauthentication_required`.
+    /// The session signed in or confirmed its password recently; else 403 `reauthentication_required`. A plain read, before
+    /// the request's work: the write's own transaction checks again (``recentOperator(_:)``).
     public func requireRecentAuthentication(_ session: AuthenticatedSession, logger: Logger) async throws {
-        try await database.withConnection(logger: logger) { tx in try await recentlyAuthenticated(session)(tx) }
+        let authenticatedAt = try await database.withConnection(logger: logger) { tx in
+            try await sessions.authenticatedAt(tx, sessionID: session.sessionID)
+        }
+        guard let authenticatedAt else { throw AuthError.unauthorized }
+        guard policy.isRecent(authenticatedAt: authenticatedAt, now: clock.now()) else { throw AuthError.reauthenticationRequired }
     }
 
-    /// The same check inside the transaction of the write it allows (another module's), so that a revocation, a reset or
-    /// the end of the window that comes while the request waits (a slow body, a DNS lookup) refuses the write.
-    public func recentlyAuthenticated(_ session: AuthenticatedSession) -> Authorisation {
-        let (clock, policy, sessions) = (self.clock, self.policy, self.sessions)
+    /// The operator's check inside the transaction of the write it allows (another module's): the session is still live,
+    /// its account still an operator, its authentication still recent. A revocation, a reset, a demotion or the end of
+    /// the window that comes while the request waits (a slow body, a DNS lookup) refuses the write.
+    public func recentOperator(_ session: AuthenticatedSession) -> Authorisation {
+        let (clock, policy, sessions, users) = (self.clock, self.policy, self.sessions, self.users)
         return { tx in
-            // The session as it is now: a confirmation from another request counts, a revocation refuses.
             let now = clock.now()
             try await session.requireStillLive(tx, now: now)
+            guard try await users.user(tx, id: session.user.id)?.role == "admin" else { throw AuthError.unauthorized }
+            // The session as it is now: a confirmation from another request counts.
             guard let authenticatedAt = try await sessions.authenticatedAt(tx, sessionID: session.sessionID) else { throw AuthError.unauthorized }
             guard policy.isRecent(authenticatedAt: authenticatedAt, now: now) else { throw AuthError.reauthenticationRequired }
         }
@@ -60,9 +69,13 @@ extension AuthService {
         let attempt = twoFactor ? try await reserveSecondFactor(userID: session.user.id, logger: logger) : 0
         let outcome: Result<Date, AuthError> = try await database.transaction(logger: logger) { tx in
             let now = clock.now()
-            // A reset that committed during the Argon2 work wins: the password checked must still be the account's.
+            // A reset that committed during the Argon2 work wins: the password checked must still be the account's; so do
+            // two-factor codes turned on or off meanwhile (the confirmation is asked again).
             guard try await users.passwordHash(tx, id: session.user.id, liveOnly: true, lock: true) == checked else {
                 return .failure(.invalidPassword)
+            }
+            guard (try await secondFactorEnabledAt(tx, userID: session.user.id, lock: true) != nil) == twoFactor else {
+                return .failure(.secondFactorRequired)
             }
             if twoFactor, let factor {
                 guard try await useSecondFactor(tx, userID: session.user.id, factor: factor, now: now) else { return .failure(wrongFactor(attempt)) }

@@ -21,6 +21,17 @@ struct LastingAccessHTTPTests {
     struct Created: Decodable { let id: String; let secret: String }
     struct Confirmed: Decodable { let recentUntil: String }
 
+    /// Turns two-factor codes on for the session's account (its password given); returns the account's id and the secret.
+    static func turnOnCodes(
+        _ client: any TestClientProtocol, _ app: TestApp, token: String, password: String = "correct horse battery"
+    ) async throws -> (id: String, secret: String) {
+        let setup = try await client.send(.post, "/api/auth/mfa/totp/setup", token: token, json: #"{"currentPassword":"\#(password)"}"#)
+            .json(EmailChangeAndMFAHTTPTests.Setup.self)
+        let enable = #"{"code":"\#(try EmailChangeAndMFAHTTPTests.code(setup.secret, at: app.clock.now()))"}"#
+        #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: token, json: enable).status == .ok)
+        return (try await app.userID(token: token), setup.secret)
+    }
+
     @Test(arguments: Engine.allCases)
     func anOperatorsSessionMakesLastingAccessOnlyRightAfterShowingItsPassword(engine: Engine) async throws {
         try await TestApp.run(engine, configure: TestApp.webhookConfig) { client, app in
@@ -45,8 +56,10 @@ struct LastingAccessHTTPTests {
             try refused(try await client.send(.patch, patch, token: session, json: #"{"events":["tokens.spent"]}"#), "events")
             try refused(try await client.send(.patch, patch, token: session, json: #"{"enabled":true}"#), "enable")
             try refused(try await client.send(.post, patch + "/rotate-secret", token: session), "rotate")
-            let userWithCodes = try await app.userID(token: try await client.signUpAndVerify(app, email: "codes@example.com"))
-            try refused(try await client.send(.delete, "/api/admin/users/\(userWithCodes)/mfa", token: session), "clear two-factor codes")
+            let withCodes = try await Self.turnOnCodes(client, app, token: try await client.signUpAndVerify(app, email: "codes@example.com")).id
+            let clear = "/api/admin/users/\(withCodes)/mfa"
+            try refused(try await client.send(.delete, clear, token: session), "clear two-factor codes")
+            #expect(try await app.rows("SELECT user_id FROM totp_factors WHERE user_id = ?", [withCodes]).count == 1)
             #expect(try await client.send(.patch, patch, token: session, json: #"{"description":"tidy","enabled":false}"#).status == .ok)
             #expect(try await client.get("/api/admin/api-keys", token: session).status == .ok)
             #expect(try await app.rows("SELECT id FROM api_keys").count == 2)
@@ -62,6 +75,8 @@ struct LastingAccessHTTPTests {
             #expect(try await client.send(.post, "/api/admin/api-keys", token: session, json: #"{"name":"b","scopes":["admin"]}"#).status == .created)
             #expect(try await client.send(.patch, patch, token: session, json: #"{"url":"http://127.0.0.1:8/elsewhere"}"#).status == .ok)
             #expect(try await client.send(.post, patch + "/rotate-secret", token: session).status == .ok)
+            #expect(try await client.send(.delete, clear, token: session).status == .noContent)
+            #expect(try await app.rows("SELECT user_id FROM totp_factors WHERE user_id = ?", [withCodes]).isEmpty)
             app.clock.advance(seconds: 10 * 60 + 1)
             try refused(try await client.send(.post, patch + "/rotate-secret", token: session), "rotate, later")
             #expect(try await app.rows("SELECT id FROM audit_log WHERE action = 'reauthenticated'").count == 1)
@@ -110,6 +125,16 @@ struct LastingAccessHTTPTests {
             #expect(try await post("/console/webhooks/\(endpoint.id)/rotate-secret", [:]).status == .forbidden)
             #expect(try await app.rows("SELECT secret_sealed FROM webhook_endpoints").first?.string("secret_sealed") == secretBefore)
             #expect(try await post("/console/webhooks/\(endpoint.id)/rotate-secret", ["password": Self.password]).status == .ok)
+            // While the sign-in or confirmation is recent, a filled-in password field (a password manager's) is not checked.
+            #expect(try await post("/console/keys", ["name": "autofilled", "scopes": "ledger:read", "password": "stale autofill"]).status == .ok)
+            // Clearing someone's codes, the same way.
+            let member = try await Self.turnOnCodes(client, app, token: try await client.signUpAndVerify(app, email: "member@example.com")).id
+            app.clock.advance(seconds: 10 * 60 + 1)
+            let codes = "SELECT user_id FROM totp_factors WHERE user_id = ?"
+            #expect(try await post("/console/users/\(member)/clear-mfa", [:]).status == .forbidden)
+            #expect(try await app.rows(codes, [member]).count == 1)
+            #expect(try await post("/console/users/\(member)/clear-mfa", ["password": Self.password]).status == .ok)
+            #expect(try await app.rows(codes, [member]).isEmpty)
         }
     }
 
@@ -121,11 +146,7 @@ struct LastingAccessHTTPTests {
             _ = try await app.dependencies.auth.createAdmin(
                 email: "ops@example.com", password: Self.password, name: "Ops", logger: TestDatabase.logger)
             let session = try await client.signIn("ops@example.com", Self.password).json(SeedSignInResponse.self).session.token
-            let setup = try await client.send(
-                .post, "/api/auth/mfa/totp/setup", token: session, json: #"{"currentPassword":"\#(Self.password)"}"#
-            ).json(EmailChangeAndMFAHTTPTests.Setup.self)
-            let enable = #"{"code":"\#(try EmailChangeAndMFAHTTPTests.code(setup.secret, at: app.clock.now()))"}"#
-            #expect(try await client.send(.post, "/api/auth/mfa/totp/enable", token: session, json: enable).status == .ok)
+            let setup = try await Self.turnOnCodes(client, app, token: session, password: Self.password)
             let member = try await client.signUpAndVerify(app, email: "member@example.com")
             let memberID = try await app.userID(token: member)
             app.clock.advance(seconds: 11 * 60)
@@ -136,18 +157,27 @@ struct LastingAccessHTTPTests {
             let wrongCode = try await client.send(
                 .post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(Self.password)","code":"000000"}"#)
             #expect(try wrongCode.status == .badRequest && wrongCode.problem().code == "invalid_otp")
+            // Over-long passwords are refused before any check: twelve of them spend nothing (ten wrong ones would lock).
             let long = String(repeating: "x", count: 2000)
-            #expect(try await client.send(.post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(long)"}"#).status == .badRequest)
+            for _ in 0..<12 {
+                #expect(
+                    try await client.send(.post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(long)"}"#).status == .badRequest)
+            }
             #expect(try await client.send(.delete, clear, token: session).problem().code == "reauthentication_required")
+            // Changing the password asks for no code, so with codes on it does not make the session recent.
+            let changed = #"{"currentPassword":"\#(Self.password)","newPassword":"another operator password"}"#
+            #expect(try await client.send(.post, "/api/auth/change-password", token: session, json: changed).status == .ok)
+            #expect(try await client.send(.delete, clear, token: session).problem().code == "reauthentication_required")
+            let newPassword = "another operator password"
             let code = try EmailChangeAndMFAHTTPTests.code(setup.secret, at: app.clock.now())
             let confirmed = try await client.send(
-                .post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(Self.password)","code":"\#(code)"}"#)
+                .post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(newPassword)","code":"\#(code)"}"#)
             #expect(confirmed.status == .ok)
             // The member has no codes: 404 now that the operator may ask.
             #expect(try await client.send(.delete, clear, token: session).status == .notFound)
             // A code is used once: the same one again is refused.
             let replay = try await client.send(
-                .post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(Self.password)","code":"\#(code)"}"#)
+                .post, "/api/auth/reauthenticate", token: session, json: #"{"password":"\#(newPassword)","code":"\#(code)"}"#)
             #expect(try replay.problem().code == "invalid_otp")
         }
     }

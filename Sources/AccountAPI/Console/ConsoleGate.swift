@@ -64,26 +64,27 @@ struct ConsoleGate: Sendable {
 
     /// A form that makes lasting access (an API key, a webhook secret, clearing someone's second factor): as
     /// ``form(_:_:from:)``, and the session must have signed in recently or confirm it is the operator in the form, as
-    /// `/api/auth/reauthenticate` does (`password`, and `code` when two-factor codes are on). Returns the form and the
-    /// check to run again in the write's transaction.
+    /// `/api/auth/reauthenticate` does (`password`, and in `code` a code or recovery code when two-factor codes are on),
+    /// asked only when the sign-in is not recent. Returns the form and the check to run again in the write's transaction.
     func lastingAccessForm(
         _ request: Request, _ context: AppRequestContext, from op: ConsoleOperator
     ) async throws -> (form: ConsoleForm, authorise: AuthService.Authorisation) {
         let form = try await form(request, context, from: op)
-        if let password = form.secret("password") {
-            let factor = try SecondFactor.from(code: form.text("code"), recoveryCode: form.text("recoveryCode"), required: false)
-            _ = try await auth.reauthenticate(op.session, password: password, factor: factor, client: context.client(request), logger: context.logger)
-        }
         do {
             try await auth.requireRecentAuthentication(op.session, logger: context.logger)
         } catch AuthError.reauthenticationRequired {
-            throw Problem(
-                .forbidden, code: "reauthentication_required",
-                detail:
-                    "You signed in more than 10 minutes ago: enter your password (and two-factor code) in the form to confirm it is you, then send it again."
-            )
+            // Only now the confirmation (a password manager may fill the field on every form).
+            guard let password = form.secret("password") else {
+                throw Problem(
+                    .forbidden, code: "reauthentication_required",
+                    detail:
+                        "You signed in more than 10 minutes ago: enter your password (and two-factor code) in the form to confirm it is you, then send it again."
+                )
+            }
+            let factor = SecondFactor.typed(form.text("code") ?? "")
+            _ = try await auth.reauthenticate(op.session, password: password, factor: factor, client: context.client(request), logger: context.logger)
         }
-        return (form, auth.recentlyAuthenticated(op.session))
+        return (form, auth.recentOperator(op.session))
     }
 
     /// A posted `multipart/form-data` form (image uploads): the same origin and CSRF checks, its size bounded by `limit`.

@@ -169,7 +169,7 @@ document.addEventListener("DOMContentLoaded", function () {
     <input type="hidden" name="csrf" value="{{csrf}}">
     <label>Name <input type="text" name="name" maxlength="100" required></label>
     <label>Scopes (comma-separated) <input type="text" name="scopes" maxlength="300" required placeholder="ledger:write, admin"></label>
-    <label>Your password <input type="password" name="password" autocomplete="current-password" maxlength="1024" placeholder="if you signed in over 10 minutes ago"></label> <label>Your two-factor code <input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" maxlength="10" placeholder="if they are on"></label>
+    <label>Your password <input type="password" name="password" autocomplete="current-password" maxlength="1024" placeholder="if you signed in over 10 minutes ago"></label> <label>Your two-factor code <input type="text" name="code" autocomplete="one-time-code" maxlength="64" placeholder="or a recovery code, if they are on"></label>
     <button type="submit" id="create-key">Create</button>
   </form>
 </section>
@@ -307,7 +307,7 @@ document.addEventListener("DOMContentLoaded", function () {
   <div class="actions">
     {{#secondFactor}}
     <form method="post" action="/console/users/{{id}}/clear-mfa" data-confirm="Clear this user's two-factor codes?">
-      <input type="hidden" name="csrf" value="{{csrf}}"><label>Your password <input type="password" name="password" autocomplete="current-password" maxlength="1024" placeholder="if you signed in over 10 minutes ago"></label> <label>Your two-factor code <input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" maxlength="10" placeholder="if they are on"></label> <button type="submit" id="clear-mfa">Clear two-factor codes</button>
+      <input type="hidden" name="csrf" value="{{csrf}}"><label>Your password <input type="password" name="password" autocomplete="current-password" maxlength="1024" placeholder="if you signed in over 10 minutes ago"></label> <label>Your two-factor code <input type="text" name="code" autocomplete="one-time-code" maxlength="64" placeholder="or a recovery code, if they are on"></label> <button type="submit" id="clear-mfa">Clear two-factor codes</button>
     </form>
     {{/secondFactor}}
     <form method="post" action="/console/users/{{id}}/erase" class="danger">
@@ -460,7 +460,7 @@ document.addEventListener("DOMContentLoaded", function () {
   <dl class="facts"><dt>URL</dt><dd>{{url}}</dd><dt>Events</dt><dd>{{events}}</dd><dt>State</dt><dd>{{state}}</dd></dl>
   <div class="actions">
     <form method="post" action="/console/webhooks/{{id}}/test"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit" id="test-webhook">Send a test event</button></form>
-    <form method="post" action="/console/webhooks/{{id}}/rotate-secret" data-confirm="Rotate the signing secret? The old one keeps working for 24 hours."><input type="hidden" name="csrf" value="{{csrf}}"><label>Your password <input type="password" name="password" autocomplete="current-password" maxlength="1024" placeholder="if you signed in over 10 minutes ago"></label> <label>Your two-factor code <input type="text" name="code" inputmode="numeric" autocomplete="one-time-code" maxlength="10" placeholder="if they are on"></label> <button type="submit" id="rotate">Rotate secret</button></form>
+    <form method="post" action="/console/webhooks/{{id}}/rotate-secret" data-confirm="Rotate the signing secret? The old one keeps working for 24 hours."><input type="hidden" name="csrf" value="{{csrf}}"><label>Your password <input type="password" name="password" autocomplete="current-password" maxlength="1024" placeholder="if you signed in over 10 minutes ago"></label> <label>Your two-factor code <input type="text" name="code" autocomplete="one-time-code" maxlength="64" placeholder="or a recovery code, if they are on"></label> <button type="submit" id="rotate">Rotate secret</button></form>
   </div>
 </section>
 {{/endpoint}}

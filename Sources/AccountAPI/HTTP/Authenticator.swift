@@ -84,13 +84,16 @@ struct Authenticator: Sendable {
     /// An operator making lasting access (an API key, a webhook endpoint or its secret): a session must also have signed in
     /// or confirmed its password recently (403 `reauthentication_required`), checked now and again in the write's
     /// transaction (`authorise`), so that a stolen session cannot leave a credential behind that outlives it. A key is a
-    /// credential already.
+    /// credential already: the write's transaction only checks that it is still live.
     func operatorMakingAccess(_ request: Request, _ context: AppRequestContext) async throws -> LastingAccess {
         let credential = try await operatorCredential(request, context)
-        guard case .session(let session) = credential else { return LastingAccess(credential: credential, authorise: { _ in }) }
-        let authorise = auth.recentlyAuthenticated(session)
-        try await auth.requireRecentAuthentication(session, logger: context.logger)
-        return LastingAccess(credential: credential, authorise: authorise)
+        switch credential {
+        case .session(let session):
+            try await auth.requireRecentAuthentication(session, logger: context.logger)
+            return LastingAccess(credential: credential, authorise: auth.recentOperator(session))
+        case .key(let key): return LastingAccess(credential: credential, authorise: apiKeys.stillLive(key))
+        case .commandLine: return LastingAccess(credential: credential, authorise: { _ in })
+        }
     }
 
     struct LastingAccess: Sendable {

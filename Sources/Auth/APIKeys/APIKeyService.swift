@@ -118,6 +118,20 @@ public struct APIKeyService: Sendable {
         return (key, secret)
     }
 
+    /// For a write another module makes in its own transaction: the key is still live there (a revocation or expiry that
+    /// came while the request waited refuses the write).
+    public func stillLive(_ key: APIKey) -> @Sendable (any SQLExecutor) async throws -> Void {
+        let clock = self.clock
+        return { tx in
+            guard
+                try await tx.first(
+                    "SELECT id FROM api_keys WHERE id = ? AND revoked_at_ms IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?)",
+                    [key.id, clock.now()]
+                ) != nil
+            else { throw AuthError.unauthorized }
+        }
+    }
+
     public func list(logger: Logger) async throws -> [APIKey] {
         try await database.withConnection(logger: logger) { tx in
             let now = clock.now()

@@ -121,9 +121,13 @@ struct SessionStore: Sendable {
 
     /// The session's user showed their password now (a recent authentication for sensitive actions); false when the
     /// session was revoked meanwhile.
+    /// With `recent: false` it only checks that the session is live (and holds its row).
     @discardableResult
-    func markAuthenticated(_ tx: any SQLExecutor, sessionID: String, now: Date) async throws -> Bool {
-        try await !tx.query(
+    func markAuthenticated(_ tx: any SQLExecutor, sessionID: String, now: Date, recent: Bool = true) async throws -> Bool {
+        guard recent else {
+            return try await tx.first("SELECT id FROM sessions WHERE id = ? AND revoked_at_ms IS NULL" + tx.dialect.forUpdate, [sessionID]) != nil
+        }
+        return try await !tx.query(
             "UPDATE sessions SET authenticated_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING id", [now, sessionID]
         ).isEmpty
     }
