@@ -95,6 +95,8 @@ struct StripeObject: Decodable {
     }
 
     var subscriptionID: String? { subscription?.value ?? parent?.subscription_details?.subscription?.value }
+    /// What the event is stored under (`billing_events.original_id`): its subscription, else its payment, else its customer.
+    var eventKey: String? { subscriptionID ?? payment_intent?.value ?? invoice?.value ?? customer?.value }
     var firstPriceID: String? {
         metadata?["priceId"] ?? line_items?.data?.first?.priceID ?? lines?.data?.first?.priceID ?? items?.data?.first?.priceID
     }
@@ -122,7 +124,7 @@ extension BillingService {
             throw BillingError.malformed("The event's \(name) is out of range (1970 to 2100).")
         }
         let object = event.data.object
-        let originalID = object.subscriptionID ?? object.payment_intent?.value ?? object.invoice?.value ?? object.customer?.value
+        let originalID = object.eventKey
         guard
             let eventID = try await claim(
                 tx, provider: "stripe", source: "webhook", dedupeKey: "stripe:\(event.id)", externalID: event.id, eventType: event.type,
@@ -352,6 +354,10 @@ extension BillingService {
         guard let grant = try await recordedGrant(tx, paidBy: charge) else { return Self.paymentNotRecordedYet }
         let refunded = min(charge.amount_refunded ?? amount, amount)
         let userID = try grant.string("user_id")
+        if dispute != nil, try await disputeWonAlready(tx, charge) {
+            return BillingVerdict(
+                outcome: .ignored, detail: "the dispute was won before its withdrawal arrived: nothing is taken back", userID: userID)
+        }
         if try grant.string("kind") == "tokens" {
             return try await clawPack(
                 tx, provider: "stripe", sourceID: try grant.string("source_id"), share: Share.of(refunded, in: amount), disputed: dispute != nil)
@@ -378,12 +384,29 @@ extension BillingService {
             .reverseRefund(periodKey: grant.optionalString("period_key"), periodEnd: nil, dispute: "stripe:\(dispute.id ?? machineID)"))
     }
 
-    /// The purchase a charge or dispute paid for: the grant recorded under its payment intent, else under its invoice.
+    /// The purchase a charge or dispute paid for: the grant recorded under its payment intent, else under its invoice. Its
+    /// row is locked first, so that the events of one payment (a dispute's withdrawal and its reinstatement) take effect one
+    /// after the other, each seeing what the other did.
     func recordedGrant(_ tx: any SQLExecutor, paidBy object: StripeObject) async throws -> SQLRow? {
         for ref in [object.payment_intent?.value, object.invoice?.value].compactMap({ $0 }) {
-            if let grant = try await tx.first("SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) { return grant }
+            if let grant = try await tx.first(
+                "SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?" + tx.dialect.forUpdate, [ref])
+            {
+                return grant
+            }
         }
         return nil
+    }
+
+    /// Whether this dispute's `funds_reinstated` was received before its `funds_withdrawn` (Stripe does not promise their
+    /// order; a failed delivery is retried hours later). The withdrawal then takes nothing: the merchant has the funds.
+    func disputeWonAlready(_ tx: any SQLExecutor, _ dispute: StripeObject) async throws -> Bool {
+        guard let id = dispute.id, let key = dispute.eventKey else { return false }
+        let won = try await tx.query(
+            "SELECT raw FROM billing_events WHERE provider = 'stripe' AND event_type = 'charge.dispute.funds_reinstated' AND original_id = ?", [key])
+        return won.contains { row in
+            (try? UntrustedJSON.decode(StripeEvent.self, from: Data(try row.string("raw").utf8)))?.data.object.id == id
+        }
     }
 
     static let paymentNotRecordedYet = BillingVerdict(

@@ -157,6 +157,36 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// Stripe does not promise order: a dispute's `funds_reinstated` processed before its `funds_withdrawn` (a failed
+    /// delivery retried later) leaves the withdrawal nothing to take, for a period and for a pack; another dispute of
+    /// the same payment still takes.
+    @Test(arguments: TestDatabase.engines)
+    func aDisputeWonBeforeItsWithdrawalArrivedTakesNothing(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            try await story.subscribePaidBy("o")
+            let send = StripeSequence(story, tag: "o").send
+            let dispute = #"{"id":"dp_o1","object":"dispute","charge":"ch_o1","payment_intent":"pi_o1","amount":499}"#
+            #expect(try await send("charge.dispute.funds_reinstated", dispute) == "ignored")
+            #expect(try await send("charge.dispute.funds_withdrawn", dispute) == "ignored")
+            #expect(try await client.balance(story.token).subscriptionTokens == 50)
+            #expect(try await client.subscription(story.token).isEntitled)
+            let pack =
+                #"{"id":"cs_op","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_o","payment_intent":"pi_op","metadata":{"priceId":"price_tokens_25"}}"#
+            #expect(try await send("checkout.session.completed", pack) == "applied")
+            let packDispute = #"{"id":"dp_o2","object":"dispute","charge":"ch_op","payment_intent":"pi_op","amount":400}"#
+            #expect(try await send("charge.dispute.funds_reinstated", packDispute) == "ignored")
+            #expect(try await send("charge.dispute.funds_withdrawn", packDispute) == "ignored")
+            #expect(try await client.balance(story.token).purchasedTokens == 25)
+            // Another dispute of the same payment is another matter.
+            let another = #"{"id":"dp_o3","object":"dispute","charge":"ch_op","payment_intent":"pi_op","amount":400}"#
+            #expect(try await send("charge.dispute.funds_withdrawn", another) == "applied")
+            #expect(try await client.balance(story.token).purchasedTokens == 0)
+            #expect(try await story.booksBalance())
+        }
+    }
+
     /// A won dispute (funds reinstated) gives back only what its own withdrawal took: a period withdrawn and reinstated
     /// is still taken by a later refund; a dispute after a refund takes nothing, so winning it gives nothing; a pack's
     /// partial refund stays taken when a dispute of the rest is won (before, a won dispute gave back the refund's take too).
@@ -166,12 +196,7 @@ struct StripeBillingHTTPTests {
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
             try await story.subscribePaidBy("w")
-            var second = 10.0
-            func send(_ type: String, _ object: String) async throws -> String {
-                second += 10
-                let at = story.now.addingTimeInterval(second)
-                return try await story.outcome(stripeEvent("evt_w\(Int(second))", type, created: at, object), at: at)
-            }
+            let send = StripeSequence(story, tag: "w").send
             func state() async throws -> (Int, Bool) {
                 (try await client.balance(story.token).subscriptionTokens, try await client.subscription(story.token).isEntitled)
             }
@@ -538,5 +563,20 @@ struct StripeStory {
         #expect(mine.events.count >= 9 && mine.events.allSatisfy { $0.provider == "stripe" && $0.userId == user })
         let verify = try await client.get("/api/admin/ledger/verify", token: admin)
         #expect(verify.status == .ok && verify.text.contains(#""ok":true"#))
+    }
+}
+
+/// Events of one story sent 10 s apart, from 20 s after its start (ids `evt_<tag><seconds>`); `send` answers each outcome.
+final class StripeSequence {
+    let story: StripeStory
+    let tag: String
+    var second = 10.0
+
+    init(_ story: StripeStory, tag: String) { (self.story, self.tag) = (story, tag) }
+
+    func send(_ type: String, _ object: String) async throws -> String {
+        second += 10
+        let at = story.now.addingTimeInterval(second)
+        return try await story.outcome(stripeEvent("evt_\(tag)\(Int(second))", type, created: at, object), at: at)
     }
 }
