@@ -354,7 +354,8 @@ extension BillingService {
         guard let grant = try await recordedGrant(tx, paidBy: charge) else { return Self.paymentNotRecordedYet }
         let refunded = min(charge.amount_refunded ?? amount, amount)
         let userID = try grant.string("user_id")
-        if dispute != nil, try await disputeWonAlready(tx, charge) {
+        // A reinstatement sent after this withdrawal but received first: the merchant has the funds back.
+        if dispute != nil, try await disputeEvent(tx, charge, type: "charge.dispute.funds_reinstated", since: at) {
             return BillingVerdict(
                 outcome: .ignored, detail: "the dispute was won before its withdrawal arrived: nothing is taken back", userID: userID)
         }
@@ -377,6 +378,10 @@ extension BillingService {
         guard let grant = try await recordedGrant(tx, paidBy: dispute) else { return Self.paymentNotRecordedYet }
         let userID = try grant.string("user_id")
         if try grant.string("kind") == "tokens" {
+            // A pack records what disputes took, not which: only a dispute whose own withdrawal took something gives back.
+            guard try await disputeEvent(tx, dispute, type: "charge.dispute.funds_withdrawn", applied: true) else {
+                return BillingVerdict(outcome: .ignored, detail: "this dispute's withdrawal took nothing back", userID: userID)
+            }
             return try await restoreDisputed(tx, sourceID: try grant.string("source_id"), userID: userID)
         }
         return try await applyMachine(
@@ -385,26 +390,30 @@ extension BillingService {
     }
 
     /// The purchase a charge or dispute paid for: the grant recorded under its payment intent, else under its invoice. Its
-    /// row is locked first, so that the events of one payment (a dispute's withdrawal and its reinstatement) take effect one
-    /// after the other, each seeing what the other did.
+    /// row is then locked (by its key: `payment_ref` may be moving from the invoice to the payment intent under a
+    /// concurrent `invoice.paid`), so that the events of one payment (a dispute's withdrawal and its reinstatement) take
+    /// effect one after the other, each seeing what the other did.
     func recordedGrant(_ tx: any SQLExecutor, paidBy object: StripeObject) async throws -> SQLRow? {
         for ref in [object.payment_intent?.value, object.invoice?.value].compactMap({ $0 }) {
-            if let grant = try await tx.first(
-                "SELECT * FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?" + tx.dialect.forUpdate, [ref])
-            {
-                return grant
+            guard let found = try await tx.first("SELECT source_id FROM billing_grants WHERE provider = 'stripe' AND payment_ref = ?", [ref]) else {
+                continue
             }
+            return try await tx.first(
+                "SELECT * FROM billing_grants WHERE provider = 'stripe' AND source_id = ?" + tx.dialect.forUpdate, [try found.string("source_id")])
         }
         return nil
     }
 
-    /// Whether this dispute's `funds_reinstated` was received before its `funds_withdrawn` (Stripe does not promise their
-    /// order; a failed delivery is retried hours later). The withdrawal then takes nothing: the merchant has the funds.
-    func disputeWonAlready(_ tx: any SQLExecutor, _ dispute: StripeObject) async throws -> Bool {
+    /// Whether an event of `type` about this dispute is stored (`since`: sent at or after that time; `applied`: it took
+    /// effect). Stripe does not promise the order of a dispute's `funds_withdrawn` and `funds_reinstated` (a failed
+    /// delivery is retried hours later), so each asks about the other.
+    func disputeEvent(_ tx: any SQLExecutor, _ dispute: StripeObject, type: String, since: Date? = nil, applied: Bool = false) async throws -> Bool {
         guard let id = dispute.id, let key = dispute.eventKey else { return false }
-        let won = try await tx.query(
-            "SELECT raw FROM billing_events WHERE provider = 'stripe' AND event_type = 'charge.dispute.funds_reinstated' AND original_id = ?", [key])
-        return won.contains { row in
+        let rows = try await tx.query(
+            """
+            SELECT raw FROM billing_events WHERE provider = 'stripe' AND event_type = ? AND original_id = ? AND signed_at_ms >= ?
+            """ + (applied ? " AND verdict = 'applied'" : ""), [type, key, since ?? Date(timeIntervalSince1970: 0)])
+        return rows.contains { row in
             (try? UntrustedJSON.decode(StripeEvent.self, from: Data(try row.string("raw").utf8)))?.data.object.id == id
         }
     }

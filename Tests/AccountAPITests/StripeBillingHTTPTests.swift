@@ -157,32 +157,44 @@ struct StripeBillingHTTPTests {
         }
     }
 
-    /// Stripe does not promise order: a dispute's `funds_reinstated` processed before its `funds_withdrawn` (a failed
-    /// delivery retried later) leaves the withdrawal nothing to take, for a period and for a pack; another dispute of
-    /// the same payment still takes.
+    /// Stripe does not promise delivery order: a dispute's `funds_reinstated` (sent after its `funds_withdrawn`) received
+    /// first leaves the withdrawal nothing to take, for a period and for a pack; another dispute of the same payment still
+    /// takes, and one dispute's reinstatement never gives back what another's withdrawal took.
     @Test(arguments: TestDatabase.engines)
     func aDisputeWonBeforeItsWithdrawalArrivedTakesNothing(engine: Engine) async throws {
         let fx = try BillingFixture()
         try await TestApp.run(engine, configure: fx.configure) { client, app in
             let story = try await StripeStory(client: client, app: app)
             try await story.subscribePaidBy("o")
-            let send = StripeSequence(story, tag: "o").send
+            var received = 100.0
+            /// An event sent `sent` seconds after the story's start, received after every earlier one.
+            func deliver(_ type: String, sent: Double, _ object: String) async throws -> String {
+                received += 10
+                let event = stripeEvent("evt_o\(Int(received))", type, created: story.now.addingTimeInterval(sent), object)
+                return try await story.outcome(event, at: story.now.addingTimeInterval(received))
+            }
             let dispute = #"{"id":"dp_o1","object":"dispute","charge":"ch_o1","payment_intent":"pi_o1","amount":499}"#
-            #expect(try await send("charge.dispute.funds_reinstated", dispute) == "ignored")
-            #expect(try await send("charge.dispute.funds_withdrawn", dispute) == "ignored")
+            #expect(try await deliver("charge.dispute.funds_reinstated", sent: 60, dispute) == "ignored")
+            #expect(try await deliver("charge.dispute.funds_withdrawn", sent: 30, dispute) == "ignored")
             #expect(try await client.balance(story.token).subscriptionTokens == 50)
             #expect(try await client.subscription(story.token).isEntitled)
             let pack =
                 #"{"id":"cs_op","object":"checkout.session","mode":"payment","payment_status":"paid","client_reference_id":"\#(story.user)","customer":"cus_o","payment_intent":"pi_op","metadata":{"priceId":"price_tokens_25"}}"#
-            #expect(try await send("checkout.session.completed", pack) == "applied")
+            #expect(try await deliver("checkout.session.completed", sent: 70, pack) == "applied")
             let packDispute = #"{"id":"dp_o2","object":"dispute","charge":"ch_op","payment_intent":"pi_op","amount":400}"#
-            #expect(try await send("charge.dispute.funds_reinstated", packDispute) == "ignored")
-            #expect(try await send("charge.dispute.funds_withdrawn", packDispute) == "ignored")
+            #expect(try await deliver("charge.dispute.funds_reinstated", sent: 90, packDispute) == "ignored")
+            #expect(try await deliver("charge.dispute.funds_withdrawn", sent: 80, packDispute) == "ignored")
             #expect(try await client.balance(story.token).purchasedTokens == 25)
-            // Another dispute of the same payment is another matter.
+            // Another dispute of the same payment is another matter, and a third one's early reinstatement gives back
+            // nothing of what the second took.
             let another = #"{"id":"dp_o3","object":"dispute","charge":"ch_op","payment_intent":"pi_op","amount":400}"#
-            #expect(try await send("charge.dispute.funds_withdrawn", another) == "applied")
+            #expect(try await deliver("charge.dispute.funds_withdrawn", sent: 95, another) == "applied")
             #expect(try await client.balance(story.token).purchasedTokens == 0)
+            let third = #"{"id":"dp_o4","object":"dispute","charge":"ch_op","payment_intent":"pi_op","amount":400}"#
+            #expect(try await deliver("charge.dispute.funds_reinstated", sent: 99, third) == "ignored")
+            #expect(try await client.balance(story.token).purchasedTokens == 0)
+            #expect(try await deliver("charge.dispute.funds_reinstated", sent: 98, another) == "applied")
+            #expect(try await client.balance(story.token).purchasedTokens == 25)
             #expect(try await story.booksBalance())
         }
     }
