@@ -157,12 +157,12 @@ public struct SubscriptionMachine: Sendable {
         let current = try await lockedSubscription(userID: userID, tx)
         let lastEvent = try await tx.first("SELECT last_event_at_ms FROM subscriptions WHERE user_id = ?", [userID])?.optionalDate("last_event_at_ms")
         var result: EventResult
+        // The event names the current subscription (the provider's id for it is the one on record).
+        let same = binding?.subscriptionID != nil && binding?.subscriptionID == current?.providerSubscriptionID
         if let lastEvent, occurredAt < lastEvent {
-            result = try await late(tx, userID: userID, current: current, event: event, at: occurredAt)
+            result = try await late(tx, userID: userID, current: current, event: event, at: occurredAt, sameSubscription: same)
             try await emitChange(tx, userID: userID, before: current, cause: "\(provider.rawValue).\(event.kind)", now: now)
         } else {
-            // The event names the current subscription (the provider's id for it is the one on record).
-            let same = binding?.subscriptionID != nil && binding?.subscriptionID == current?.providerSubscriptionID
             result = try await transition(
                 tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt, familyShared: familyShared,
                 sameSubscription: same)
@@ -307,7 +307,9 @@ public struct SubscriptionMachine: Sendable {
     /// key), a late refund's period is clawed back (and ends access if it is the current period), a late reversal gives
     /// its period's tokens back (access stays as the newer events left it). Before, a refund older than a
     /// renewal-status toggle was lost.
-    func late(_ tx: any SQLExecutor, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date) async throws -> EventResult {
+    func late(
+        _ tx: any SQLExecutor, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date, sameSubscription: Bool = false
+    ) async throws -> EventResult {
         // A period whose refund came first is not used up here either (``periodTransition``).
         if let start = event.periodStart, try await ledger.isRefunded(tx, userID: userID, periodKey: Self.periodKey(start)) {
             return EventResult(
@@ -319,6 +321,13 @@ public struct SubscriptionMachine: Sendable {
                 try await periodTokensOnly(tx, userID: userID, current: current, planID: planID, start: start)
             else { return EventResult(.stale) }
             return EventResult(.stale, "late period: tokens granted, newer state kept")
+        case .start(let planID, let start, _, let trial, _) where sameSubscription && !trial:
+            // A paid period of the subscription a newer event ended (its renewal delivered after the cancellation): billing
+            // reports it as a start, since the subscription is no longer live. Its tokens, as in the order it happened.
+            guard let current, start > current.currentPeriodStart,
+                try await periodTokensOnly(tx, userID: userID, current: current, planID: planID, start: start)
+            else { return EventResult(.stale) }
+            return EventResult(.stale, "late period of the ended subscription: tokens granted, newer state kept")
         case .refund(let key, let dispute):
             let result = try await refund(tx, userID: userID, current: current, periodKey: key, dispute: dispute, at: at)
             return EventResult(.stale, "late refund: \(result.detail ?? "")", clawedTokens: result.clawedTokens)

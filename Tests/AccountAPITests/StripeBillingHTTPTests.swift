@@ -157,6 +157,31 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// A renewal's `invoice.paid` delivered after the cancellation that followed it (`customer.subscription.deleted`)
+    /// grants the paid month's tokens, as in the order it happened, and leaves the subscription ended; once.
+    @Test(arguments: TestDatabase.engines)
+    func aRenewalDeliveredAfterTheCancellationStillGrantsItsMonth(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            #expect(try await story.subscribe("x", price: "price_basic_monthly", invoice: "in_x1") == "applied")
+            let (start, renewedAt, token) = try await story.aMonthLater()
+            let deleted = stripeEvent(
+                "evt_x9", "customer.subscription.deleted", created: renewedAt.addingTimeInterval(120),
+                #"{"id":"sub_x","object":"subscription","status":"canceled","customer":"cus_x"}"#)
+            #expect(try await story.outcome(deleted, at: renewedAt.addingTimeInterval(130)) == "applied")
+            #expect(try await client.subscription(token).isEntitled == false)
+            let renewal = StripeStory.renewal("x", invoice: "in_x2", price: "price_basic_monthly", start: start)
+            #expect(try await story.outcome(renewal, at: renewedAt.addingTimeInterval(140)) == "stale")
+            #expect(try await client.balance(token).subscriptionTokens == 100)
+            #expect(try await client.subscription(token).isEntitled == false)
+            let again = StripeStory.renewal("x", invoice: "in_x2", price: "price_basic_monthly", start: start, event: "evt_x3")
+            #expect(try await story.outcome(again, at: renewedAt.addingTimeInterval(150)) == "duplicate")
+            #expect(try await client.balance(token).subscriptionTokens == 100)
+            #expect(try await story.booksBalance())
+        }
+    }
+
     /// Stripe does not promise delivery order: a dispute's `funds_reinstated` (sent after its `funds_withdrawn`) received
     /// first leaves the withdrawal nothing to take, for a period and for a pack; another dispute of the same payment still
     /// takes, and one dispute's reinstatement never gives back what another's withdrawal took.
