@@ -160,7 +160,9 @@ public struct SubscriptionMachine: Sendable {
         // The event names the current subscription (the provider's id for it is the one on record).
         let same = binding?.subscriptionID != nil && binding?.subscriptionID == current?.providerSubscriptionID
         if let lastEvent, occurredAt < lastEvent {
-            result = try await late(tx, userID: userID, current: current, event: event, at: occurredAt, sameSubscription: same)
+            result = try await late(
+                tx, provider: provider, userID: userID, current: current, event: event, at: occurredAt, sameSubscription: same,
+                familyShared: familyShared)
             try await emitChange(tx, userID: userID, before: current, cause: "\(provider.rawValue).\(event.kind)", now: now)
         } else {
             result = try await transition(
@@ -308,7 +310,8 @@ public struct SubscriptionMachine: Sendable {
     /// its period's tokens back (access stays as the newer events left it). Before, a refund older than a
     /// renewal-status toggle was lost.
     func late(
-        _ tx: any SQLExecutor, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date, sameSubscription: Bool = false
+        _ tx: any SQLExecutor, provider: SubscriptionProvider, userID: String, current: Subscription?, event: SubscriptionEvent, at: Date,
+        sameSubscription: Bool = false, familyShared: Bool = false
     ) async throws -> EventResult {
         // A period whose refund came first is not used up here either (``periodTransition``).
         if let start = event.periodStart, try await ledger.isRefunded(tx, userID: userID, periodKey: Self.periodKey(start)) {
@@ -322,11 +325,23 @@ public struct SubscriptionMachine: Sendable {
             else { return EventResult(.stale) }
             return EventResult(.stale, "late period: tokens granted, newer state kept")
         case .start(let planID, let start, _, let trial, _) where sameSubscription && !trial:
-            // A paid period of the subscription a newer event ended (its renewal delivered after the cancellation): billing
-            // reports it as a start, since the subscription is no longer live. Its tokens, as in the order it happened.
-            guard let current, start > current.currentPeriodStart,
-                try await periodTokensOnly(tx, userID: userID, current: current, planID: planID, start: start)
-            else { return EventResult(.stale) }
+            // A paid period of the subscription, delivered after newer events; billing reports it as a start because the
+            // record is no longer live. Ended by a newer expiry or failed payment (a renewal delivered after the
+            // cancellation): its tokens only, as in the order it happened. Else (the record expired by a refund of an
+            // earlier period, say) the period applies, access included; the newer events keep their order.
+            guard let current, start > current.currentPeriodStart else { return EventResult(.stale) }
+            let ended = try await tx.first(
+                """
+                SELECT event_id FROM subscription_events WHERE user_id = ? AND outcome = 'applied' AND occurred_at_ms > ? AND orders_state
+                AND kind IN ('expire', 'past_due') LIMIT 1
+                """, [userID, at])
+            guard ended != nil else {
+                let result = try await periodTransition(
+                    tx, provider: provider, userID: userID, current: current, event: event, at: at, familyShared: familyShared,
+                    sameSubscription: true)
+                return EventResult(result.outcome, "late period that nothing newer ended: applied, access included")
+            }
+            guard try await periodTokensOnly(tx, userID: userID, current: current, planID: planID, start: start) else { return EventResult(.stale) }
             return EventResult(.stale, "late period of the ended subscription: tokens granted, newer state kept")
         case .refund(let key, let dispute):
             let result = try await refund(tx, userID: userID, current: current, periodKey: key, dispute: dispute, at: at)

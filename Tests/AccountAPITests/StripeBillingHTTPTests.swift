@@ -182,6 +182,28 @@ struct StripeBillingHTTPTests {
         }
     }
 
+    /// A renewal delivered after a refund of the month before it (which ended the subscription then, as that month was
+    /// current) applies in full: nothing newer ended the subscription, so the paid month brings access back.
+    @Test(arguments: TestDatabase.engines)
+    func aRenewalDeliveredAfterTheRefundOfTheMonthBeforeRestoresAccess(engine: Engine) async throws {
+        let fx = try BillingFixture()
+        try await TestApp.run(engine, configure: fx.configure) { client, app in
+            let story = try await StripeStory(client: client, app: app)
+            try await story.subscribePaidBy("y")
+            let (start, renewedAt, token) = try await story.aMonthLater()
+            let refund = stripeEvent(
+                "evt_y8", "charge.refunded", created: renewedAt.addingTimeInterval(30),
+                #"{"id":"ch_y1","object":"charge","amount":499,"amount_refunded":499,"payment_intent":"pi_y1"}"#)
+            #expect(try await story.outcome(refund, at: renewedAt.addingTimeInterval(40)) == "applied")
+            #expect(try await client.subscription(token).isEntitled == false)
+            let renewal = StripeStory.renewal("y", invoice: "in_y2", price: "price_basic_monthly", start: start)
+            #expect(try await story.outcome(renewal, at: renewedAt.addingTimeInterval(50)) == "applied")
+            #expect(try await client.subscription(token).isEntitled)
+            #expect(try await client.balance(token).subscriptionTokens == 50)
+            #expect(try await story.booksBalance())
+        }
+    }
+
     /// Stripe does not promise delivery order: a dispute's `funds_reinstated` (sent after its `funds_withdrawn`) received
     /// first leaves the withdrawal nothing to take, for a period and for a pack; another dispute of the same payment still
     /// takes, and one dispute's reinstatement never gives back what another's withdrawal took.
