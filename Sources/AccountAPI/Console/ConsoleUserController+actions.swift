@@ -149,10 +149,7 @@ extension ConsoleUserController {
 
     /// Clearing someone's second factor weakens their account for good: it needs a recent sign-in or the password.
     @Sendable func clearMFA(_ request: Request, context: AppRequestContext) async throws -> Response {
-        let op = try await gate.require(request, context)
-        let userID = try context.pathParameter("userId")
-        guard try await !auth.findUser(id: userID, logger: context.logger).deleted else { throw Problem.notFound("This account was erased.") }
-        let authorise = try await gate.lastingAccessForm(request, context, from: op).authorise
+        let (op, userID, _, authorise) = try await action(request, context, lasting: true)
         guard try await auth.resetTOTP(userID: userID, actor: op.actor, ip: context.clientIP, authorise: authorise, logger: context.logger) else {
             throw Problem.notFound("This user has no two-factor codes.")
         }

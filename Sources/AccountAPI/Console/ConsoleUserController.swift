@@ -78,10 +78,21 @@ struct ConsoleUserController: Sendable {
 
     /// A posted action on a user: the operator, the user's id, the checked form. An erased account takes no action.
     func action(_ request: Request, _ context: AppRequestContext) async throws -> (ConsoleOperator, String, ConsoleForm) {
+        let (op, id, form, _) = try await action(request, context, lasting: false)
+        return (op, id, form)
+    }
+
+    /// The same, for an action that changes access for longer than the session lasts (``ConsoleGate/lastingAccessForm``):
+    /// also the check to run again in the write's transaction.
+    func action(
+        _ request: Request, _ context: AppRequestContext, lasting: Bool
+    ) async throws -> (ConsoleOperator, String, ConsoleForm, AuthService.Authorisation) {
         let op = try await gate.require(request, context)
         let id = try context.pathParameter("userId")
         guard try await !auth.findUser(id: id, logger: context.logger).deleted else { throw Problem.notFound("This account was erased.") }
-        return (op, id, try await gate.form(request, context, from: op))
+        guard lasting else { return (op, id, try await gate.form(request, context, from: op), { _ in }) }
+        let (form, authorise) = try await gate.lastingAccessForm(request, context, from: op)
+        return (op, id, form, authorise)
     }
 
     func done(_ title: String, _ lines: [String], _ op: ConsoleOperator, userID: String, context: AppRequestContext) async throws -> Response {
