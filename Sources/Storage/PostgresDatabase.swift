@@ -57,7 +57,8 @@ public final class PostgresDatabase: Database {
 
     /// The pool's size per process unless `DATABASE_POOL_MAX_CONNECTIONS` says otherwise (``PostgresPoolSettings``).
     public static let maximumConnections = 10
-    /// How long opening a connection may take, in the pool and for the batched statements' own connections.
+    /// How long opening a connection may take, in the pool and for the batched statements' own connections, unless the
+    /// URL's `connect_timeout` says otherwise.
     static let connectTimeoutSeconds: Int64 = 3
 
     /// Every host of a URL that may name several (`postgres://user@db1:5432,db2:5433/accounts?target_session_attrs=read-write`),
@@ -104,7 +105,12 @@ public final class PostgresDatabase: Database {
         var configuration = PostgresConnection.Configuration(
             host: host, port: components.port ?? 5432, username: components.user ?? "postgres", password: components.password,
             database: database.isEmpty ? nil : database, tls: tls)
-        configuration.options.connectTimeout = .seconds(connectTimeoutSeconds)
+        // libpq's `connect_timeout` (whole seconds, 1 to 600); else ``connectTimeoutSeconds``.
+        let timeout = components.queryItems?.first(where: { $0.name == "connect_timeout" })?.value
+        guard let seconds = timeout.map({ Int64($0) }) ?? connectTimeoutSeconds, (1...600).contains(seconds) else {
+            throw StorageError.invalidURL("connect_timeout must be whole seconds from 1 to 600")
+        }
+        configuration.options.connectTimeout = .seconds(seconds)
         // Prepared statements always run their generic plan. PostgreSQL otherwise re-plans a statement on every call
         // while a custom plan looks cheaper, which for the batched entitlement statement (an array of token hashes whose
         // length varies) meant about 2 ms of planning per 0.5 ms of execution. Every prepared statement here is a

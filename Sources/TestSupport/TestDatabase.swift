@@ -48,6 +48,11 @@ public enum TestDatabase {
             try await adminExecute(admin, "CREATE DATABASE \(name)")
             var components = URLComponents(string: admin)!
             components.path = "/\(name)"
+            // Tests run many servers at once on two shared cores, where a TLS connection can take more than the
+            // service's 3 s to open; an outage is not what they test.
+            if !(components.queryItems ?? []).contains(where: { $0.name == "connect_timeout" }) {
+                components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "connect_timeout", value: "20")]
+            }
             return Handle(engine: .postgres, url: components.string!) {
                 try await adminExecute(admin, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
             }

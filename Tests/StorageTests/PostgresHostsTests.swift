@@ -22,10 +22,13 @@ struct PostgresHostsTests {
         let v6 = try PostgresDatabase.hostConfigurations(url: "postgres://app:100%25%40x@[::1]:5433,[fd00::2]/accounts")
         #expect(v6.map(\.connection.host) == ["::1", "fd00::2"] && v6.map(\.connection.port) == [5433, 5432])
         #expect(v6.allSatisfy { $0.connection.password == "100%@x" })
+        // libpq's connect_timeout, in whole seconds; 3 s without it.
+        #expect(try PostgresDatabase.configuration(url: "postgres://u@db1/db?connect_timeout=20").options.connectTimeout == .seconds(20))
+        #expect(try PostgresDatabase.configuration(url: "postgres://u@db1/db").options.connectTimeout == .seconds(3))
         for bad in [
             "postgres://u@db1,db2/db?target_session_attrs=any", "postgres://u@db1,,db2/db", "postgres://u@/db",
             "postgres://u@" + Array(repeating: "h", count: 9).joined(separator: ",") + "/db", "postgres://u@db1,db2/db?target_session_attrs=standby",
-            "mysql://u@db1/db",
+            "mysql://u@db1/db", "postgres://u@db1/db?connect_timeout=0", "postgres://u@db1/db?connect_timeout=2.5",
         ] {
             #expect(throws: StorageError.self, "\(bad)") { try PostgresDatabase.hostConfigurations(url: bad) }
         }
@@ -36,7 +39,9 @@ struct PostgresHostsTests {
         let handle = try await TestDatabase.create(.postgres)
         defer { Task { try? await handle.drop() } }
         // The first host refuses connections (nothing listens on port 1): the second one takes the requests.
-        let url = handle.url.replacing(/@([^\/]+)\//) { "@127.0.0.1:1,\($0.output.1)/" } + "?target_session_attrs=read-write"
+        let url =
+            handle.url.replacing(/@([^\/]+)\//) { "@127.0.0.1:1,\($0.output.1)/" } + (handle.url.contains("?") ? "&" : "?")
+            + "target_session_attrs=read-write"
         let (database, hosts) = try await DatabaseLocation.postgres(url: url).open(leaseTimeoutSeconds: 5, logger: TestDatabase.logger)
         let pools = try #require(hosts)
         let running = Task { await pools.run() }
@@ -54,7 +59,7 @@ struct PostgresHostsTests {
         guard TestDatabase.engines.contains(.postgres) else { return }
         try await TestDatabase.with(.postgres) { pooled, handle in
             _ = try await pooled.transaction(logger: TestDatabase.logger) { try await $0.query("CREATE TABLE t (n INT)") }
-            let name = try #require(handle.url.split(separator: "/").last.map(String.init))
+            let name = try #require(handle.url.split(separator: "?")[0].split(separator: "/").last.map(String.init))
             _ = try await pooled.withConnection(logger: TestDatabase.logger) {
                 try await $0.query("ALTER DATABASE \(name) SET default_transaction_read_only = on")
             }
